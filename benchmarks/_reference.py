@@ -1,0 +1,246 @@
+"""A thin harness around the published reference implementation of Pinet.
+
+The reference is the PyPI package `pinet-hcnn` (import name `pinet`). We use it
+only as a baseline to time against, never as a source of code. Install it without
+its heavy dependencies (torch, wandb, cvxpylayers), which the layer does not need:
+
+    pip install --no-deps pinet-hcnn==0.2.0 beartype
+
+The harness wraps the reference's projection onto the DC3 polytope
+$\\{y : A y = x,\\ G y \\le h\\}$, where only the context $x$ changes per instance.
+Everything is batched: `Y` has shape `(B, n_var)` and `X` shape `(B, n_eq)`.
+
+Run `python -m benchmarks._reference` from the repository root to check the harness
+against cvxpy and Clarabel, and to time the reference on the small DC3 problem.
+"""
+
+import importlib.util
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+_REFERENCE_MISSING = (
+    "The reference implementation `pinet` is not installed. Install it with "
+    "`pip install --no-deps pinet-hcnn==0.2.0 beartype`."
+)
+
+
+def reference_available() -> bool:
+    """Whether the reference implementation (`pinet-hcnn`) can be imported.
+
+    **Returns:**
+
+    `True` if `import pinet` gives the reference's `Project` class.
+    """
+    if importlib.util.find_spec("pinet") is None:
+        return False
+    try:
+        import pinet
+    except Exception:
+        return False
+    return hasattr(pinet, "Project") and hasattr(pinet, "ProjectionInstance")
+
+
+class ReferenceDC3Projector:
+    """The reference's Douglas-Rachford projection onto a DC3 polytope.
+
+    The projection is $\\Pi(y_{raw}) = \\arg\\min_y \\|y - y_{raw}\\|_2$ subject to
+    $A y = x$ and $G y \\le h$, approximated by `n_iter` iterations of the
+    reference's solver (Grontas et al., 2025, Algorithm 1). The inequality has no
+    lower bound, which the reference takes as $-\\infty$.
+
+    **Arguments:**
+
+    - `A`: the equality matrix, shape `(n_eq, n_var)`.
+    - `G`: the inequality matrix, shape `(n_ineq, n_var)`.
+    - `h`: the inequality bound, shape `(n_ineq,)`.
+    - `sigma`: the reference's step size $\\sigma$.
+    - `omega`: the reference's relaxation $\\omega$.
+    - `equilibrate`: whether to apply the reference's Ruiz equilibration.
+    - `equilibration_max_iter`: its number of Ruiz iterations.
+    - `equilibration_tol`: its Ruiz tolerance.
+    - `dtype`: the floating dtype of the data, by default JAX's default float
+        (`float32` unless `jax_enable_x64` is set).
+    """
+
+    def __init__(
+        self,
+        A,
+        G,
+        h,
+        sigma: float,
+        omega: float = 1.7,
+        equilibrate: bool = True,
+        equilibration_max_iter: int = 25,
+        equilibration_tol: float = 1e-3,
+        dtype=None,
+    ):
+        try:
+            import pinet
+        except ImportError as e:
+            raise ImportError(_REFERENCE_MISSING) from e
+
+        dtype = jnp.zeros(()).dtype if dtype is None else dtype
+        A = jnp.asarray(A, dtype=dtype)
+        G = jnp.asarray(G, dtype=dtype)
+        h = jnp.asarray(h, dtype=dtype)
+        if A.ndim != 2 or G.ndim != 2 or h.shape != (G.shape[0],):
+            raise ValueError(
+                "`ReferenceDC3Projector(A, G, h, ...)` expects A of shape "
+                "(n_eq, n_var), G of shape (n_ineq, n_var) and h of shape "
+                f"(n_ineq,), but got {A.shape}, {G.shape} and {h.shape}."
+            )
+        if G.shape[1] != A.shape[1]:
+            raise ValueError(
+                f"`ReferenceDC3Projector` got A with {A.shape[1]} columns and G "
+                f"with {G.shape[1]}; both must have n_var columns."
+            )
+        self.A, self.G, self.h = A, G, h
+        self.sigma = sigma
+        self.omega = omega
+        self.dtype = dtype
+
+        n_eq = A.shape[0]
+        # Every vector is (batch, n, 1) and every matrix (batch or 1, m, n) in the
+        # reference. The placeholder b is replaced per call (`var_b=True`).
+        eq = pinet.EqualityConstraint(
+            a_mat=A[None],
+            b=jnp.zeros((1, n_eq, 1), dtype),
+            method=None,
+            var_b=True,
+        )
+        ineq = pinet.AffineInequalityConstraint(
+            c_mat=G[None],
+            lb=jnp.full((1, G.shape[0], 1), -jnp.inf, dtype),
+            ub=h[None, :, None],
+        )
+        # The reference's default, max_iter=0, switches equilibration off.
+        params = pinet.EquilibrationParams(
+            max_iter=equilibration_max_iter if equilibrate else 0,
+            tol=equilibration_tol,
+        )
+        self._pinet = pinet
+        self._project = pinet.Project(
+            eq_constraint=eq, ineq_constraint=ineq, equilibration_params=params
+        )
+
+    def _call(self, Y, X, n_iter: int, n_iter_bwd: int):
+        pinet = self._pinet
+        y_raw = pinet.ProjectionInstance(
+            x=Y[..., None],
+            eq=pinet.EqualityConstraintsSpecification(b=X[..., None]),
+        )
+        y_instance, _ = self._project.call(
+            y_raw=y_raw,
+            sigma=self.sigma,
+            omega=self.omega,
+            n_iter=n_iter,
+            n_iter_bwd=n_iter_bwd,
+            fpi=False,
+        )
+        return y_instance.x[..., 0]
+
+    def make_forward(self, n_iter: int):
+        """A jitted projection with a fixed number of iterations.
+
+        **Arguments:**
+
+        - `n_iter`: the number of Douglas-Rachford iterations.
+
+        **Returns:**
+
+        A jitted function `(Y, X) -> Y_proj`, each of shape `(B, n_var)` or
+        `(B, n_eq)`. Call it once to compile before timing it.
+        """
+        # n_iter_bwd matters only for the backward pass; any value is fine here.
+        return jax.jit(lambda Y, X: self._call(Y, X, n_iter, 1))
+
+    def forward(self, Y, X, n_iter: int):
+        """Project each row of `Y` onto the polytope of the matching row of `X`.
+
+        **Arguments:**
+
+        - `Y`: the points to project, shape `(B, n_var)`.
+        - `X`: the contexts, shape `(B, n_eq)`.
+        - `n_iter`: the number of Douglas-Rachford iterations.
+
+        **Returns:**
+
+        The projected points, a JAX array of shape `(B, n_var)`.
+        """
+        Y = jnp.asarray(Y, self.dtype)
+        X = jnp.asarray(X, self.dtype)
+        return self._forward(n_iter)(Y, X)
+
+    def _forward(self, n_iter: int):
+        # Cache the jitted callables so that repeated `forward` calls do not
+        # retrace.
+        cache = self.__dict__.setdefault("_forward_cache", {})
+        if n_iter not in cache:
+            cache[n_iter] = self.make_forward(n_iter)
+        return cache[n_iter]
+
+    def make_vjp(self, n_iter: int, n_iter_bwd: int = 25):
+        """A jitted vector-Jacobian product, by the reference's implicit backward.
+
+        The function computes $\\nabla_Y \\sum_{ij} V_{ij}\\, \\Pi(Y)_{ij}$, that is
+        $V$ times the Jacobian of the projection.
+
+        **Arguments:**
+
+        - `n_iter`: the number of forward iterations.
+        - `n_iter_bwd`: the number of iterations of the reference's backward
+            linear solve.
+
+        **Returns:**
+
+        A jitted function `(Y, X, V) -> grad` with `Y`, `V` and `grad` of shape
+        `(B, n_var)` and `X` of shape `(B, n_eq)`.
+        """
+
+        def loss(Y, X, V):
+            return jnp.sum(V * self._call(Y, X, n_iter, n_iter_bwd))
+
+        return jax.jit(jax.grad(loss))
+
+    def cv(self, Yproj, X, per_instance: bool = False):
+        """The constraint violation, in the original coordinates and in float64.
+
+        For each instance this is
+        $\\max(\\|A y - x\\|_\\infty, \\|\\max(G y - h, 0)\\|_\\infty)$. (The
+        reference's own `Project.cv` evaluates scaled data on unscaled points when
+        equilibration is on, so we do not use it.)
+
+        **Arguments:**
+
+        - `Yproj`: the points, shape `(B, n_var)`.
+        - `X`: the contexts, shape `(B, n_eq)`.
+        - `per_instance`: whether to return every instance's violation rather than
+            the largest.
+
+        **Returns:**
+
+        The largest violation, a float, or a NumPy array of shape `(B,)`.
+        """
+        Y = np.asarray(Yproj, dtype=np.float64)
+        X = np.asarray(X, dtype=np.float64)
+        A = np.asarray(self.A, dtype=np.float64)
+        G = np.asarray(self.G, dtype=np.float64)
+        h = np.asarray(self.h, dtype=np.float64)
+        eq = np.abs(Y @ A.T - X).max(axis=1, initial=0.0)
+        ineq = np.maximum(Y @ G.T - h, 0.0).max(axis=1, initial=0.0)
+        violation = np.maximum(eq, ineq)
+        return violation if per_instance else float(violation.max(initial=0.0))
+
+
+def _median_time(fn, *args, repeats: int = 20) -> float:
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))

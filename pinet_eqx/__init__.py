@@ -1,0 +1,25 @@
+"""pinet_eqx: hard convex constraints on neural-network outputs, in JAX/Equinox."""
+
+import importlib.metadata
+
+from ._constraints import (
+    AbstractConstraint as AbstractConstraint,
+    AffineInequality as AffineInequality,
+    Box as Box,
+    Equality as Equality,
+)
+from ._equilibrate import equilibrate as equilibrate
+from ._implicit import BackwardNotConvergedWarning as BackwardNotConvergedWarning
+from ._metrics import relative_suboptimality as relative_suboptimality
+from ._net import (
+    HardConstrainedNet as HardConstrainedNet,
+    trainable_filter as trainable_filter,
+)
+from ._parameter import Parameter as Parameter
+from ._projector import Projector as Projector
+from ._solution import ProjectionSolution as ProjectionSolution, RESULTS as RESULTS
+
+try:
+    __version__ = importlib.metadata.version("pinet_eqx")
+except importlib.metadata.PackageNotFoundError:  # running from a source checkout
+    __version__ = "0.0.0+unknown"

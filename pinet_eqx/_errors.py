@@ -1,0 +1,52 @@
+"""Long error and warning messages, kept in one place."""
+
+EMPTY_CONSTRAINTS = (
+    "Projector(constraints): got an empty list of constraints. Pass at least one "
+    "constraint set, e.g. `Projector([Equality(A, b)])`."
+)
+
+NOT_A_CONSTRAINT = (
+    "Projector(constraints): element {index} is a {kind}, not a constraint set. "
+    "Use `Equality`, `AffineInequality` or `Box` from `pinet_eqx`."
+)
+
+NO_DIM = (
+    "Projector(constraints): cannot infer the output dimension, because no "
+    "constraint carries a matrix or a full-length vector. Pass `dim=` explicitly."
+)
+
+BAD_DIM = (
+    "Projector(constraints): constraint {index} ({kind}) acts on vectors of size "
+    "{got}, but the other constraints (or `dim=`) say {expected}."
+)
+
+INCONSISTENT_EQUALITY = (
+    "Projector(constraints): the fixed equality system A y = b is inconsistent: "
+    "after dropping {dropped} linearly dependent row(s), the remaining rows fix y "
+    "in a way that violates row(s) {rows} by up to {residual:.3e}. Check that `b` "
+    "lies in the range of `A` (dependent rows must have consistent right-hand "
+    "sides)."
+)
+
+NAN_Y_RAW = (
+    "Projector: `y_raw` contains NaN or inf. The projection of a non-finite point is "
+    "undefined; check the backbone's output (for example for exploding activations)."
+)
+
+PARAM_BOUNDS_CROSSED = (
+    "Projector: a parameterised bound has lower > upper for some entry, so the "
+    "constraint set is empty. Check the values passed for the bound parameters."
+)
+
+BWD_NOT_CONVERGED = (
+    "pinet_eqx: the implicit backward solve (BiCGStab) did not reach its tolerance "
+    "within n_iter_bwd steps for at least one instance, so the returned gradient is "
+    "approximate. Increase `n_iter_bwd`, increase `n_iter` so the forward pass is "
+    "closer to the fixed point, or set `bwd_failure='ignore'` to silence this."
+)
+
+BWD_NOT_CONVERGED_RAISE = (
+    "pinet_eqx: the implicit backward solve (BiCGStab) did not converge within "
+    "n_iter_bwd steps. Increase `n_iter_bwd` or `n_iter`, or set "
+    "`bwd_failure='warn'`."
+)

@@ -1,0 +1,87 @@
+"""Implicit differentiation of the Douglas-Rachford fixed point (paper eq. 8-9).
+
+At a fixed point $s^\\star = \\Phi(s^\\star, \\theta)$ the implicit function theorem
+gives $\\bar\\theta = \\xi^\\top \\partial_\\theta \\Phi$ where
+$(I - \\partial_s \\Phi)^\\top \\xi = \\bar s$. The linear system is solved matrix-free
+with `lineax.BiCGStab`, one instance at a time (under `jax.vmap` every instance has
+its own dot products and stopping test, so a large cotangent in one instance cannot
+change another's gradient).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import lineax as lx
+
+from . import _douglas_rachford as dr
+from ._errors import BWD_NOT_CONVERGED, BWD_NOT_CONVERGED_RAISE
+
+
+class BackwardNotConvergedWarning(RuntimeWarning):
+    """The implicit backward solve stopped at `n_iter_bwd` before its tolerance."""
+
+
+def _warn_bwd():
+    warnings.warn(BWD_NOT_CONVERGED, BackwardNotConvergedWarning, stacklevel=2)
+
+
+@eqx.filter_custom_vjp
+def fixed_point(theta, s0, op, hyper, cfg: dr.Config, n_max: int, tol):
+    """$s^\\star(\\theta)$ by Douglas-Rachford, differentiated implicitly.
+
+    `theta` (the only differentiated argument) holds `y_raw`, `q` and the bounds;
+    `hyper` is `(sigma, omega)`.
+    """
+    sigma, omega = hyper
+    P = dr.prepare(theta, op, sigma)
+    return dr.iterate(s0, P, op, omega, n_max, tol)
+
+
+@fixed_point.def_fwd
+def _fixed_point_fwd(perturbed, theta, s0, op, hyper, cfg, n_max, tol):
+    del perturbed
+    sigma, omega = hyper
+    P = dr.prepare(theta, op, sigma)
+    out = dr.iterate(s0, P, op, omega, n_max, tol)
+    return out, out[0]
+
+
+@fixed_point.def_bwd
+def _fixed_point_bwd(
+    s_star, grad_obj, perturbed, theta, s0, op, hyper, cfg, n_max, tol
+):
+    del perturbed, s0, n_max, tol
+    sigma, omega = hyper
+    s_bar = grad_obj[0]
+    P = dr.prepare(theta, op, sigma)
+    _, vjp_s = jax.vjp(lambda s: dr.phi(s, P, op, omega), s_star)
+
+    def adjoint(xi):
+        return xi - vjp_s(xi)[0]
+
+    operator = lx.FunctionLinearOperator(adjoint, jax.eval_shape(lambda: s_star))
+    solver = lx.BiCGStab(
+        rtol=cfg.bwd_rtol, atol=cfg.bwd_atol, max_steps=cfg.n_iter_bwd
+    )
+    sol = lx.linear_solve(operator, s_bar, solver, throw=False)
+    xi = sol.value
+    failed = sol.result != lx.RESULTS.successful
+    if cfg.bwd_failure == "raise":
+        xi = eqx.error_if(xi, failed, BWD_NOT_CONVERGED_RAISE)
+    elif cfg.bwd_failure == "warn":
+        # `unvmap_any` reduces over every vmapped axis, so the callback fires at
+        # most once per backward pass instead of once per instance.
+        jax.lax.cond(
+            eqxi.unvmap_any(failed),
+            lambda: jax.debug.callback(_warn_bwd),
+            lambda: None,
+        )
+    _, vjp_theta = jax.vjp(
+        lambda th: dr.phi(s_star, dr.prepare(th, op, sigma), op, omega),
+        theta,
+    )
+    return vjp_theta(xi)[0]

@@ -1,0 +1,44 @@
+"""The result of a projection, with its diagnostics."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import equinox.internal as eqxi
+from jaxtyping import Array, Float, Int
+
+
+class RESULTS(eqxi.Enumeration):
+    """Outcome of the forward Douglas-Rachford iteration."""
+
+    successful = ""
+    max_steps_reached = (
+        "The projection did not reach `tol` (constraint violation and fixed-point "
+        "residual) within the iteration budget. Increase `n_iter`/`n_iter_test` or "
+        "tune `sigma`."
+    )
+
+
+class ProjectionSolution(eqx.Module):
+    """What `Projector.solve` returns for one instance.
+
+    **Fields:**
+
+    - `y`: the projected point, shape `(d,)`.
+    - `s`: the final governing sequence $s_K$ of Douglas-Rachford, in the projector's
+        internal (equilibrated, lifted) coordinates; pass it back as `s0=` to warm
+        start a nearby instance.
+    - `n_steps`: number of iterations run.
+    - `primal_residual`: maximum absolute constraint violation of `y` in the user's
+        original coordinates (the same number as `Projector.violation`).
+    - `fixed_point_residual`: $\\max |t_K - z_K|$ in the user's coordinates: how far
+        the iteration is from a fixed point.
+    - `result`: `RESULTS.successful` when both residuals are at most `tol`,
+        otherwise `RESULTS.max_steps_reached`.
+    """
+
+    y: Float[Array, " d"]
+    s: Float[Array, " n"]
+    n_steps: Int[Array, ""]
+    primal_residual: Float[Array, ""]
+    fixed_point_residual: Float[Array, ""]
+    result: RESULTS
