@@ -1,4 +1,4 @@
-"""A thin harness around the published reference implementation of Pinet.
+r"""A thin harness around the published reference implementation of Pinet.
 
 The reference is the PyPI package `pinet-hcnn` (import name `pinet`). We use it
 only as a baseline to time against, never as a source of code. Install it without
@@ -7,11 +7,12 @@ its heavy dependencies (torch, wandb, cvxpylayers), which the layer does not nee
     pip install --no-deps pinet-hcnn==0.2.0 beartype
 
 The harness wraps the reference's projection onto the DC3 polytope
-$\\{y : A y = x,\\ G y \\le h\\}$, where only the context $x$ changes per instance.
+$\{y : A y = x,\ G y \le h\}$, where only the context $x$ changes per instance.
 Everything is batched: `Y` has shape `(B, n_var)` and `X` shape `(B, n_eq)`.
 
-Run `python -m benchmarks._reference` from the repository root to check the harness
-against cvxpy and Clarabel, and to time the reference on the small DC3 problem.
+From the repository root, `python -m benchmarks._reference` times the reference on
+the small DC3 problem in float32, and `python -m benchmarks._reference --check`
+checks the harness against cvxpy and Clarabel in float64.
 """
 
 import importlib.util
@@ -20,7 +21,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 
 _REFERENCE_MISSING = (
     "The reference implementation `pinet` is not installed. Install it with "
@@ -39,26 +39,27 @@ def reference_available() -> bool:
         return False
     try:
         import pinet
-    except Exception:
+    except ImportError:
+        # For example beartype, which the reference imports but `--no-deps` skips.
         return False
     return hasattr(pinet, "Project") and hasattr(pinet, "ProjectionInstance")
 
 
 class ReferenceDC3Projector:
-    """The reference's Douglas-Rachford projection onto a DC3 polytope.
+    r"""The reference's Douglas-Rachford projection onto a DC3 polytope.
 
-    The projection is $\\Pi(y_{raw}) = \\arg\\min_y \\|y - y_{raw}\\|_2$ subject to
-    $A y = x$ and $G y \\le h$, approximated by `n_iter` iterations of the
-    reference's solver (Grontas et al., 2025, Algorithm 1). The inequality has no
-    lower bound, which the reference takes as $-\\infty$.
+    The projection is $\Pi(y_{raw}) = \arg\min_y \|y - y_{raw}\|_2$ subject to
+    $A y = x$ and $G y \le h$, approximated by `n_iter` iterations of the
+    reference's solver (Grontas et al., 2025). We give the reference $-\infty$ as
+    the inequality's lower bound.
 
     **Arguments:**
 
     - `A`: the equality matrix, shape `(n_eq, n_var)`.
     - `G`: the inequality matrix, shape `(n_ineq, n_var)`.
     - `h`: the inequality bound, shape `(n_ineq,)`.
-    - `sigma`: the reference's step size $\\sigma$.
-    - `omega`: the reference's relaxation $\\omega$.
+    - `sigma`: the reference's step size $\sigma$.
+    - `omega`: the reference's relaxation $\omega$.
     - `equilibrate`: whether to apply the reference's Ruiz equilibration.
     - `equilibration_max_iter`: its number of Ruiz iterations.
     - `equilibration_tol`: its Ruiz tolerance.
@@ -102,6 +103,7 @@ class ReferenceDC3Projector:
         self.sigma = sigma
         self.omega = omega
         self.dtype = dtype
+        self._forward_cache = {}
 
         n_eq = A.shape[0]
         # Every vector is (batch, n, 1) and every matrix (batch or 1, m, n) in the
@@ -178,15 +180,14 @@ class ReferenceDC3Projector:
     def _forward(self, n_iter: int):
         # Cache the jitted callables so that repeated `forward` calls do not
         # retrace.
-        cache = self.__dict__.setdefault("_forward_cache", {})
-        if n_iter not in cache:
-            cache[n_iter] = self.make_forward(n_iter)
-        return cache[n_iter]
+        if n_iter not in self._forward_cache:
+            self._forward_cache[n_iter] = self.make_forward(n_iter)
+        return self._forward_cache[n_iter]
 
     def make_vjp(self, n_iter: int, n_iter_bwd: int = 25):
-        """A jitted vector-Jacobian product, by the reference's implicit backward.
+        r"""A jitted vector-Jacobian product, by the reference's implicit backward.
 
-        The function computes $\\nabla_Y \\sum_{ij} V_{ij}\\, \\Pi(Y)_{ij}$, that is
+        The function computes $\nabla_Y \sum_{ij} V_{ij}\, \Pi(Y)_{ij}$, that is
         $V$ times the Jacobian of the projection.
 
         **Arguments:**
@@ -207,10 +208,10 @@ class ReferenceDC3Projector:
         return jax.jit(jax.grad(loss))
 
     def cv(self, Yproj, X, per_instance: bool = False):
-        """The constraint violation, in the original coordinates and in float64.
+        r"""The constraint violation, in the original coordinates and in float64.
 
         For each instance this is
-        $\\max(\\|A y - x\\|_\\infty, \\|\\max(G y - h, 0)\\|_\\infty)$. (The
+        $\max(\|A y - x\|_\infty, \|\max(G y - h, 0)\|_\infty)$. (The
         reference's own `Project.cv` evaluates scaled data on unscaled points when
         equilibration is on, so we do not use it.)
 
@@ -236,7 +237,9 @@ class ReferenceDC3Projector:
         return violation if per_instance else float(violation.max(initial=0.0))
 
 
-def _median_time(fn, *args, repeats: int = 20) -> float:
+def _median_time(fn, *args, repeats: int = 10) -> float:
+    # One call first, to compile; `block_until_ready` because dispatch is
+    # asynchronous and would otherwise time only the launch.
     jax.block_until_ready(fn(*args))
     times = []
     for _ in range(repeats):
@@ -244,3 +247,79 @@ def _median_time(fn, *args, repeats: int = 20) -> float:
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
     return float(np.median(times))
+
+
+def _check(n_instances: int = 8) -> None:
+    # Needs `jax_enable_x64`, set by the caller before any array is created.
+    import cvxpy as cp
+
+    from pinet_eqx.problems import make_dc3
+
+    problem = make_dc3(n_examples=n_instances)
+    Y = np.random.RandomState(0).normal(size=(n_instances, problem.n_var))
+    expected = []
+    for y, x in zip(Y, problem.X):
+        z = cp.Variable(problem.n_var)
+        constraints = [problem.A @ z == x, problem.G @ z <= problem.h]
+        cp.Problem(cp.Minimize(cp.sum_squares(z - y)), constraints).solve(
+            solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
+        )
+        expected.append(z.value)
+    expected = np.stack(expected)
+    for equilibrate, sigma in ((True, 0.068068), (True, 0.161069), (False, 1.0)):
+        reference = ReferenceDC3Projector(
+            problem.A, problem.G, problem.h, sigma=sigma, equilibrate=equilibrate
+        )
+        Y_proj = np.asarray(reference.forward(Y, problem.X, n_iter=2000))
+        error = np.abs(Y_proj - expected).max()
+        cv = reference.cv(Y_proj, problem.X)
+        print(
+            f"float64, equilibrate={equilibrate}, sigma={sigma}, n_iter=2000: "
+            f"max |reference - clarabel| = {error:.1e}, cv = {cv:.1e}"
+        )
+
+
+def _time(batch: int = 1024, n_iters=(25, 50, 100, 200)) -> None:
+    from pinet_eqx.problems import make_dc3
+
+    problem = make_dc3()
+    _, _, X = problem.split(n_test=batch)
+    Y = np.random.RandomState(0).normal(size=(batch, problem.n_var))
+    Yj, Xj = jnp.asarray(Y, jnp.float32), jnp.asarray(X, jnp.float32)
+    for equilibrate, sigma in ((True, 0.068068), (True, 0.161069), (False, 1.0)):
+        reference = ReferenceDC3Projector(
+            problem.A, problem.G, problem.h, sigma=sigma, equilibrate=equilibrate
+        )
+        print(f"float32, batch {batch}, equilibrate={equilibrate}, sigma={sigma}:")
+        for n_iter in n_iters:
+            forward = reference.make_forward(n_iter)
+            seconds = _median_time(forward, Yj, Xj)
+            cv = reference.cv(forward(Yj, Xj), X)
+            print(f"  n_iter={n_iter:4d}: {1e3 * seconds:8.2f} ms, cv = {cv:.1e}")
+    reference = ReferenceDC3Projector(problem.A, problem.G, problem.h, sigma=0.068068)
+    vjp = reference.make_vjp(n_iter=50, n_iter_bwd=25)
+    V = jnp.asarray(np.random.RandomState(1).normal(size=Y.shape), jnp.float32)
+    seconds = _median_time(vjp, Yj, Xj, V)
+    print(
+        f"float32, batch {batch}, paper small config, forward and implicit VJP: "
+        f"{1e3 * seconds:.2f} ms"
+    )
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check the harness against cvxpy and Clarabel in float64, then exit",
+    )
+    args = parser.parse_args()
+    if not reference_available():
+        raise SystemExit(_REFERENCE_MISSING)
+    if args.check:
+        jax.config.update("jax_enable_x64", True)
+        _check()
+    else:
+        _time()

@@ -3,18 +3,25 @@
 The lifted polytope of paper Sec. 2.1 is $\\{(y, w) : E y = q,\\ C y - w = 0\\}$. After
 column equilibration $y = D_y \\tilde y$, $w = D_w \\tilde w$ it reads
 $\\tilde E \\tilde y = q$, $\\tilde w = \\tilde C \\tilde y$ with
-$\\tilde C = D_w^{-1} C D_y$. Eliminating $\\tilde w$, the orthogonal projection of
-$(s_y, s_w)$ onto it is
+$\\tilde C = D_w^{-1} C D_y$, and its orthogonal projection is affine,
+$\\Pi(s) = P s + p(q)$. Two exact factorisations of $P$ are used, whichever needs
+fewer flops per iteration:
 
-$$\\tilde y = K (s_y + \\tilde C^\\top s_w) + L q, \\qquad \\tilde w = \\tilde C \\tilde y,$$
+- `NullspaceProjection`: $P = N N^\\top$ with $N$ an orthonormal basis of the null
+    space of the lifted matrix, $(d + m) \\times k$ with $k = d - \\mathrm{rank}(E)$:
+    $2k(d + m)$ multiply-adds.
+- `EliminatedProjection`: eliminating $\\tilde w$ gives $\\tilde y = K (s_y +
+    \\tilde C^\\top s_w) + L q$, $\\tilde w = \\tilde C \\tilde y$: $d^2 + 2md$
+    multiply-adds. Cheaper when there are few equalities.
 
-with $K$ the $d \\times d$ block of the lifted projector. Per iteration this costs one
-$d \\times d$ and two $m \\times d$ products instead of two products with the whole
-$(m_{eq} + m) \\times (d + m)$ lifted matrix.
+Both beat the two products with the whole $(m_{eq} + m) \\times (d + m)$ lifted
+matrix that a pseudo-inverse formulation needs. Vectors are rows (`s @ N`) so that
+`jax.vmap` turns them into plain matrix-matrix products with no transposes.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 
 import equinox as eqx
@@ -26,41 +33,89 @@ from jaxtyping import Array, Float
 from ._equilibrate import equilibrate as _ruiz
 
 
-class AffineProjection(eqx.Module):
-    """Frozen factors of the equilibrated affine projection (see module docstring).
+class AbstractAffineProjection(eqx.Module):
+    """$\\Pi_{\\tilde{\\mathcal{A}}}$ in equilibrated coordinates, plus the data to map
+    back to the user's coordinates.
 
-    All fields are ordinary leaves: they are read through `jax.lax.stop_gradient`
-    and kept out of optimisers by `pinet_eqx.trainable_filter`.
+    All fields are frozen at construction: the projector reads them through
+    `jax.lax.stop_gradient`, and `pinet_eqx.trainable_filter` keeps them away from
+    optimisers.
     """
 
-    K: Float[Array, "d d"]
-    L: Float[Array, "d m_eq"]
-    C_tilde: Float[Array, "m_ineq d"]
-    d_y: Float[Array, " d"]
-    d_w: Float[Array, " m_ineq"]
+    d_y: eqx.AbstractVar[Float[Array, " d"]]
+    d_w: eqx.AbstractVar[Float[Array, " m"]]
+    # Min-norm correction $E_I^+$ (user coordinates, zero columns for dropped rows),
+    # applied once to the output to restore $E y = q$ to working precision.
+    E: eqx.AbstractVar[Float[Array, "m_eq d"]]
+    E_pinv: eqx.AbstractVar[Float[Array, "d m_eq"]]
 
-    def project(self, s_y, s_w, Lq):
-        """Return $(\\tilde y, \\tilde w) = \\Pi_{\\tilde{\\mathcal{A}}}(s_y, s_w)$, given
-        the precomputed particular part $L q$."""
-        z_y = self.K @ (s_y + self.C_tilde.T @ s_w) + Lq
-        z_w = self.C_tilde @ z_y
-        return z_y, z_w
+    @abc.abstractmethod
+    def particular(self, q: Float[Array, " m_eq"]):
+        """Per-instance data for `project`, computed once per call."""
+
+    @abc.abstractmethod
+    def project(self, s_y, s_w, part):
+        """Return $(\\tilde z_y, \\tilde z_w) = \\Pi_{\\tilde{\\mathcal{A}}}(s_y, s_w)$."""
+
+    def refine(self, y, q):
+        """One step of iterative refinement on $E y = q$ in the user's coordinates."""
+        return y - (y @ self.E.T - q) @ self.E_pinv.T
+
+
+class NullspaceProjection(AbstractAffineProjection):
+    """$\\Pi(s) = N N^\\top s + p$, with $N = [N_y; N_w]$ orthonormal."""
+
+    N_y: Float[Array, "d k"]
+    N_w: Float[Array, "m k"]
+    P_y: Float[Array, "m_eq d"]
+    P_w: Float[Array, "m_eq m"]
+    d_y: Float[Array, " d"]
+    d_w: Float[Array, " m"]
+    E: Float[Array, "m_eq d"]
+    E_pinv: Float[Array, "d m_eq"]
+
+    def particular(self, q):
+        return q @ self.P_y, q @ self.P_w
+
+    def project(self, s_y, s_w, part):
+        u = s_y @ self.N_y + s_w @ self.N_w
+        return u @ self.N_y.T + part[0], u @ self.N_w.T + part[1]
+
+
+class EliminatedProjection(AbstractAffineProjection):
+    """$\\tilde y = K (s_y + \\tilde C^\\top s_w) + L q$, $\\tilde w = \\tilde C
+    \\tilde y$, with $K$ symmetric."""
+
+    K: Float[Array, "d d"]
+    C_tilde: Float[Array, "m d"]
+    P_y: Float[Array, "m_eq d"]
+    d_y: Float[Array, " d"]
+    d_w: Float[Array, " m"]
+    E: Float[Array, "m_eq d"]
+    E_pinv: Float[Array, "d m_eq"]
+
+    def particular(self, q):
+        return q @ self.P_y
+
+    def project(self, s_y, s_w, part):
+        z_y = (s_y + s_w @ self.C_tilde) @ self.K + part
+        return z_y, z_y @ self.C_tilde.T
 
 
 @dataclasses.dataclass(frozen=True)
 class FactorisationInfo:
-    """What the host-side factorisation found, for error messages and `repr`."""
+    """What the host-side factorisation found, kept in float64 for host checks."""
 
     kept_rows: np.ndarray
     dropped_rows: np.ndarray
-    # float64 copies, so host-side checks do not suffer from a float32 cast.
-    L: np.ndarray
+    P_y: np.ndarray
     d_y: np.ndarray
+    form: str
 
     def particular_solution(self, q: np.ndarray) -> np.ndarray:
-        """The point of the affine set closest (in the scaled metric) to the origin,
-        in the user's coordinates, for a fixed right-hand side `q`."""
-        return self.d_y * (self.L @ q)
+        """The point of $\\{E y = q\\}$ nearest the origin (scaled metric), in user
+        coordinates."""
+        return self.d_y * (q @ self.P_y)
 
 
 def _independent_rows(E: np.ndarray) -> np.ndarray:
@@ -68,10 +123,10 @@ def _independent_rows(E: np.ndarray) -> np.ndarray:
     if E.shape[0] == 0:
         return np.arange(0)
     sv = np.linalg.svd(E, compute_uv=False)
-    if sv.size == 0 or sv[0] == 0:
+    if sv[0] == 0:
         return np.arange(0)
     rank = int(np.sum(sv > sv[0] * max(E.shape) * np.finfo(np.float64).eps * 10))
-    # Column pivoting on E^T picks the rows that are most independent first.
+    # Column pivoting on E^T picks the most independent rows first.
     _, _, piv = scipy.linalg.qr(E.T, mode="economic", pivoting=True)
     return np.sort(piv[:rank])
 
@@ -84,68 +139,92 @@ def build_affine_projection(
     eq_max_iter: int = 25,
     eq_tol: float = 1e-3,
     eq_mode: str = "gauss_seidel",
-    dtype=None,
-) -> tuple[AffineProjection, FactorisationInfo]:
+    form: str = "auto",
+) -> tuple[AbstractAffineProjection, FactorisationInfo]:
     """Equilibrate and factorise the lifted affine set in float64 on the host.
 
-    Uses a Householder QR of the (independent-row) lifted matrix's transpose, which
-    is backward stable, rather than an explicit pseudo-inverse.
+    Uses Householder QR of the transposed lifted matrix (backward stable), never an
+    explicit pseudo-inverse of it. Linearly dependent equality rows are dropped
+    (pivoted QR); the caller checks that fixed right-hand sides are consistent.
 
     **Arguments:**
 
     - `E`: equality matrix, shape `(m_eq, d)`.
-    - `C`: inequality matrix, shape `(m_ineq, d)`.
-    - `equilibrate`: whether to run modified Ruiz equilibration (paper App. H.1) on
-        the lifted matrix $[E\\ 0;\\ C\\ -I]$.
+    - `C`: inequality matrix, shape `(m, d)`.
+    - `equilibrate`: run modified Ruiz equilibration (paper App. H.1) on the lifted
+        matrix $[E\\ 0;\\ C\\ -I]$ and use its column scaling.
     - `eq_max_iter`, `eq_tol`, `eq_mode`: passed to `pinet_eqx.equilibrate`.
-    - `dtype`: dtype of the returned JAX arrays (default: JAX's default float).
+    - `form`: `"nullspace"`, `"eliminated"`, or `"auto"` (fewest flops).
 
-    **Returns:**
-
-    The `AffineProjection` and a `FactorisationInfo`.
+    **Returns:** the projection Module and a `FactorisationInfo`.
     """
     m_eq, d = E.shape
-    m_in = C.shape[0]
-    if equilibrate and m_eq + m_in > 0:
-        lifted = np.block(
-            [[E, np.zeros((m_eq, m_in))], [C, -np.eye(m_in)]]
-        )
+    m = C.shape[0]
+    if equilibrate and m_eq + m > 0:
+        lifted = np.block([[E, np.zeros((m_eq, m))], [C, -np.eye(m)]])
         d_r, d_c = _ruiz(lifted, max_iter=eq_max_iter, tol=eq_tol, mode=eq_mode)
         d_r_eq, d_y, d_w = d_r[:m_eq], d_c[:d], d_c[d:]
     else:
-        d_r_eq, d_y, d_w = np.ones(m_eq), np.ones(d), np.ones(m_in)
-
+        d_r_eq, d_y, d_w = np.ones(m_eq), np.ones(d), np.ones(m)
+    # The row scaling does not change the affine set, only the conditioning of the
+    # factorisation below; the column scaling changes the metric of the iteration.
     E_s = d_r_eq[:, None] * E * d_y[None, :]
     C_t = C * d_y[None, :] / d_w[:, None]
     keep = _independent_rows(E_s)
     r = keep.size
-    M = np.block(
-        [
-            [E_s[keep], np.zeros((r, m_in))],
-            [C_t, -np.eye(m_in)],
-        ]
-    )
-    if M.shape[0] > 0:
-        Q, R = scipy.linalg.qr(M.T, mode="economic")
-        Q_y = Q[:d]
-        K = np.eye(d) - Q_y @ Q_y.T
-        # y-block of the particular solution Q R^{-T} b for b = [D_r q_keep; 0].
-        R_inv_T = scipy.linalg.solve_triangular(R, np.eye(R.shape[0]), trans="T")
-        G = Q_y @ R_inv_T[:, :r]
-        L = np.zeros((d, m_eq))
-        L[:, keep] = G * d_r_eq[keep][None, :]
+    M = np.block([[E_s[keep], np.zeros((r, m))], [C_t, -np.eye(m)]])
+    n, k = d + m, d - r
+
+    Q, R = scipy.linalg.qr(M.T, mode="full")
+    rank = r + m
+    # Particular solution Q_1 R^{-T} b for b = [D_r q_keep; 0], as a map from q.
+    if rank:
+        R_inv_T = scipy.linalg.solve_triangular(R[:rank], np.eye(rank), trans="T")
+        G = Q[:, :rank] @ R_inv_T[:, :r]  # (n, r)
     else:
-        K = np.eye(d)
-        L = np.zeros((d, m_eq))
-    # K is symmetric in exact arithmetic; symmetrise so the adjoint is exact too.
-    K = 0.5 * (K + K.T)
-    cast = (lambda a: jnp.asarray(a)) if dtype is None else (
-        lambda a: jnp.asarray(a, dtype=dtype)
+        G = np.zeros((n, 0))
+    P = np.zeros((m_eq, n))
+    P[keep] = (G * d_r_eq[keep][None, :]).T
+
+    # Min-norm correction for E y = q in user coordinates.
+    E_pinv = np.zeros((d, m_eq))
+    if r:
+        Qe, Re = scipy.linalg.qr(E[keep].T, mode="economic")
+        E_pinv[:, keep] = Qe @ scipy.linalg.solve_triangular(Re, np.eye(r), trans="T")
+
+    if form == "auto":
+        form = "nullspace" if 2 * k * n < d * d + 2 * m * d else "eliminated"
+    common = dict(
+        d_y=jnp.asarray(d_y),
+        d_w=jnp.asarray(d_w),
+        E=jnp.asarray(E),
+        E_pinv=jnp.asarray(E_pinv),
     )
-    op = AffineProjection(
-        K=cast(K), L=cast(L), C_tilde=cast(C_t), d_y=cast(d_y), d_w=cast(d_w)
-    )
+    if form == "nullspace":
+        N = Q[:, rank:]
+        op = NullspaceProjection(
+            N_y=jnp.asarray(N[:d]),
+            N_w=jnp.asarray(N[d:]),
+            P_y=jnp.asarray(P[:, :d]),
+            P_w=jnp.asarray(P[:, d:]),
+            **common,
+        )
+    elif form == "eliminated":
+        Q_y = Q[:d, :rank]
+        K = np.eye(d) - Q_y @ Q_y.T
+        # Symmetric in exact arithmetic; symmetrise so `s @ K` is also `K @ s`.
+        K = 0.5 * (K + K.T)
+        op = EliminatedProjection(
+            K=jnp.asarray(K), C_tilde=jnp.asarray(C_t), P_y=jnp.asarray(P[:, :d]),
+            **common,
+        )
+    else:
+        raise ValueError(
+            f"Projector(affine_form={form!r}): must be 'auto', 'nullspace' or "
+            "'eliminated'."
+        )
     dropped = np.setdiff1d(np.arange(m_eq), keep)
-    return op, FactorisationInfo(
-        kept_rows=keep, dropped_rows=dropped, L=L, d_y=d_y
+    info = FactorisationInfo(
+        kept_rows=keep, dropped_rows=dropped, P_y=P[:, :d], d_y=d_y, form=form
     )
+    return op, info

@@ -18,9 +18,9 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, PyTree
 
-from ._affine import AffineProjection
+from ._affine import AbstractAffineProjection
 
 
 class Prepared(eqx.Module):
@@ -28,7 +28,7 @@ class Prepared(eqx.Module):
 
     a: Float[Array, " d"]
     inv: Float[Array, " d"]
-    Lq: Float[Array, " d"]
+    part: PyTree[Array]
     lb_y: Float[Array, " d"]
     ub_y: Float[Array, " d"]
     lb_w: Float[Array, " m"]
@@ -36,7 +36,7 @@ class Prepared(eqx.Module):
 
 
 class Config(NamedTuple):
-    """Hashable iteration settings passed as a static argument."""
+    """Hashable backward-pass settings passed as a static argument."""
 
     bwd_rtol: float
     bwd_atol: float
@@ -44,7 +44,7 @@ class Config(NamedTuple):
     bwd_failure: str
 
 
-def prepare(theta: dict, op: AffineProjection, sigma: float) -> Prepared:
+def prepare(theta: dict, op: AbstractAffineProjection, sigma) -> Prepared:
     """Scale the per-instance data into the equilibrated coordinates.
 
     `theta` holds `y_raw`, `q` and the bounds `lb_y, ub_y, lb_w, ub_w` in the user's
@@ -55,7 +55,7 @@ def prepare(theta: dict, op: AffineProjection, sigma: float) -> Prepared:
     return Prepared(
         a=2 * sigma * d * theta["y_raw"] / denom,
         inv=1 / denom,
-        Lq=op.L @ theta["q"],
+        part=op.particular(theta["q"]),
         lb_y=theta["lb_y"] / d,
         ub_y=theta["ub_y"] / d,
         lb_w=theta["lb_w"] / op.d_w,
@@ -63,48 +63,49 @@ def prepare(theta: dict, op: AffineProjection, sigma: float) -> Prepared:
     )
 
 
-def split(s, d: int):
-    return s[:d], s[d:]
+def step(s, P: Prepared, op: AbstractAffineProjection, omega):
+    """One Douglas-Rachford step on $s = (s_y, s_w)$; returns $(s_{k+1}, z, t)$."""
+    z, t = z_and_t(s, P, op)
+    s_new = (s[0] + omega * (t[0] - z[0]), s[1] + omega * (t[1] - z[1]))
+    return s_new, z, t
 
 
-def step(s, P: Prepared, op: AffineProjection, omega: float):
-    """One Douglas-Rachford step; returns $(s_{k+1}, z, t)$ with $z, t$ as pairs."""
-    d = op.K.shape[0]
-    s_y, s_w = split(s, d)
-    z_y, z_w = op.project(s_y, s_w, P.Lq)
+def z_and_t(s, P: Prepared, op: AbstractAffineProjection):
+    """$z = \\Pi_{\\tilde{\\mathcal{A}}}(s)$ and $t = \\mathrm{prox}_{\\sigma
+    \\tilde h}(2z - s)$."""
+    s_y, s_w = s
+    z_y, z_w = op.project(s_y, s_w, P.part)
     t_y = jnp.clip(P.a + P.inv * (2 * z_y - s_y), P.lb_y, P.ub_y)
     t_w = jnp.clip(2 * z_w - s_w, P.lb_w, P.ub_w)
-    s_new = s + omega * jnp.concatenate([t_y - z_y, t_w - z_w])
-    return s_new, (z_y, z_w), (t_y, t_w)
+    return (z_y, z_w), (t_y, t_w)
 
 
-def phi(s, P: Prepared, op: AffineProjection, omega: float):
+def phi(s, P: Prepared, op: AbstractAffineProjection, omega):
     """The fixed-point map $s \\mapsto \\Phi(s)$ used by the implicit backward pass."""
     return step(s, P, op, omega)[0]
 
 
-def residuals(z, t, P: Prepared, op: AffineProjection):
+def residuals(z, t, P: Prepared, op: AbstractAffineProjection):
     """(violation of $z$ w.r.t. $\\mathcal{K}$, $\\max|t - z|$), in user units."""
     z_y, z_w = z
     t_y, t_w = t
     viol = jnp.maximum(
-        _max_abs(op.d_y * (z_y - jnp.clip(z_y, P.lb_y, P.ub_y))),
-        _max_abs(op.d_w * (z_w - jnp.clip(z_w, P.lb_w, P.ub_w))),
+        max_abs(op.d_y * (z_y - jnp.clip(z_y, P.lb_y, P.ub_y))),
+        max_abs(op.d_w * (z_w - jnp.clip(z_w, P.lb_w, P.ub_w))),
     )
-    fp = jnp.maximum(
-        _max_abs(op.d_y * (t_y - z_y)), _max_abs(op.d_w * (t_w - z_w))
-    )
+    fp = jnp.maximum(max_abs(op.d_y * (t_y - z_y)), max_abs(op.d_w * (t_w - z_w)))
     return viol, fp
 
 
-def _max_abs(x):
+def max_abs(x):
+    """$\\|x\\|_\\infty$, with 0 for an empty vector."""
     if x.size == 0:
         return jnp.zeros((), x.dtype)
     return jnp.max(jnp.abs(x))
 
 
-def iterate(s0, P: Prepared, op: AffineProjection, omega: float, n_max: int, tol):
-    """Run the iteration from `s0`.
+def iterate(s0, P: Prepared, op: AbstractAffineProjection, omega, n_max: int, tol):
+    """Run the iteration from `s0 = (s_y, s_w)`.
 
     With `tol=None` it runs exactly `n_max` steps (a `fori_loop`, which reverse-mode
     AD can unroll). Otherwise it stops as soon as both residuals are at most `tol`,
@@ -113,7 +114,8 @@ def iterate(s0, P: Prepared, op: AffineProjection, omega: float, n_max: int, tol
 
     **Returns:** `(s_K, n_steps, fixed_point_residual)`.
     """
-    dtype = s0.dtype
+    dtype = s0[0].dtype
+    inf = jnp.asarray(jnp.inf, dtype)
     if tol is None:
 
         def body(_, carry):
@@ -121,27 +123,31 @@ def iterate(s0, P: Prepared, op: AffineProjection, omega: float, n_max: int, tol
             s_new, z, t = step(s, P, op, omega)
             return s_new, jax.lax.stop_gradient(residuals(z, t, P, op)[1])
 
-        s, fp = jax.lax.fori_loop(0, n_max, body, (s0, jnp.asarray(jnp.inf, dtype)))
+        s, fp = jax.lax.fori_loop(0, n_max, body, (s0, inf))
         return s, jnp.asarray(n_max), fp
 
+    # The carry holds s together with z = Pi_A(s) and t, so the residuals checked
+    # by `cond` belong to the very s that is returned (and hence to the output).
     def cond(carry):
-        _, k, viol, fp = carry
+        _, _, _, k, viol, fp = carry
         return (k < n_max) & ((viol > tol) | (fp > tol))
 
     def body_w(carry):
-        s, k, _, _ = carry
-        s_new, z, t = step(s, P, op, omega)
-        viol, fp = residuals(z, t, P, op)
-        return s_new, k + 1, viol, fp
+        s, z, t, k, _, _ = carry
+        s_new = (s[0] + omega * (t[0] - z[0]), s[1] + omega * (t[1] - z[1]))
+        z_new, t_new = z_and_t(s_new, P, op)
+        viol, fp = residuals(z_new, t_new, P, op)
+        return s_new, z_new, t_new, k + 1, viol, fp
 
-    inf = jnp.asarray(jnp.inf, dtype)
-    s, k, _, fp = jax.lax.while_loop(cond, body_w, (s0, jnp.asarray(0), inf, inf))
+    z0, t0 = z_and_t(s0, P, op)
+    viol0, fp0 = residuals(z0, t0, P, op)
+    s, _, _, k, _, fp = jax.lax.while_loop(
+        cond, body_w, (s0, z0, t0, jnp.asarray(0), viol0, fp0)
+    )
     return s, k, fp
 
 
-def output(s, P: Prepared, op: AffineProjection):
-    """$y = D_y\\, [\\Pi_{\\tilde{\\mathcal{A}}}(s)]_y$, the layer's output."""
-    d = op.K.shape[0]
-    s_y, s_w = split(s, d)
-    z_y, _ = op.project(s_y, s_w, P.Lq)
-    return op.d_y * z_y
+def output(s, P: Prepared, op: AbstractAffineProjection, q):
+    """$y = D_y [\\Pi_{\\tilde{\\mathcal{A}}}(s)]_y$, refined once on $E y = q$."""
+    z_y, _ = op.project(s[0], s[1], P.part)
+    return op.refine(op.d_y * z_y, q)

@@ -13,7 +13,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from . import _douglas_rachford as dr
-from ._affine import AffineProjection, build_affine_projection
+from ._affine import AbstractAffineProjection, build_affine_projection
 from ._constraints import AbstractConstraint
 from ._errors import (
     BAD_DIM,
@@ -32,8 +32,7 @@ from ._solution import RESULTS, ProjectionSolution
 _Segments = tuple  # tuple[Float[Array, " k"] | Parameter, ...]
 
 
-def _max_abs(x):
-    return dr._max_abs(x)
+_max_abs = dr.max_abs
 
 
 class Projector(eqx.Module):
@@ -68,6 +67,9 @@ class Projector(eqx.Module):
     - `equilibrate`: run modified Ruiz equilibration on the lifted matrix.
     - `equilibrate_iters`, `equilibrate_tol`, `equilibrate_mode`: its $K$,
         $\\varepsilon$ and update mode (`"gauss_seidel"` or `"jacobi"`).
+    - `affine_form`: how the affine projection is factorised: `"nullspace"`
+        ($2k(d+m)$ flops per iteration, $k = d - \\mathrm{rank}(E)$),
+        `"eliminated"` ($d^2 + 2md$), or `"auto"` (the cheaper). Both are exact.
     - `unroll`: differentiate by unrolling the iterations instead of implicitly
         (for ablations and as a second opinion; needs `tol=None`).
     - `bwd_rtol`, `bwd_atol`: BiCGStab tolerances.
@@ -98,8 +100,7 @@ class Projector(eqx.Module):
     parameters: tuple[tuple[str, int], ...] = eqx.field(static=True)
     dropped_equality_rows: tuple[int, ...] = eqx.field(static=True)
     inference: bool
-    op: AffineProjection
-    E: Float[Array, "m_eq d"]
+    op: AbstractAffineProjection
     C: Float[Array, "m_ineq d"]
     q: _Segments
     ineq_lower: _Segments
@@ -112,7 +113,7 @@ class Projector(eqx.Module):
         self,
         constraints: AbstractConstraint | Sequence[AbstractConstraint],
         *,
-        sigma: float = 0.1,
+        sigma: float = 0.068,
         omega: float = 1.7,
         n_iter: int = 50,
         n_iter_test: int | None = None,
@@ -122,6 +123,7 @@ class Projector(eqx.Module):
         equilibrate_iters: int = 25,
         equilibrate_tol: float = 1e-3,
         equilibrate_mode: Literal["gauss_seidel", "jacobi"] = "gauss_seidel",
+        affine_form: Literal["auto", "nullspace", "eliminated"] = "auto",
         unroll: bool = False,
         bwd_rtol: float = 1e-6,
         bwd_atol: float = 1e-8,
@@ -185,6 +187,7 @@ class Projector(eqx.Module):
             eq_max_iter=equilibrate_iters,
             eq_tol=equilibrate_tol,
             eq_mode=equilibrate_mode,
+            form=affine_form,
         )
 
         params: dict[str, int] = {}
@@ -246,7 +249,6 @@ class Projector(eqx.Module):
         self.dropped_equality_rows = tuple(int(i) for i in info.dropped_rows)
         self.inference = inference
         self.op = op
-        self.E = jnp.asarray(E)
         self.C = jnp.asarray(C)
         self.q = segments(q_items)
         self.ineq_lower = segments([(lo, c.shape[0]) for c, lo, _ in ineq_rows])
@@ -344,8 +346,23 @@ class Projector(eqx.Module):
                     "`solution.s` from an earlier call."
                 )
         s0 = jax.lax.stop_gradient(s0)
+        s0 = (s0[: self.dim], s0[self.dim :])
         n_max = self.n_iter_test if self.inference else self.n_iter
         sigma, omega = self.sigma, self.omega
+        if self.n_eq + self.n_ineq == 0:
+            # Only boxes: the projection is a clip, exact in one step.
+            y = jnp.clip(y_raw, theta["lb_y"], theta["ub_y"])
+            zero = jnp.zeros((), dtype)
+            return ProjectionSolution(
+                y=y,
+                s=jnp.concatenate(s0),
+                n_steps=jnp.asarray(0),
+                primal_residual=jax.lax.stop_gradient(
+                    self._violation(y, values, dtype)
+                ),
+                fixed_point_residual=zero,
+                result=RESULTS.successful,
+            )
         if self.unroll:
             if self.tol is not None:
                 raise ValueError(
@@ -365,7 +382,7 @@ class Projector(eqx.Module):
                 theta, s0, op, (sigma, omega), cfg, n_max, self.tol
             )
         P = dr.prepare(theta, op, sigma)
-        y = dr.output(s, P, op)
+        y = dr.output(s, P, op, theta["q"])
         viol = jax.lax.stop_gradient(self._violation(y, values, dtype))
         fp = jax.lax.stop_gradient(fp)
         tol = 1e-5 if self.tol is None else self.tol
@@ -374,7 +391,7 @@ class Projector(eqx.Module):
         )
         return ProjectionSolution(
             y=y,
-            s=s,
+            s=jnp.concatenate(s),
             n_steps=jnp.asarray(n_steps),
             primal_residual=viol,
             fixed_point_residual=fp,
@@ -497,7 +514,7 @@ class Projector(eqx.Module):
         return jnp.max(
             jnp.stack(
                 [
-                    _max_abs(self.E.astype(dtype) @ y - q),
+                    _max_abs(self.op.E.astype(dtype) @ y - q),
                     _max_abs(jnp.maximum(lb - y, 0)),
                     _max_abs(jnp.maximum(y - ub, 0)),
                     _max_abs(jnp.maximum(l_w - w, 0)),

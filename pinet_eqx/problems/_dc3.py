@@ -162,7 +162,9 @@ def make_dc3(
     the platform's `log` in the legacy Gaussian sampler), and $h$ to 1e-14 (the
     pseudo-inverse's rounding). Drawing $G$ before $X$ gives different data. The
     published validation and test sets are rows `[7952, 8976)` and
-    `[8976, 10000)` of $X$, as returned by `DC3Problem.split()`.
+    `[8976, 10000)` of $X$, as returned by `DC3Problem.split()`. Since $X$ is drawn
+    before $G$, the matrix $G$ (and so $h$) depends on `n_examples`: keep the
+    default 10000 to get the published problem, and take subsets with `split`.
 
     **Arguments:**
 

@@ -1,0 +1,186 @@
+"""Forward accuracy against cvxpy + Clarabel (float64)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import assert_close, clarabel_project, constraints_of, random_polytope
+
+import pinet_eqx as pe
+
+# (d, m_eq, m_ineq, box)
+KINDS = {
+    "equality": (12, 5, 0, False),
+    "inequality": (12, 0, 9, False),
+    "box": (12, 0, 0, True),
+    "mixed": (15, 4, 10, True),
+}
+
+ACCURATE = dict(n_iter=100_000, tol=1e-10, sigma=0.1)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("equilibrate", [True, False])
+@pytest.mark.parametrize("affine_form", ["nullspace", "eliminated"])
+def test_matches_clarabel(kind, equilibrate, affine_form):
+    d, m_eq, m_ineq, box = KINDS[kind]
+    rng = np.random.default_rng(10 * list(KINDS).index(kind) + int(equilibrate))
+    poly = random_polytope(rng, d, m_eq, m_ineq, box=box)
+    proj = pe.Projector(
+        constraints_of(poly),
+        equilibrate=equilibrate,
+        affine_form=affine_form,
+        **ACCURATE,
+    )
+    for _ in range(3):
+        y_raw = 2.0 * rng.normal(size=d)
+        sol = proj.solve(jnp.asarray(y_raw))
+        expected = clarabel_project(y_raw, poly)
+        assert sol.result == pe.RESULTS.successful
+        assert_close(sol.y, expected, atol=1e-6, what=f"{kind} projection")
+        assert float(sol.primal_residual) <= 1e-9
+
+
+def test_feasible_point_is_fixed():
+    rng = np.random.default_rng(1)
+    poly = random_polytope(rng, 10, 3, 6)
+    proj = pe.Projector(constraints_of(poly), **ACCURATE)
+    assert_close(proj(jnp.asarray(poly.y_feas)), poly.y_feas, atol=1e-8, what="y_feas")
+
+
+def test_parameters_vary_per_instance_under_vmap():
+    rng = np.random.default_rng(2)
+    poly = random_polytope(rng, 14, 4, 8)
+    proj = pe.Projector(
+        constraints_of(poly, parameters=("b", "upper", "lb")), **ACCURATE
+    )
+    assert dict(proj.parameters) == {"b": 4, "upper": 8, "lb": 14}
+    B = 5
+    # Each instance gets its own feasible data: shift the interior point.
+    shifts = rng.uniform(-0.3, 0.3, size=(B, 14))
+    bs = (poly.y_feas + shifts) @ poly.E.T
+    uppers = poly.upper + (shifts @ poly.C.T).clip(min=0)
+    lbs = np.minimum(poly.lb, poly.y_feas + shifts - 0.1)
+    Y = 2.0 * rng.normal(size=(B, 14))
+    out = jax.jit(jax.vmap(lambda y, b, u, lb: proj(y, b=b, upper=u, lb=lb)))(
+        Y, bs, uppers, lbs
+    )
+    for i in range(B):
+        expected = clarabel_project(Y[i], poly, b=bs[i], upper=uppers[i], lb=lbs[i])
+        assert_close(out[i], expected, atol=1e-6, what=f"instance {i}")
+
+
+def test_box_mask_and_infinite_bounds():
+    d = 8
+    mask = np.zeros(d, dtype=bool)
+    mask[[1, 4, 6]] = True
+    proj = pe.Projector(
+        [pe.Box(lower=[-1.0, 0.0, -np.inf], upper=[1.0, np.inf, 0.5], mask=mask)]
+    )
+    y_raw = jnp.linspace(-3.0, 3.0, d)
+    y = proj(y_raw)
+    expected = np.asarray(y_raw).copy()
+    expected[1] = np.clip(expected[1], -1, 1)
+    expected[4] = max(expected[4], 0.0)
+    expected[6] = min(expected[6], 0.5)
+    assert_close(y, expected, atol=1e-9, what="masked box")
+
+
+def test_intersecting_boxes():
+    proj = pe.Projector(
+        [pe.Box(lower=-1.0, upper=1.0), pe.Box(lower=np.array([0.0, -5.0, 0.2]))]
+    )
+    y = proj(jnp.array([-2.0, -2.0, 0.0]))
+    assert_close(y, [0.0, -1.0, 0.2], atol=1e-9, what="box intersection")
+
+
+def test_redundant_consistent_equalities():
+    rng = np.random.default_rng(3)
+    poly = random_polytope(rng, 10, 4, 5)
+    # Append a duplicate row and a linear combination, with consistent b.
+    extra = np.stack([poly.E[0], poly.E[1] - 2 * poly.E[2]])
+    E = np.concatenate([poly.E, extra])
+    b = E @ poly.y_feas
+    proj = pe.Projector(
+        [
+            pe.Equality(E, b),
+            pe.AffineInequality(poly.C, poly.lower, poly.upper),
+            pe.Box(poly.lb, poly.ub),
+        ],
+        **ACCURATE,
+    )
+    assert len(proj.dropped_equality_rows) == 2
+    y_raw = rng.normal(size=10)
+    assert_close(proj(jnp.asarray(y_raw)), clarabel_project(y_raw, poly), atol=1e-6)
+
+
+def test_two_sided_inequality_with_infinite_entries():
+    rng = np.random.default_rng(4)
+    poly = random_polytope(rng, 9, 0, 7, box=False, infs=False)
+    poly.lower[[0, 3]] = -np.inf
+    poly.upper[[1, 3]] = np.inf
+    proj = pe.Projector(constraints_of(poly), **ACCURATE)
+    y_raw = 3 * rng.normal(size=9)
+    assert_close(proj(jnp.asarray(y_raw)), clarabel_project(y_raw, poly), atol=1e-6)
+
+
+def test_early_stopping_reports_iterations_and_status():
+    rng = np.random.default_rng(5)
+    poly = random_polytope(rng, 20, 6, 12)
+    proj = pe.Projector(constraints_of(poly), n_iter=2000, tol=1e-6)
+    Y = jnp.asarray(rng.normal(size=(6, 20)))
+    sol = jax.vmap(proj.solve)(Y)
+    assert np.all(sol.result == pe.RESULTS.successful)
+    assert np.all(sol.n_steps < 2000)
+    # Each instance stops on its own: the counts differ across the batch.
+    assert len(set(np.asarray(sol.n_steps).tolist())) > 1
+    assert np.all(sol.primal_residual <= 1e-6)
+    # The reported residual is the true violation of the returned point.
+    viol = jax.vmap(proj.violation)(sol.y)
+    assert_close(sol.primal_residual, viol, atol=1e-12)
+    # A budget that is too small is reported, not hidden.
+    short = proj.with_settings(n_iter=2)
+    assert np.any(jax.vmap(short.solve)(Y).result == pe.RESULTS.max_steps_reached)
+
+
+def test_warm_start_reduces_iterations():
+    rng = np.random.default_rng(6)
+    poly = random_polytope(rng, 20, 6, 12)
+    proj = pe.Projector(constraints_of(poly), n_iter=5000, tol=1e-9)
+    y_raw = jnp.asarray(rng.normal(size=20))
+    cold = proj.solve(y_raw)
+    warm = proj.solve(y_raw + 1e-3, s0=cold.s)
+    assert int(warm.n_steps) < int(cold.n_steps)
+    assert_close(warm.y, clarabel_project(np.asarray(y_raw) + 1e-3, poly), atol=1e-6)
+
+
+def test_violation_uses_original_coordinates():
+    rng = np.random.default_rng(7)
+    # Badly scaled rows make equilibration matter.
+    poly = random_polytope(rng, 10, 3, 6)
+    poly.C[0] *= 1e3
+    poly.lower[0] *= 1e3
+    poly.upper[0] *= 1e3
+    proj = pe.Projector(constraints_of(poly))
+    y = rng.normal(size=10)
+    expected = max(
+        np.abs(poly.E @ y - poly.b).max(),
+        np.maximum(poly.lower - poly.C @ y, 0).max(),
+        np.maximum(poly.C @ y - poly.upper, 0).max(),
+        np.nan_to_num(np.maximum(poly.lb - y, 0)).max(),
+        np.nan_to_num(np.maximum(y - poly.ub, 0)).max(),
+    )
+    assert_close(proj.violation(jnp.asarray(y)), expected, atol=1e-9, rtol=1e-12)
+
+
+def test_equilibrate_balances_norms():
+    rng = np.random.default_rng(8)
+    M = rng.normal(size=(20, 30)) * np.logspace(-3, 3, 30)[None, :]
+    d_r, d_c = pe.equilibrate(M)
+    scaled = d_r[:, None] * M * d_c[None, :]
+    for axis in (0, 1):
+        norms = np.linalg.norm(scaled, axis=axis)
+        assert norms.max() / norms.min() < 1.01
+    d_r_j, d_c_j = pe.equilibrate(M, mode="jacobi", max_iter=200)
+    scaled_j = d_r_j[:, None] * M * d_c_j[None, :]
+    assert np.ptp(np.linalg.norm(scaled_j, axis=1)) < 0.05
