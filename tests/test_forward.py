@@ -127,11 +127,11 @@ def test_two_sided_inequality_with_infinite_entries():
 def test_early_stopping_reports_iterations_and_status():
     rng = np.random.default_rng(5)
     poly = random_polytope(rng, 20, 6, 12)
-    proj = pe.Projector(constraints_of(poly), n_iter=2000, tol=1e-6)
+    proj = pe.Projector(constraints_of(poly), n_iter=20_000, tol=1e-6)
     Y = jnp.asarray(rng.normal(size=(6, 20)))
     sol = jax.vmap(proj.solve)(Y)
     assert np.all(sol.result == pe.RESULTS.successful)
-    assert np.all(sol.n_steps < 2000)
+    assert np.all(sol.n_steps < 20_000)
     # Each instance stops on its own: the counts differ across the batch.
     assert len(set(np.asarray(sol.n_steps).tolist())) > 1
     assert np.all(sol.primal_residual <= 1e-6)
