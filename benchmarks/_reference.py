@@ -160,6 +160,64 @@ class ReferenceDC3Projector:
         # n_iter_bwd matters only for the backward pass; any value is fine here.
         return jax.jit(lambda Y, X: self._call(Y, X, n_iter, 1))
 
+    def initial_state(self, Y, X):
+        """The reference's starting governing sequence for a batch.
+
+        **Arguments:**
+
+        - `Y`: the points to project, shape `(B, n_var)`.
+        - `X`: the contexts, shape `(B, n_eq)`.
+
+        **Returns:**
+
+        The reference's state (a pytree), to pass to a function from
+        `make_continuation`.
+        """
+        pinet = self._pinet
+        y_raw = pinet.ProjectionInstance(
+            x=jnp.asarray(Y, self.dtype)[..., None],
+            eq=pinet.EqualityConstraintsSpecification(
+                b=jnp.asarray(X, self.dtype)[..., None]
+            ),
+        )
+        return self._project.initialize(y_raw)
+
+    def make_continuation(self, n_iter: int):
+        """A jitted projection that resumes from a governing sequence.
+
+        Running `n_iter` iterations from the state another call returned gives the
+        same iterate as one longer run, so a benchmark can follow the constraint
+        violation iteration by iteration without recompiling.
+
+        **Arguments:**
+
+        - `n_iter`: the number of Douglas-Rachford iterations per call.
+
+        **Returns:**
+
+        A jitted function `(Y, X, S) -> (Y_proj, S_next)`, with `S` from
+        `initial_state` or from an earlier call.
+        """
+        pinet = self._pinet
+
+        def run(Y, X, S):
+            y_raw = pinet.ProjectionInstance(
+                x=Y[..., None],
+                eq=pinet.EqualityConstraintsSpecification(b=X[..., None]),
+            )
+            y_instance, s_next = self._project.call(
+                y_raw=y_raw,
+                s0=S,
+                sigma=self.sigma,
+                omega=self.omega,
+                n_iter=n_iter,
+                n_iter_bwd=1,
+                fpi=False,
+            )
+            return y_instance.x[..., 0], s_next
+
+        return jax.jit(run)
+
     def forward(self, Y, X, n_iter: int):
         """Project each row of `Y` onto the polytope of the matching row of `X`.
 
