@@ -156,7 +156,7 @@ def _run_size(size: str, precision: str, batch: int, repeats: int, search_cap: i
     def cv(Yp):
         return _cv(Yp, X, A, G, h)
 
-    res = dict(size=size, precision=precision, batch=batch, tol=tol, sigma=sigma)
+    res = dict(size=size, precision=precision, batch=batch, tolerance=tol, sigma=sigma)
     tag = f"[{size} {precision}]"
 
     _log(f"{tag} building projectors (host set-up, equilibration)")
@@ -293,7 +293,9 @@ def _run_size(size: str, precision: str, batch: int, repeats: int, search_cap: i
     res["bwd"] = t
     _log(
         f"{tag}    ours {t['ours']['median']:.1f} ms, ref {t['ref']['median']:.1f} "
-        f"ms, ours backward converged: {t['bwd_converged']}, load {t['load']:.2f}"
+        f"ms, ours backward converged: {t['bwd_converged']}, gradient errors "
+        f"ours/ref {t.get('grad_err_ours', np.nan):.1e}/"
+        f"{t.get('grad_err_ref', np.nan):.1e}, load {t['load']:.2f}"
     )
     return res
 
@@ -411,7 +413,7 @@ def _tables(results: list[dict]) -> str:
             ours_best = min(ours_best, t["ours_fixed"]["median"])
         ratio = f"{t['ref']['median'] / ours_best:.2f}x" if sr["reached"] else "n/a"
         lines.append(
-            f"| {r['size']} | {r['precision']} | {r['tol']:g} | {ref_cell} | "
+            f"| {r['size']} | {r['precision']} | {r['tolerance']:g} | {ref_cell} | "
             f"{ours_cell} | {tol_cell} | {ratio} | {t['load']:.1f} |"
         )
     lines += [

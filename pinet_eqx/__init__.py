@@ -17,7 +17,7 @@ from ._net import (
 )
 from ._parameter import Parameter as Parameter
 from ._projector import Projector as Projector
-from ._solution import ProjectionSolution as ProjectionSolution, RESULTS as RESULTS
+from ._solution import RESULTS as RESULTS, ProjectionSolution as ProjectionSolution
 
 try:
     __version__ = importlib.metadata.version("pinet_eqx")

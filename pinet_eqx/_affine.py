@@ -55,7 +55,8 @@ class AbstractAffineProjection(eqx.Module):
 
     @abc.abstractmethod
     def project(self, s_y, s_w, part):
-        """Return $(\\tilde z_y, \\tilde z_w) = \\Pi_{\\tilde{\\mathcal{A}}}(s_y, s_w)$."""
+        """Return $(\\tilde z_y, \\tilde z_w) = \\Pi_{\\tilde{\\mathcal{A}}}(s_y,
+        s_w)$."""
 
     def refine(self, y, q):
         """One step of iterative refinement on $E y = q$ in the user's coordinates."""
@@ -215,7 +216,9 @@ def build_affine_projection(
         # Symmetric in exact arithmetic; symmetrise so `s @ K` is also `K @ s`.
         K = 0.5 * (K + K.T)
         op = EliminatedProjection(
-            K=jnp.asarray(K), C_tilde=jnp.asarray(C_t), P_y=jnp.asarray(P[:, :d]),
+            K=jnp.asarray(K),
+            C_tilde=jnp.asarray(C_t),
+            P_y=jnp.asarray(P[:, :d]),
             **common,
         )
     else:

@@ -64,9 +64,7 @@ def _fixed_point_bwd(
         return jax.tree.map(lambda a, b: a - b, xi, vjp_s(xi)[0])
 
     operator = lx.FunctionLinearOperator(adjoint, jax.eval_shape(lambda: s_star))
-    solver = lx.BiCGStab(
-        rtol=cfg.bwd_rtol, atol=cfg.bwd_atol, max_steps=cfg.n_iter_bwd
-    )
+    solver = lx.BiCGStab(rtol=cfg.bwd_rtol, atol=cfg.bwd_atol, max_steps=cfg.n_iter_bwd)
     sol = lx.linear_solve(operator, s_bar, solver, throw=False)
     xi = sol.value
     failed = sol.result != lx.RESULTS.successful

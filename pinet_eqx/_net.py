@@ -15,8 +15,9 @@ from ._projector import Projector
 class HardConstrainedNet(eqx.Module):
     """A network whose outputs satisfy hard convex constraints by construction.
 
-    Computes $y = \\Pi_{\\mathcal{C}(x)}(f_\\theta(x))$: any Equinox backbone $f_\\theta$
-    (for example `eqx.nn.MLP`, or a pretrained network) followed by a `Projector`.
+    Computes $y = \\Pi_{\\mathcal{C}(x)}(f_\\theta(x))$: any Equinox backbone
+    $f_\\theta$ (for example `eqx.nn.MLP`, or a pretrained network) followed by a
+    `Projector`.
     Train it end to end with optax, keeping the projector's frozen arrays away from
     the optimiser with `trainable_filter`.
 

@@ -160,9 +160,7 @@ class Projector(eqx.Module):
                 dim = cd
             elif cd != dim:
                 raise ValueError(
-                    BAD_DIM.format(
-                        index=i, kind=type(c).__name__, got=cd, expected=dim
-                    )
+                    BAD_DIM.format(index=i, kind=type(c).__name__, got=cd, expected=dim)
                 )
         if dim is None:
             raise ValueError(NO_DIM)
@@ -174,7 +172,11 @@ class Projector(eqx.Module):
             ineq_rows += pieces.ineq
             boxes += pieces.box
 
-        E = np.concatenate([e for e, _ in eq_rows], 0) if eq_rows else np.zeros((0, dim))
+        E = (
+            np.concatenate([e for e, _ in eq_rows], 0)
+            if eq_rows
+            else np.zeros((0, dim))
+        )
         C = (
             np.concatenate([c for c, _, _ in ineq_rows], 0)
             if ineq_rows
@@ -331,9 +333,7 @@ class Projector(eqx.Module):
         dtype = y_raw.dtype
         values = self._resolve(params, dtype)
         theta = self._theta(y_raw, values, dtype)
-        op = jax.tree.map(
-            lambda a: jax.lax.stop_gradient(a).astype(dtype), self.op
-        )
+        op = jax.tree.map(lambda a: jax.lax.stop_gradient(a).astype(dtype), self.op)
         n = self.dim + self.n_ineq
         if s0 is None:
             s0 = jnp.zeros((n,), dtype)
@@ -566,8 +566,9 @@ def _check_consistent(E, q, info) -> None:
         )
 
 
-def _check_settings(*, sigma, omega, n_iter, n_iter_test, n_iter_bwd, tol, unroll,
-                    bwd_failure):
+def _check_settings(
+    *, sigma, omega, n_iter, n_iter_test, n_iter_bwd, tol, unroll, bwd_failure
+):
     if not (isinstance(sigma, (int, float)) and sigma > 0):
         raise ValueError(f"Projector(sigma={sigma!r}): sigma must be a float > 0.")
     if not (isinstance(omega, (int, float)) and 0 < omega < 2):
@@ -578,7 +579,9 @@ def _check_settings(*, sigma, omega, n_iter, n_iter_test, n_iter_bwd, tol, unrol
     for name, v in (("n_iter", n_iter), ("n_iter_bwd", n_iter_bwd)):
         if not (isinstance(v, int) and v >= 1):
             raise ValueError(f"Projector({name}={v!r}): must be an int >= 1.")
-    if n_iter_test is not None and not (isinstance(n_iter_test, int) and n_iter_test >= 1):
+    if n_iter_test is not None and not (
+        isinstance(n_iter_test, int) and n_iter_test >= 1
+    ):
         raise ValueError(
             f"Projector(n_iter_test={n_iter_test!r}): must be an int >= 1 or None "
             "(same as n_iter)."
@@ -595,4 +598,3 @@ def _check_settings(*, sigma, omega, n_iter, n_iter_test, n_iter_bwd, tol, unrol
             f"Projector(bwd_failure={bwd_failure!r}): must be 'warn', 'raise' or "
             "'ignore'."
         )
-

@@ -12,7 +12,7 @@ import pinet_eqx as pe
 
 @dataclasses.dataclass
 class Polytope:
-    """{y : E y = b, lower <= C y <= upper, lb <= y <= ub} with a known interior point."""
+    """{y : E y = b, lower <= C y <= upper, lb <= y <= ub}, with an interior point."""
 
     E: np.ndarray
     b: np.ndarray
@@ -39,7 +39,11 @@ def random_polytope(rng, d, m_eq, m_ineq, *, box=True, two_sided=True, infs=True
     C = rng.normal(size=(m_ineq, d))
     Cy = C @ y0
     upper = Cy + rng.uniform(0.05, 1.0, size=m_ineq)
-    lower = Cy - rng.uniform(0.05, 1.0, size=m_ineq) if two_sided else np.full(m_ineq, -np.inf)
+    lower = (
+        Cy - rng.uniform(0.05, 1.0, size=m_ineq)
+        if two_sided
+        else np.full(m_ineq, -np.inf)
+    )
     if box:
         lb = y0 - rng.uniform(0.1, 1.0, size=d)
         ub = y0 + rng.uniform(0.1, 1.0, size=d)

@@ -71,7 +71,9 @@ def test_gradient_wrt_b_is_nonzero_and_exact():
 def test_batch_independence_of_backward_solve():
     rng, poly = _problem(1)
     proj = pe.Projector(
-        constraints_of(poly, parameters=("b",)), n_iter=300, n_iter_bwd=30,
+        constraints_of(poly, parameters=("b",)),
+        n_iter=300,
+        n_iter_bwd=30,
         bwd_failure="ignore",
     )
     B = 8
@@ -89,7 +91,9 @@ def test_batch_independence_of_backward_solve():
     others = np.arange(B) != 3
     # Same batch, same kernels: the only change is instance 3's cotangent, and no
     # other instance's gradient moves at all (a shared BiCGStab would move them).
-    np.testing.assert_array_equal(np.asarray(g_big)[others], np.asarray(g_small)[others])
+    np.testing.assert_array_equal(
+        np.asarray(g_big)[others], np.asarray(g_small)[others]
+    )
     # And each matches its own single-instance solve (up to matmul-vs-matvec
     # rounding, amplified by the unconverged 30-step Krylov solve).
     for i in np.flatnonzero(others):

@@ -24,27 +24,52 @@ def _proj(**kw):
         (lambda: pe.Projector([]), ValueError, "empty list"),
         (lambda: pe.Projector([A]), TypeError, "not a constraint"),
         (lambda: pe.Equality(A, np.ones(3)), ValueError, r"`b` must have shape \(2,\)"),
-        (lambda: pe.Equality(np.ones(3), np.ones(3)), ValueError, "`A` must have shape"),
+        (
+            lambda: pe.Equality(np.ones(3), np.ones(3)),
+            ValueError,
+            "`A` must have shape",
+        ),
         (lambda: pe.Equality([[1.0, np.nan]], [0.0]), ValueError, "`A` contains NaN"),
         (lambda: pe.AffineInequality([[np.inf, 0.0]], upper=1.0), ValueError, "`C`"),
-        (lambda: pe.AffineInequality(C, lower=2.0, upper=1.0), ValueError, "lower > upper"),
-        (lambda: pe.AffineInequality(C), ValueError, "vacuous"),
-        (lambda: pe.Box(lower=[0.0, 1.0], upper=[1.0, 0.0]), ValueError, "lower > upper"),
-        (lambda: pe.Box(lower=[0.0, np.inf]), ValueError, "infinite entry"),
         (
-            lambda: pe.Projector([pe.Box(lower=1.0, upper=2.0, mask=[True, False]), pe.Box(upper=[0.0, 5.0])]),
+            lambda: pe.AffineInequality(C, lower=2.0, upper=1.0),
             ValueError,
             "lower > upper",
         ),
-        (lambda: pe.Box(lower=0.0, mask=[1, 0]), ValueError, "`mask` must be a boolean"),
+        (lambda: pe.AffineInequality(C), ValueError, "vacuous"),
         (
-            lambda: pe.Projector([pe.Equality(A, [1.0, 1.0]), pe.Box(-np.ones(4), np.ones(4))]),
+            lambda: pe.Box(lower=[0.0, 1.0], upper=[1.0, 0.0]),
+            ValueError,
+            "lower > upper",
+        ),
+        (lambda: pe.Box(lower=[0.0, np.inf]), ValueError, "infinite entry"),
+        (
+            lambda: pe.Projector(
+                [
+                    pe.Box(lower=1.0, upper=2.0, mask=[True, False]),
+                    pe.Box(upper=[0.0, 5.0]),
+                ]
+            ),
+            ValueError,
+            "lower > upper",
+        ),
+        (
+            lambda: pe.Box(lower=0.0, mask=[1, 0]),
+            ValueError,
+            "`mask` must be a boolean",
+        ),
+        (
+            lambda: pe.Projector(
+                [pe.Equality(A, [1.0, 1.0]), pe.Box(-np.ones(4), np.ones(4))]
+            ),
             ValueError,
             "size 4",
         ),
         (lambda: pe.Projector([pe.Box(lower=0.0)]), ValueError, "dim="),
         (
-            lambda: pe.Projector([pe.Equality(np.vstack([A, A]), [1.0, 1.0, 1.0, 2.0])]),
+            lambda: pe.Projector(
+                [pe.Equality(np.vstack([A, A]), [1.0, 1.0, 1.0, 2.0])]
+            ),
             ValueError,
             "inconsistent",
         ),

@@ -34,7 +34,12 @@ def _make_net(key, poly, **settings):
         **settings,
     )
     backbone = eqx.nn.MLP(
-        poly.E.shape[0], poly.d, 32, 2, activation=relu, final_activation=identity,
+        poly.E.shape[0],
+        poly.d,
+        32,
+        2,
+        activation=relu,
+        final_activation=identity,
         key=key,
     )
     return pe.HardConstrainedNet(backbone, proj)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Union
 
 import equinox as eqx
 import numpy as np
@@ -14,7 +13,7 @@ from .._parameter import Parameter
 # A vector datum is either fixed (kept in float64 so the host-side factorisation
 # sees the user's full precision even when `jax_enable_x64` is off) or a named
 # per-instance parameter.
-VectorData = Union[np.ndarray, Parameter]
+VectorData = np.ndarray | Parameter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,13 +140,12 @@ def check_bounds_order(lower: VectorData, upper: VectorData, owner: str) -> None
     """Raise if fixed bounds have `lower > upper` anywhere (the set would be empty)."""
     if isinstance(lower, Parameter) or isinstance(upper, Parameter):
         return
-    crossed = np.flatnonzero(np.broadcast_to(lower > upper, np.broadcast(lower, upper).shape))
+    lower, upper = np.broadcast_arrays(np.atleast_1d(lower), np.atleast_1d(upper))
+    crossed = np.flatnonzero(lower > upper)
     if crossed.size:
         i = int(crossed[0])
-        lo = np.broadcast_to(lower, np.broadcast(lower, upper).shape)[i]
-        up = np.broadcast_to(upper, np.broadcast(lower, upper).shape)[i]
         raise ValueError(
-            f"{owner}: lower > upper at index {i} (lower={lo}, upper={up}), so the "
-            f"set is empty ({crossed.size} crossed entr{'y' if crossed.size == 1 else 'ies'}"
-            "). Swap or fix the bounds."
+            f"{owner}: lower > upper at index {i} (lower={lower[i]}, upper="
+            f"{upper[i]}), so the set is empty ({crossed.size} crossed entries in "
+            "all). Swap or fix the bounds."
         )

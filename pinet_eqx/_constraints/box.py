@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Bool, Int
 
+from .._parameter import Parameter
 from ._base import (
     AbstractConstraint,
     LiftedPieces,
@@ -12,7 +13,6 @@ from ._base import (
     as_vector,
     check_bounds_order,
 )
-from .._parameter import Parameter
 
 
 class Box(AbstractConstraint):
