@@ -44,10 +44,8 @@ class AbstractAffineProjection(eqx.Module):
 
     d_y: eqx.AbstractVar[Float[Array, " d"]]
     d_w: eqx.AbstractVar[Float[Array, " m"]]
-    # Min-norm correction $E_I^+$ (user coordinates, zero columns for dropped rows),
-    # applied once to the output to restore $E y = q$ to working precision.
+    # The original equality matrix, for `Projector.violation`.
     E: eqx.AbstractVar[Float[Array, "m_eq d"]]
-    E_pinv: eqx.AbstractVar[Float[Array, "d m_eq"]]
 
     @abc.abstractmethod
     def particular(self, q: Float[Array, " m_eq"]):
@@ -57,10 +55,6 @@ class AbstractAffineProjection(eqx.Module):
     def project(self, s_y, s_w, part):
         """Return $(\\tilde z_y, \\tilde z_w) = \\Pi_{\\tilde{\\mathcal{A}}}(s_y,
         s_w)$."""
-
-    def refine(self, y, q):
-        """One step of iterative refinement on $E y = q$ in the user's coordinates."""
-        return y - (y @ self.E.T - q) @ self.E_pinv.T
 
 
 class NullspaceProjection(AbstractAffineProjection):
@@ -73,7 +67,6 @@ class NullspaceProjection(AbstractAffineProjection):
     d_y: Float[Array, " d"]
     d_w: Float[Array, " m"]
     E: Float[Array, "m_eq d"]
-    E_pinv: Float[Array, "d m_eq"]
 
     def particular(self, q):
         return q @ self.P_y, q @ self.P_w
@@ -93,7 +86,6 @@ class EliminatedProjection(AbstractAffineProjection):
     d_y: Float[Array, " d"]
     d_w: Float[Array, " m"]
     E: Float[Array, "m_eq d"]
-    E_pinv: Float[Array, "d m_eq"]
 
     def particular(self, q):
         return q @ self.P_y
@@ -187,19 +179,12 @@ def build_affine_projection(
     P = np.zeros((m_eq, n))
     P[keep] = (G * d_r_eq[keep][None, :]).T
 
-    # Min-norm correction for E y = q in user coordinates.
-    E_pinv = np.zeros((d, m_eq))
-    if r:
-        Qe, Re = scipy.linalg.qr(E[keep].T, mode="economic")
-        E_pinv[:, keep] = Qe @ scipy.linalg.solve_triangular(Re, np.eye(r), trans="T")
-
     if form == "auto":
         form = "nullspace" if 2 * k * n < d * d + 2 * m * d else "eliminated"
     common = dict(
         d_y=jnp.asarray(d_y),
         d_w=jnp.asarray(d_w),
         E=jnp.asarray(E),
-        E_pinv=jnp.asarray(E_pinv),
     )
     if form == "nullspace":
         N = Q[:, rank:]

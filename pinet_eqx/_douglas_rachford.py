@@ -147,7 +147,7 @@ def iterate(s0, P: Prepared, op: AbstractAffineProjection, omega, n_max: int, to
     return s, k, fp
 
 
-def output(s, P: Prepared, op: AbstractAffineProjection, q):
-    """$y = D_y [\\Pi_{\\tilde{\\mathcal{A}}}(s)]_y$, refined once on $E y = q$."""
+def output(s, P: Prepared, op: AbstractAffineProjection):
+    """$y = D_y [\\Pi_{\\tilde{\\mathcal{A}}}(s)]_y$, the layer's output."""
     z_y, _ = op.project(s[0], s[1], P.part)
-    return op.refine(op.d_y * z_y, q)
+    return op.d_y * z_y

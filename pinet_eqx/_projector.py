@@ -323,8 +323,9 @@ class Projector(eqx.Module):
 
         - `y_raw`: the point to project, shape `(d,)`.
         - `s0`: optional warm start for the governing sequence (for example
-            `solution.s` from a nearby instance), shape `(d + n_ineq,)`. No gradient
-            flows through it.
+            `solution.s` from a nearby instance), shape `(d + n_ineq,)`. By default
+            `y_raw` lifted to $(y_{raw}, C y_{raw})$ in the internal coordinates. No
+            gradient flows through it.
         - `**params`: one value per `Parameter` name.
 
         **Returns:** a `ProjectionSolution`.
@@ -336,7 +337,11 @@ class Projector(eqx.Module):
         op = jax.tree.map(lambda a: jax.lax.stop_gradient(a).astype(dtype), self.op)
         n = self.dim + self.n_ineq
         if s0 is None:
-            s0 = jnp.zeros((n,), dtype)
+            # Start from y_raw lifted into the internal coordinates; this saves a
+            # few iterations over the paper's s0 = 0 and changes no fixed point.
+            s0 = jnp.concatenate(
+                [y_raw / op.d_y, (y_raw @ self.C.T.astype(dtype)) / op.d_w]
+            )
         else:
             s0 = jnp.asarray(s0, dtype)
             if s0.shape != (n,):
@@ -382,7 +387,7 @@ class Projector(eqx.Module):
                 theta, s0, op, (sigma, omega), cfg, n_max, self.tol
             )
         P = dr.prepare(theta, op, sigma)
-        y = dr.output(s, P, op, theta["q"])
+        y = dr.output(s, P, op)
         viol = jax.lax.stop_gradient(self._violation(y, values, dtype))
         fp = jax.lax.stop_gradient(fp)
         tol = 1e-5 if self.tol is None else self.tol
