@@ -52,28 +52,25 @@ class AbstractAffineProjection(eqx.Module):
         """Per-instance data for `project`, computed once per call."""
 
     @abc.abstractmethod
-    def project(self, s_y, s_w, part):
-        """Return $(\\tilde z_y, \\tilde z_w) = \\Pi_{\\tilde{\\mathcal{A}}}(s_y,
-        s_w)$."""
+    def project(self, s, part):
+        """Return $\\tilde z = \\Pi_{\\tilde{\\mathcal{A}}}(s)$ for $s = (s_y, s_w)$
+        of length $d + m$."""
 
 
 class NullspaceProjection(AbstractAffineProjection):
-    """$\\Pi(s) = N N^\\top s + p$, with $N = [N_y; N_w]$ orthonormal."""
+    """$\\Pi(s) = N N^\\top s + P^\\top q$, with $N$ orthonormal."""
 
-    N_y: Float[Array, "d k"]
-    N_w: Float[Array, "m k"]
-    P_y: Float[Array, "m_eq d"]
-    P_w: Float[Array, "m_eq m"]
+    N: Float[Array, "n k"]
+    P: Float[Array, "m_eq n"]
     d_y: Float[Array, " d"]
     d_w: Float[Array, " m"]
     E: Float[Array, "m_eq d"]
 
     def particular(self, q):
-        return q @ self.P_y, q @ self.P_w
+        return q @ self.P
 
-    def project(self, s_y, s_w, part):
-        u = s_y @ self.N_y + s_w @ self.N_w
-        return u @ self.N_y.T + part[0], u @ self.N_w.T + part[1]
+    def project(self, s, part):
+        return (s @ self.N) @ self.N.T + part
 
 
 class EliminatedProjection(AbstractAffineProjection):
@@ -90,9 +87,10 @@ class EliminatedProjection(AbstractAffineProjection):
     def particular(self, q):
         return q @ self.P_y
 
-    def project(self, s_y, s_w, part):
-        z_y = (s_y + s_w @ self.C_tilde) @ self.K + part
-        return z_y, z_y @ self.C_tilde.T
+    def project(self, s, part):
+        d = self.K.shape[0]
+        z_y = (s[:d] + s[d:] @ self.C_tilde) @ self.K + part
+        return jnp.concatenate([z_y, z_y @ self.C_tilde.T])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,13 +186,7 @@ def build_affine_projection(
     )
     if form == "nullspace":
         N = Q[:, rank:]
-        op = NullspaceProjection(
-            N_y=jnp.asarray(N[:d]),
-            N_w=jnp.asarray(N[d:]),
-            P_y=jnp.asarray(P[:, :d]),
-            P_w=jnp.asarray(P[:, d:]),
-            **common,
-        )
+        op = NullspaceProjection(N=jnp.asarray(N), P=jnp.asarray(P), **common)
     elif form == "eliminated":
         Q_y = Q[:d, :rank]
         K = np.eye(d) - Q_y @ Q_y.T

@@ -61,7 +61,7 @@ def _fixed_point_bwd(
     _, vjp_s = jax.vjp(lambda s: dr.phi(s, P, op, omega), s_star)
 
     def adjoint(xi):
-        return jax.tree.map(lambda a, b: a - b, xi, vjp_s(xi)[0])
+        return xi - vjp_s(xi)[0]
 
     operator = lx.FunctionLinearOperator(adjoint, jax.eval_shape(lambda: s_star))
     solver = lx.BiCGStab(rtol=cfg.bwd_rtol, atol=cfg.bwd_atol, max_steps=cfg.n_iter_bwd)

@@ -61,8 +61,9 @@ class Projector(eqx.Module):
         (`eqx.nn.inference_mode`).
     - `n_iter_bwd`: maximum BiCGStab steps in the backward pass.
     - `tol`: if given, each instance stops as soon as its constraint violation and
-        fixed-point residual (user units) are at most `tol`, with the iteration count
-        as a cap. Also the threshold for `ProjectionSolution.result`; when `None`
+        fixed-point residual (user units) are at most `tol`, checked every 5
+        iterations, with the iteration count (rounded up to a multiple of 5) as a
+        cap. Also the threshold for `ProjectionSolution.result`; when `None`
         (fixed iteration count), `result` is judged against `1e-5`.
     - `equilibrate`: run modified Ruiz equilibration on the lifted matrix.
     - `equilibrate_iters`, `equilibrate_tol`, `equilibrate_mode`: its $K$,
@@ -351,7 +352,6 @@ class Projector(eqx.Module):
                     "`solution.s` from an earlier call."
                 )
         s0 = jax.lax.stop_gradient(s0)
-        s0 = (s0[: self.dim], s0[self.dim :])
         n_max = self.n_iter_test if self.inference else self.n_iter
         sigma, omega = self.sigma, self.omega
         if self.n_eq + self.n_ineq == 0:
@@ -360,7 +360,7 @@ class Projector(eqx.Module):
             zero = jnp.zeros((), dtype)
             return ProjectionSolution(
                 y=y,
-                s=jnp.concatenate(s0),
+                s=s0,
                 n_steps=jnp.asarray(0),
                 primal_residual=jax.lax.stop_gradient(
                     self._violation(y, values, dtype)
@@ -396,7 +396,7 @@ class Projector(eqx.Module):
         )
         return ProjectionSolution(
             y=y,
-            s=jnp.concatenate(s),
+            s=s,
             n_steps=jnp.asarray(n_steps),
             primal_residual=viol,
             fixed_point_residual=fp,
