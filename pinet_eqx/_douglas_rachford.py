@@ -24,7 +24,6 @@ from jaxtyping import Array, Float, PyTree
 
 from ._affine import AbstractAffineProjection
 
-
 CHECK_EVERY = 5
 
 
@@ -109,7 +108,6 @@ def iterate(s0, P: Prepared, op: AbstractAffineProjection, omega, n_max: int, to
     **Returns:** `(s_K, n_steps, fixed_point_residual)`.
     """
     if tol is None:
-
         s = jax.lax.fori_loop(1, n_max, lambda _, s: phi(s, P, op, omega), s0)
         z, t = z_and_t(s, P, op)
         fp = jax.lax.stop_gradient(jnp.max(jnp.abs(P.scale * (t - z))))
