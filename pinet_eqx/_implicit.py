@@ -15,6 +15,7 @@ import warnings
 import equinox as eqx
 import equinox.internal as eqxi
 import jax
+import jax.numpy as jnp
 import lineax as lx
 
 from . import _douglas_rachford as dr
@@ -27,6 +28,38 @@ class BackwardNotConvergedWarning(RuntimeWarning):
 
 def _warn_bwd():
     warnings.warn(BWD_NOT_CONVERGED, BackwardNotConvergedWarning, stacklevel=2)
+
+
+def _bicgstab_with_restarts(operator, rhs, cfg: dr.Config):
+    """Solve `operator @ xi = rhs` with `lineax.BiCGStab`, restarting on breakdown.
+
+    Restarting from the current iterate (which resets the shadow residual) is the
+    standard remedy for BiCGStab breakdown. It matters in float32: lineax's
+    breakdown test without x64 is `rho < 1e-16` (signed), so it stops whenever the
+    legitimately signed scalars rho or alpha turn negative, often after 3-4 steps.
+    At most `n_iter_bwd` BiCGStab steps are taken in total.
+    """
+
+    def solve(y0, budget):
+        solver = lx.BiCGStab(rtol=cfg.bwd_rtol, atol=cfg.bwd_atol, max_steps=budget)
+        # The warm start carries no gradient (optimistix convention).
+        options = {"y0": jax.lax.stop_gradient(y0)}
+        sol = lx.linear_solve(operator, rhs, solver, options=options, throw=False)
+        return sol.value, sol.result, sol.stats["num_steps"]
+
+    def cond(carry):
+        _, result, used = carry
+        return (result == lx.RESULTS.breakdown) & (used < cfg.n_iter_bwd)
+
+    def body(carry):
+        xi, _, used = carry
+        xi, result, steps = solve(xi, cfg.n_iter_bwd - used)
+        # A restart that makes no progress cannot loop forever.
+        return xi, result, used + jnp.maximum(steps, 1)
+
+    xi, result, steps = solve(jnp.zeros_like(rhs), cfg.n_iter_bwd)
+    xi, result, _ = jax.lax.while_loop(cond, body, (xi, result, steps))
+    return xi, result
 
 
 @eqx.filter_custom_vjp
@@ -64,10 +97,8 @@ def _fixed_point_bwd(
         return xi - vjp_s(xi)[0]
 
     operator = lx.FunctionLinearOperator(adjoint, jax.eval_shape(lambda: s_star))
-    solver = lx.BiCGStab(rtol=cfg.bwd_rtol, atol=cfg.bwd_atol, max_steps=cfg.n_iter_bwd)
-    sol = lx.linear_solve(operator, s_bar, solver, throw=False)
-    xi = sol.value
-    failed = sol.result != lx.RESULTS.successful
+    xi, result = _bicgstab_with_restarts(operator, s_bar, cfg)
+    failed = result != lx.RESULTS.successful
     if cfg.bwd_failure == "raise":
         xi = eqx.error_if(xi, failed, BWD_NOT_CONVERGED_RAISE)
     elif cfg.bwd_failure == "warn":
