@@ -15,6 +15,7 @@ from jaxtyping import Array, ArrayLike, Float
 from . import _douglas_rachford as dr
 from ._affine import AbstractAffineProjection, build_affine_projection
 from ._constraints import AbstractConstraint
+from ._constraints._base import check_bounds_order
 from ._errors import (
     BAD_DIM,
     EMPTY_CONSTRAINTS,
@@ -150,6 +151,8 @@ class Projector(eqx.Module):
             tol=tol,
             unroll=unroll,
             bwd_failure=bwd_failure,
+            bwd_rtol=bwd_rtol,
+            bwd_atol=bwd_atol,
         )
 
         # Output dimension: from `dim=` or from the first constraint that knows it.
@@ -218,21 +221,13 @@ class Projector(eqx.Module):
                 lo_seg = segments([(lo, idx.size)])[0]
                 up_seg = segments([(up, idx.size)])[0]
                 box_params.append((jnp.asarray(idx), lo_seg, up_seg))
-                if not isinstance(lo, Parameter):
-                    box_lower[idx] = np.maximum(box_lower[idx], lo)
-                if not isinstance(up, Parameter):
-                    box_upper[idx] = np.minimum(box_upper[idx], up)
-            else:
+            if not isinstance(lo, Parameter):
                 box_lower[idx] = np.maximum(box_lower[idx], lo)
+            if not isinstance(up, Parameter):
                 box_upper[idx] = np.minimum(box_upper[idx], up)
-        crossed = np.flatnonzero(box_lower > box_upper)
-        if crossed.size:
-            i = int(crossed[0])
-            raise ValueError(
-                f"Projector(constraints): the Box constraints together give lower > "
-                f"upper for coordinate {i} (lower={box_lower[i]}, upper="
-                f"{box_upper[i]}), so the set is empty. Check the box bounds."
-            )
+        check_bounds_order(
+            box_lower, box_upper, "Projector(constraints): the Box constraints together"
+        )
 
         self.dim = int(dim)
         self.n_eq = int(E.shape[0])
@@ -277,23 +272,7 @@ class Projector(eqx.Module):
                 f"settings are {sorted(_SETTINGS)}. Constraint data and "
                 "equilibration need a new Projector."
             )
-        merged = {k: getattr(self, k) for k in _SETTINGS}
-        merged.update(settings)
-        _check_settings(
-            **{
-                k: merged[k]
-                for k in (
-                    "sigma",
-                    "omega",
-                    "n_iter",
-                    "n_iter_test",
-                    "n_iter_bwd",
-                    "tol",
-                    "unroll",
-                    "bwd_failure",
-                )
-            }
-        )
+        _check_settings(**{**{k: getattr(self, k) for k in _SETTINGS}, **settings})
         new = copy.copy(self)
         for k, v in settings.items():
             # Equinox modules are frozen dataclasses; this is a fresh copy, so
@@ -572,7 +551,18 @@ def _check_consistent(E, q, info) -> None:
 
 
 def _check_settings(
-    *, sigma, omega, n_iter, n_iter_test, n_iter_bwd, tol, unroll, bwd_failure
+    *,
+    sigma,
+    omega,
+    n_iter,
+    n_iter_test,
+    n_iter_bwd,
+    tol,
+    unroll,
+    bwd_failure,
+    bwd_rtol,
+    bwd_atol,
+    **_,
 ):
     if not (isinstance(sigma, (int, float)) and sigma > 0):
         raise ValueError(f"Projector(sigma={sigma!r}): sigma must be a float > 0.")
@@ -598,6 +588,9 @@ def _check_settings(
             "Projector(unroll=True, tol=...): unrolled differentiation needs a fixed "
             "iteration count; set tol=None."
         )
+    for name, v in (("bwd_rtol", bwd_rtol), ("bwd_atol", bwd_atol)):
+        if not (isinstance(v, (int, float)) and v >= 0):
+            raise ValueError(f"Projector({name}={v!r}): must be a float >= 0.")
     if bwd_failure not in ("warn", "raise", "ignore"):
         raise ValueError(
             f"Projector(bwd_failure={bwd_failure!r}): must be 'warn', 'raise' or "
