@@ -1,5 +1,6 @@
 """Forward accuracy against cvxpy + Clarabel (float64)."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -209,3 +210,30 @@ def test_auto_sigma_is_robust_to_rescaling_y():
         assert_close(sol.y / alpha, expected, atol=1e-6, what=f"alpha={alpha}")
         steps.append(int(sol.n_steps))
     assert max(steps) <= 1.5 * min(steps), steps
+
+
+def test_works_under_every_transformation():
+    rng = np.random.default_rng(10)
+    poly = random_polytope(rng, 8, 3, 5)
+    proj = pe.Projector(constraints_of(poly, parameters=("b",)), n_iter=200)
+    y_raw = jnp.asarray(rng.normal(size=8))
+    b = jnp.asarray(poly.b)
+    eager = proj(y_raw, b=b)
+    # (A Module holding arrays is not hashable, so `jax.jit(proj)` itself is not
+    # allowed; jit a function that closes over it, or use eqx.filter_jit.)
+    transforms = (
+        jax.jit(lambda y, b: proj(y, b=b)),
+        eqx.filter_jit(proj),
+        eqx.filter_jit(proj.solve),
+    )
+    for transformed in transforms:
+        out = transformed(y_raw, b=b)
+        out = out.y if isinstance(out, pe.ProjectionSolution) else out
+        np.testing.assert_allclose(out, eager, rtol=1e-12, atol=1e-12)
+    batched = jax.vmap(proj)(jnp.stack([y_raw, y_raw]), b=jnp.stack([b, b]))
+    np.testing.assert_allclose(batched[1], eager, rtol=1e-12, atol=1e-12)
+    # The projector can be a traced argument too (filter_jit over the module).
+    g = eqx.filter_jit(eqx.filter_grad(lambda y, p: jnp.sum(p(y, b=b) ** 2)))(
+        y_raw, proj
+    )
+    assert g.shape == (8,) and bool(jnp.all(jnp.isfinite(g)))
