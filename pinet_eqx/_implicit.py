@@ -57,7 +57,10 @@ def _bicgstab_with_restarts(operator, rhs, cfg: dr.Config):
         # A restart that makes no progress cannot loop forever.
         return xi, result, used + jnp.maximum(steps, 1)
 
-    xi, result, steps = solve(jnp.zeros_like(rhs), cfg.n_iter_bwd)
+    # Start from the first term of the Neumann series xi = sum_k (J^T)^k s_bar: the
+    # initial residual is then J^T s_bar, typically smaller than s_bar (J is the
+    # Jacobian of an averaged operator).
+    xi, result, steps = solve(rhs, cfg.n_iter_bwd)
     xi, result, _ = jax.lax.while_loop(cond, body, (xi, result, steps))
     return xi, result
 
