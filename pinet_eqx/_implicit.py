@@ -37,7 +37,9 @@ def _bicgstab_with_restarts(operator, rhs, cfg: dr.Config):
     standard remedy for BiCGStab breakdown. It matters in float32: lineax's
     breakdown test without x64 is `rho < 1e-16` (signed), so it stops whenever the
     legitimately signed scalars rho or alpha turn negative, often after 3-4 steps.
-    At most `n_iter_bwd` BiCGStab steps are taken in total.
+    At most `n_iter_bwd` BiCGStab steps are taken in total, and the iterate with the
+    smallest residual is returned, so a solve that goes astray (a near-breakdown
+    in float32) can never make the gradient worse than `xi = 0`.
     """
 
     def solve(y0, budget):
@@ -45,24 +47,35 @@ def _bicgstab_with_restarts(operator, rhs, cfg: dr.Config):
         # The warm start carries no gradient (optimistix convention).
         options = {"y0": jax.lax.stop_gradient(y0)}
         sol = lx.linear_solve(operator, rhs, solver, options=options, throw=False)
-        return sol.value, sol.result, sol.stats["num_steps"]
+        residual = jnp.max(jnp.abs(operator.mv(sol.value) - rhs))
+        return sol.value, sol.result, sol.stats["num_steps"], residual
 
     def cond(carry):
-        _, result, used = carry
+        _, result, used, _, _ = carry
         return (result == lx.RESULTS.breakdown) & (used < cfg.n_iter_bwd)
 
     def body(carry):
-        xi, _, used = carry
-        xi, result, steps = solve(xi, cfg.n_iter_bwd - used)
+        xi, _, used, best, best_residual = carry
+        xi, result, steps, residual = solve(xi, cfg.n_iter_bwd - used)
+        better = residual < best_residual
+        best = jnp.where(better, xi, best)
+        best_residual = jnp.where(better, residual, best_residual)
         # A restart that makes no progress cannot loop forever.
-        return xi, result, used + jnp.maximum(steps, 1)
+        return xi, result, used + jnp.maximum(steps, 1), best, best_residual
 
-    # Start from the first term of the Neumann series xi = sum_k (J^T)^k s_bar: the
-    # initial residual is then J^T s_bar, typically smaller than s_bar (J is the
-    # Jacobian of an averaged operator).
-    xi, result, steps = solve(rhs, cfg.n_iter_bwd)
-    xi, result, _ = jax.lax.while_loop(cond, body, (xi, result, steps))
-    return xi, result
+    zero = jnp.zeros_like(rhs)
+    xi, result, steps, residual = solve(zero, cfg.n_iter_bwd)
+    start_residual = jnp.max(jnp.abs(rhs))
+    better = residual < start_residual
+    carry = (
+        xi,
+        result,
+        steps,
+        jnp.where(better, xi, zero),
+        jnp.where(better, residual, start_residual),
+    )
+    _, result, _, best, _ = jax.lax.while_loop(cond, body, carry)
+    return best, result
 
 
 @eqx.filter_custom_vjp
