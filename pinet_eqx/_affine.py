@@ -97,11 +97,9 @@ class EliminatedProjection(AbstractAffineProjection):
 class FactorisationInfo:
     """What the host-side factorisation found, kept in float64 for host checks."""
 
-    kept_rows: np.ndarray
     dropped_rows: np.ndarray
     P_y: np.ndarray
     d_y: np.ndarray
-    form: str
 
     def particular_solution(self, q: np.ndarray) -> np.ndarray:
         """The point of $\\{E y = q\\}$ nearest the origin (scaled metric), in user
@@ -204,7 +202,5 @@ def build_affine_projection(
             "'eliminated'."
         )
     dropped = np.setdiff1d(np.arange(m_eq), keep)
-    info = FactorisationInfo(
-        kept_rows=keep, dropped_rows=dropped, P_y=P[:, :d], d_y=d_y, form=form
-    )
+    info = FactorisationInfo(dropped_rows=dropped, P_y=P[:, :d], d_y=d_y)
     return op, info

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PyTree
+from jaxtyping import Array, Float
 
 from ._affine import AbstractAffineProjection
 
@@ -28,11 +28,13 @@ CHECK_EVERY = 5
 
 
 class Prepared(eqx.Module):
-    """Per-instance quantities hoisted out of the loop, all of length $d + m$."""
+    """Per-instance quantities hoisted out of the loop, of length $d + m$ except
+    `part`, the affine projection's particular term (its length depends on the
+    factorisation form)."""
 
     a: Float[Array, " n"]
     c: Float[Array, " n"]
-    part: PyTree[Array]
+    part: Float[Array, " p"]
     lower: Float[Array, " n"]
     upper: Float[Array, " n"]
     scale: Float[Array, " n"]
@@ -110,7 +112,7 @@ def iterate(s0, P: Prepared, op: AbstractAffineProjection, omega, n_max: int, to
     if tol is None:
         s = jax.lax.fori_loop(1, n_max, lambda _, s: phi(s, P, op, omega), s0)
         z, t = z_and_t(s, P, op)
-        fp = jax.lax.stop_gradient(jnp.max(jnp.abs(P.scale * (t - z))))
+        fp = jax.lax.stop_gradient(residuals(z, t, P)[1])
         return s + omega * (t - z), jnp.asarray(n_max), fp
 
     # The carry holds s together with z = Pi_A(s) and t, so the residuals checked

@@ -322,7 +322,8 @@ class Projector(eqx.Module):
         y_raw = self._check_y(y_raw, "y_raw")
         dtype = y_raw.dtype
         values = self._resolve(params, dtype)
-        theta = self._theta(y_raw, values, dtype)
+        data = self._data(values, dtype)
+        theta = dict(data, y_raw=y_raw)
         op = jax.tree.map(lambda a: jax.lax.stop_gradient(a).astype(dtype), self.op)
         n = self.dim + self.n_ineq
         if s0 is None:
@@ -350,9 +351,7 @@ class Projector(eqx.Module):
                 y=y,
                 s=s0,
                 n_steps=jnp.asarray(0),
-                primal_residual=jax.lax.stop_gradient(
-                    self._violation(y, values, dtype)
-                ),
+                primal_residual=jax.lax.stop_gradient(self._violation(y, data)),
                 fixed_point_residual=zero,
                 result=RESULTS.successful,
             )
@@ -376,7 +375,7 @@ class Projector(eqx.Module):
             )
         P = dr.prepare(theta, op, sigma)
         y = dr.output(s, P, op)
-        viol = jax.lax.stop_gradient(self._violation(y, values, dtype))
+        viol = jax.lax.stop_gradient(self._violation(y, data))
         fp = jax.lax.stop_gradient(fp)
         tol = 1e-5 if self.tol is None else self.tol
         result = RESULTS.where(
@@ -407,7 +406,7 @@ class Projector(eqx.Module):
         """
         y = self._check_y(y, "y", check_finite=False)
         values = self._resolve(params, y.dtype)
-        return self._violation(y, values, y.dtype)
+        return self._violation(y, self._data(values, y.dtype))
 
     # -------------------------------------------------------------- internals
 
@@ -469,7 +468,9 @@ class Projector(eqx.Module):
             return jnp.zeros((0,), dtype)
         return jnp.concatenate(parts)
 
-    def _bounds(self, values, dtype):
+    def _data(self, values, dtype):
+        """The per-instance constraint data `q, lb_y, ub_y, lb_w, ub_w`, assembled
+        from fixed pieces and parameter values, in the user's coordinates."""
         lb = self.box_lower.astype(dtype)
         ub = self.box_upper.astype(dtype)
         for idx, lo, up in self.box_params:
@@ -482,17 +483,7 @@ class Projector(eqx.Module):
         if self.check_inputs and self._has_bound_params():
             crossed = jnp.any(lb > ub) | jnp.any(l_w > u_w)
             lb = eqx.error_if(lb, crossed, PARAM_BOUNDS_CROSSED)
-        return lb, ub, l_w, u_w
-
-    def _has_bound_params(self):
-        return bool(self.box_params) or any(
-            isinstance(s, Parameter) for s in self.ineq_lower + self.ineq_upper
-        )
-
-    def _theta(self, y_raw, values, dtype):
-        lb, ub, l_w, u_w = self._bounds(values, dtype)
         return dict(
-            y_raw=y_raw,
             q=self._assemble(self.q, values, dtype),
             lb_y=lb,
             ub_y=ub,
@@ -500,18 +491,22 @@ class Projector(eqx.Module):
             ub_w=u_w,
         )
 
-    def _violation(self, y, values, dtype):
-        lb, ub, l_w, u_w = self._bounds(values, dtype)
-        q = self._assemble(self.q, values, dtype)
+    def _has_bound_params(self):
+        return bool(self.box_params) or any(
+            isinstance(s, Parameter) for s in self.ineq_lower + self.ineq_upper
+        )
+
+    def _violation(self, y, data):
+        dtype = y.dtype
         w = self.C.astype(dtype) @ y
         return jnp.max(
             jnp.stack(
                 [
-                    _max_abs(self.op.E.astype(dtype) @ y - q),
-                    _max_abs(jnp.maximum(lb - y, 0)),
-                    _max_abs(jnp.maximum(y - ub, 0)),
-                    _max_abs(jnp.maximum(l_w - w, 0)),
-                    _max_abs(jnp.maximum(w - u_w, 0)),
+                    _max_abs(self.op.E.astype(dtype) @ y - data["q"]),
+                    _max_abs(jnp.maximum(data["lb_y"] - y, 0)),
+                    _max_abs(jnp.maximum(y - data["ub_y"], 0)),
+                    _max_abs(jnp.maximum(data["lb_w"] - w, 0)),
+                    _max_abs(jnp.maximum(w - data["ub_w"], 0)),
                 ]
             )
         )
