@@ -7,6 +7,10 @@ from ._constraints import (
     AffineInequality as AffineInequality,
     Box as Box,
     Equality as Equality,
+    L1NormCone as L1NormCone,
+    LInfNormCone as LInfNormCone,
+    SecondOrderCone as SecondOrderCone,
+    Simplex as Simplex,
 )
 from ._equilibrate import equilibrate as equilibrate
 from ._implicit import BackwardNotConvergedWarning as BackwardNotConvergedWarning
@@ -16,6 +20,13 @@ from ._net import (
     trainable_filter as trainable_filter,
 )
 from ._parameter import Parameter as Parameter
+from ._primitives import (
+    project_box as project_box,
+    project_l1_norm_cone as project_l1_norm_cone,
+    project_linf_norm_cone as project_linf_norm_cone,
+    project_second_order_cone as project_second_order_cone,
+    project_simplex as project_simplex,
+)
 from ._projector import Projector as Projector
 from ._solution import RESULTS as RESULTS, ProjectionSolution as ProjectionSolution
 

@@ -14,7 +14,11 @@ fewer flops per iteration:
     \\tilde C^\\top s_w) + L q$, $\\tilde w = \\tilde C \\tilde y$: $d^2 + 2md$
     multiply-adds. Cheaper when there are few equalities.
 
-Both beat the two products with the whole $(m_{eq} + m) \\times (d + m)$ lifted
+- `RangeProjection`: $\\Pi(s) = s - Q Q^\\top s + Q R^{-\\top} \\tilde b$ from a
+    reduced QR of the lifted matrix's transpose, computed per instance in JAX when
+    a matrix is a per-instance `Parameter` (differentiable, batched by `jax.vmap`).
+
+All beat the two products with the whole $(m_{eq} + m) \\times (d + m)$ lifted
 matrix that a pseudo-inverse formulation needs. Vectors are rows (`s @ N`) so that
 `jax.vmap` turns them into plain matrix-matrix products with no transposes.
 """
@@ -25,27 +29,26 @@ import abc
 import dataclasses
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 
-from ._equilibrate import equilibrate as _ruiz
+from ._equilibrate import equilibrate as _ruiz, equilibrate_traced
 
 
 class AbstractAffineProjection(eqx.Module):
     """$\\Pi_{\\tilde{\\mathcal{A}}}$ in equilibrated coordinates, plus the data to map
     back to the user's coordinates.
 
-    All fields are frozen at construction: the projector reads them through
-    `jax.lax.stop_gradient`, and `pinet_eqx.trainable_filter` keeps them away from
-    optimisers.
+    Fixed factorisations are frozen at construction: the projector reads them
+    through `jax.lax.stop_gradient`, and `pinet_eqx.trainable_filter` keeps them
+    away from optimisers. Per-instance ones are built inside the call.
     """
 
     d_y: eqx.AbstractVar[Float[Array, " d"]]
     d_w: eqx.AbstractVar[Float[Array, " m"]]
-    # The original equality matrix, for `Projector.violation`.
-    E: eqx.AbstractVar[Float[Array, "m_eq d"]]
 
     @abc.abstractmethod
     def particular(self, q: Float[Array, " m_eq"]):
@@ -64,7 +67,6 @@ class NullspaceProjection(AbstractAffineProjection):
     P: Float[Array, "m_eq n"]
     d_y: Float[Array, " d"]
     d_w: Float[Array, " m"]
-    E: Float[Array, "m_eq d"]
 
     def particular(self, q):
         return q @ self.P
@@ -82,7 +84,6 @@ class EliminatedProjection(AbstractAffineProjection):
     P_y: Float[Array, "m_eq d"]
     d_y: Float[Array, " d"]
     d_w: Float[Array, " m"]
-    E: Float[Array, "m_eq d"]
 
     def particular(self, q):
         return q @ self.P_y
@@ -91,6 +92,26 @@ class EliminatedProjection(AbstractAffineProjection):
         d = self.K.shape[0]
         z_y = (s[:d] + s[d:] @ self.C_tilde) @ self.K + part
         return jnp.concatenate([z_y, z_y @ self.C_tilde.T])
+
+
+class RangeProjection(AbstractAffineProjection):
+    """$\\Pi(s) = s - Q Q^\\top s + Q R^{-\\top} (D_r b)$ with $Q R$ the reduced QR
+    of the equilibrated lifted matrix transposed and $b = (q, 0)$."""
+
+    Q: Float[Array, "n r"]
+    R: Float[Array, "r r"]
+    d_r_eq: Float[Array, " m_eq"]
+    d_y: Float[Array, " d"]
+    d_w: Float[Array, " m"]
+
+    def particular(self, q):
+        m = self.d_w.shape[0]
+        b = jnp.concatenate([self.d_r_eq * q, jnp.zeros((m,), q.dtype)])
+        u = jax.scipy.linalg.solve_triangular(self.R, b, trans="T", lower=False)
+        return self.Q @ u
+
+    def project(self, s, part):
+        return s - (s @ self.Q) @ self.Q.T + part
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +150,7 @@ def build_affine_projection(
     eq_tol: float = 1e-3,
     eq_mode: str = "gauss_seidel",
     form: str = "auto",
+    column_groups: np.ndarray | None = None,
 ) -> tuple[AbstractAffineProjection, FactorisationInfo]:
     """Equilibrate and factorise the lifted affine set in float64 on the host.
 
@@ -144,6 +166,8 @@ def build_affine_projection(
         matrix $[E\\ 0;\\ C\\ -I]$ and use its column scaling.
     - `eq_max_iter`, `eq_tol`, `eq_mode`: passed to `pinet_eqx.equilibrate`.
     - `form`: `"nullspace"`, `"eliminated"`, or `"auto"` (fewest flops).
+    - `column_groups`: group labels for the lifted columns that must share one
+        scale (the auxiliary variables of one cone block).
 
     **Returns:** the projection Module and a `FactorisationInfo`.
     """
@@ -151,7 +175,13 @@ def build_affine_projection(
     m = C.shape[0]
     if equilibrate and m_eq + m > 0:
         lifted = np.block([[E, np.zeros((m_eq, m))], [C, -np.eye(m)]])
-        d_r, d_c = _ruiz(lifted, max_iter=eq_max_iter, tol=eq_tol, mode=eq_mode)
+        d_r, d_c = _ruiz(
+            lifted,
+            max_iter=eq_max_iter,
+            tol=eq_tol,
+            mode=eq_mode,
+            column_groups=column_groups,
+        )
         d_r_eq, d_y, d_w = d_r[:m_eq], d_c[:d], d_c[d:]
     else:
         d_r_eq, d_y, d_w = np.ones(m_eq), np.ones(d), np.ones(m)
@@ -177,11 +207,7 @@ def build_affine_projection(
 
     if form == "auto":
         form = "nullspace" if 2 * k * n < d * d + 2 * m * d else "eliminated"
-    common = dict(
-        d_y=jnp.asarray(d_y),
-        d_w=jnp.asarray(d_w),
-        E=jnp.asarray(E),
-    )
+    common = dict(d_y=jnp.asarray(d_y), d_w=jnp.asarray(d_w))
     if form == "nullspace":
         N = Q[:, rank:]
         op = NullspaceProjection(N=jnp.asarray(N), P=jnp.asarray(P), **common)
@@ -204,3 +230,47 @@ def build_affine_projection(
     dropped = np.setdiff1d(np.arange(m_eq), keep)
     info = FactorisationInfo(dropped_rows=dropped, P_y=P[:, :d], d_y=d_y)
     return op, info
+
+
+def build_affine_projection_traced(
+    E: Float[Array, "m_eq d"],
+    C: Float[Array, "m d"],
+    *,
+    equilibrate: bool,
+    eq_max_iter: int,
+    eq_tol: float,
+    eq_mode: str,
+    column_groups: Int[Array, " n"] | None,
+    n_groups: int,
+) -> tuple[RangeProjection, Float[Array, ""]]:
+    """Equilibrate and factorise one instance's lifted affine set, inside jit.
+
+    Same lifted matrix and Ruiz scaling as `build_affine_projection`, then a
+    reduced Householder QR of its transpose (differentiable; under `jax.vmap` one
+    batched factorisation per call). Equality rows must be linearly independent.
+
+    **Returns:** the projection and $\\min_i |R_{ii}| / \\max_i |R_{ii}|$, which is
+    about zero when the rows are dependent.
+    """
+    m_eq, d = E.shape
+    m = C.shape[0]
+    dtype = E.dtype
+    lifted = jnp.block(
+        [[E, jnp.zeros((m_eq, m), dtype)], [C, -jnp.eye(m, dtype=dtype)]]
+    )
+    if equilibrate:
+        d_r, d_c = equilibrate_traced(
+            lifted,
+            max_iter=eq_max_iter,
+            tol=eq_tol,
+            mode=eq_mode,
+            column_groups=column_groups,
+            n_groups=n_groups,
+        )
+    else:
+        d_r, d_c = jnp.ones(m_eq + m, dtype), jnp.ones(d + m, dtype)
+    Q, R = jnp.linalg.qr((d_r[:, None] * lifted * d_c[None, :]).T)
+    diag = jnp.abs(jnp.diagonal(R))
+    conditioning = jax.lax.stop_gradient(jnp.min(diag) / jnp.max(diag))
+    op = RangeProjection(Q=Q, R=R, d_r_eq=d_r[:m_eq], d_y=d_c[:d], d_w=d_c[d:])
+    return op, conditioning

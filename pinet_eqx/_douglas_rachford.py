@@ -8,9 +8,12 @@ s_{k+1} = s_k + \\omega (t - z),$$
 
 where the $y$-block of the prox is the box projection of
 $(2\\sigma d_i y_{raw,i} + 2 z_i - s_i) / (1 + 2\\sigma d_i^2)$ (paper App. H.1) and the
-$w$-block is the box projection of $2 z_w - s_w$. Both blocks are written as one
-clip, $t = \\mathrm{clip}(a + c \\odot (2z - s), \\ell, u)$ with $a_w = 0$, $c_w = 1$,
-so that each iteration is two matrix products and one fused elementwise pass.
+$w$-block is the projection of $2 z_w - s_w$ onto $\\mathcal{K}$. The box parts are
+written as one clip, $t = \\mathrm{clip}(a + c \\odot (2z - s), \\ell, u)$ with
+$a_w = 0$, $c_w = 1$, so that a polyhedral iteration is two matrix products and one
+fused elementwise pass. Cone and simplex blocks follow the box rows of $w$; each
+block shares one scale $\\delta$, so its scaled set is $(\\mathcal{K} - o)/\\delta$
+and its projection is $(\\Pi_{\\mathcal{K}}(\\delta v + o) - o) / \\delta$.
 """
 
 from __future__ import annotations
@@ -22,22 +25,32 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from . import _blocks as blocks
 from ._affine import AbstractAffineProjection
 
 CHECK_EVERY = 5
 
 
 class Prepared(eqx.Module):
-    """Per-instance quantities hoisted out of the loop, of length $d + m$ except
-    `part`, the affine projection's particular term (its length depends on the
-    factorisation form)."""
+    """Per-instance quantities hoisted out of the loop.
 
-    a: Float[Array, " n"]
-    c: Float[Array, " n"]
+    `a, c, lower, upper` cover the clipped coordinates ($y$ and the box rows of
+    $w$); `part` is the affine projection's particular term; `scale` is the
+    equilibration's column scaling of all $n$ lifted coordinates; `cone_scale`,
+    `cone_offset` and `totals` describe the cone and simplex blocks laid out by
+    `groups`.
+    """
+
+    a: Float[Array, " n_clip"]
+    c: Float[Array, " n_clip"]
     part: Float[Array, " p"]
-    lower: Float[Array, " n"]
-    upper: Float[Array, " n"]
+    lower: Float[Array, " n_clip"]
+    upper: Float[Array, " n_clip"]
     scale: Float[Array, " n"]
+    cone_scale: Float[Array, " m_cone"]
+    cone_offset: Float[Array, " m_cone"]
+    totals: Float[Array, " n_simplex"]
+    groups: tuple[blocks.Group, ...] = eqx.field(static=True)
 
 
 class Config(NamedTuple):
@@ -49,13 +62,17 @@ class Config(NamedTuple):
     bwd_failure: str
 
 
-def prepare(theta: dict, op: AbstractAffineProjection, sigma) -> Prepared:
+def prepare(
+    theta: dict, op: AbstractAffineProjection, sigma, groups: tuple = ()
+) -> Prepared:
     """Scale the per-instance data into the equilibrated coordinates.
 
-    `theta` holds `y_raw`, `q` and the bounds `lb_y, ub_y, lb_w, ub_w` in the user's
-    coordinates.
+    `theta` holds `y_raw`, `q`, the box bounds `lb_y, ub_y, lb_w, ub_w`, the cone
+    offsets `cone_offset` and the simplex `totals`, in the user's coordinates.
     """
-    d_y, d_w = op.d_y, op.d_w
+    d_y = op.d_y
+    m_box = theta["lb_w"].shape[0]
+    d_w, d_cone = op.d_w[:m_box], op.d_w[m_box:]
     denom = 1 + 2 * sigma * d_y**2
     dtype = theta["y_raw"].dtype
     return Prepared(
@@ -66,15 +83,30 @@ def prepare(theta: dict, op: AbstractAffineProjection, sigma) -> Prepared:
         part=op.particular(theta["q"]),
         lower=jnp.concatenate([theta["lb_y"] / d_y, theta["lb_w"] / d_w]),
         upper=jnp.concatenate([theta["ub_y"] / d_y, theta["ub_w"] / d_w]),
-        scale=jnp.concatenate([d_y, d_w]),
+        scale=jnp.concatenate([d_y, op.d_w]),
+        cone_scale=d_cone,
+        cone_offset=theta["cone_offset"],
+        totals=theta["totals"],
+        groups=groups,
     )
+
+
+def project_k(v, P: Prepared):
+    """$\\Pi_{\\tilde{\\mathcal{K}}}$ of the cone part of `v` (the part after the
+    clipped coordinates), in the equilibrated coordinates."""
+    u = P.cone_scale * v + P.cone_offset
+    return (blocks.project(u, P.groups, P.totals) - P.cone_offset) / P.cone_scale
 
 
 def z_and_t(s, P: Prepared, op: AbstractAffineProjection):
     """$z = \\Pi_{\\tilde{\\mathcal{A}}}(s)$ and $t = \\mathrm{prox}_{\\sigma
     \\tilde h}(2z - s)$."""
     z = op.project(s, P.part)
-    t = jnp.clip(P.a + P.c * (2 * z - s), P.lower, P.upper)
+    v = 2 * z - s
+    n_clip = P.a.shape[0]
+    t = jnp.clip(P.a + P.c * v[:n_clip], P.lower, P.upper)
+    if P.groups:
+        t = jnp.concatenate([t, project_k(v[n_clip:], P)])
     return z, t
 
 
@@ -86,9 +118,54 @@ def phi(s, P: Prepared, op: AbstractAffineProjection, omega):
 
 def residuals(z, t, P: Prepared):
     """(violation of $z$ w.r.t. $\\mathcal{K}$, $\\max|t - z|$), in user units."""
-    viol = jnp.max(jnp.abs(P.scale * (z - jnp.clip(z, P.lower, P.upper))))
+    n_clip = P.a.shape[0]
+    z_clip = z[:n_clip]
+    gap = z_clip - jnp.clip(z_clip, P.lower, P.upper)
+    if P.groups:
+        gap = jnp.concatenate([gap, z[n_clip:] - project_k(z[n_clip:], P)])
+    viol = jnp.max(jnp.abs(P.scale * gap))
     fp = jnp.max(jnp.abs(P.scale * (t - z)))
     return viol, fp
+
+
+def certifies_infeasibility(z, t, P: Prepared, op: AbstractAffineProjection):
+    """Whether $v = t - z$ separates $\\tilde{\\mathcal{A}}$ from
+    $\\operatorname{dom} \\tilde h$, proving that the constraint set is empty.
+
+    When the set is empty, $s_k$ diverges and $t_k - z_k$ tends to the gap vector
+    $v = k^\\star - a^\\star$ between the two sets (Bauschke and Moursi 2017;
+    Banjac et al. 2019). Such a $v$ is orthogonal to the direction of
+    $\\tilde{\\mathcal{A}}$ and satisfies $\\inf_{k \\in \\operatorname{dom}
+    \\tilde h} \\langle v, k \\rangle - \\langle v, a \\rangle = \\|v\\|^2 > 0$ for
+    every $a \\in \\tilde{\\mathcal{A}}$; both are checked with a relative margin.
+    """
+    v = t - z
+    v_max = max_abs(v)
+    eps = _CERTIFICATE_RTOL * v_max
+    orthogonal = max_abs(op.project(v, jnp.zeros_like(P.part))) <= eps
+    n_clip = P.a.shape[0]
+    v_clip = v[:n_clip]
+    # Entries of v that are zero up to the margin see no bound (an unbounded
+    # direction would otherwise give -inf for a rounding error).
+    inf_clip = jnp.where(
+        v_clip > eps,
+        v_clip * P.lower,
+        jnp.where(v_clip < -eps, v_clip * P.upper, 0.0),
+    )
+    infimum = jnp.sum(inf_clip)
+    in_dual = True
+    if P.groups:
+        inf_cone, distance = blocks.support(
+            v[n_clip:], P.groups, P.cone_scale, P.cone_offset, P.totals
+        )
+        infimum = infimum + inf_cone
+        in_dual = distance <= eps
+    gap = infimum - jnp.dot(v, z)
+    return (v_max > 0) & orthogonal & in_dual & (gap >= 0.5 * jnp.dot(v, v))
+
+
+# Relative margin of the infeasibility certificate, as a fraction of max |v|.
+_CERTIFICATE_RTOL = 1e-3
 
 
 def max_abs(x):

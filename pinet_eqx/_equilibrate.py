@@ -1,23 +1,80 @@
-"""Modified Ruiz equilibration (paper App. H.1, Algorithm 'Modified Ruiz')."""
+"""Modified Ruiz equilibration (paper App. H.1, Algorithm 'Modified Ruiz').
+
+One sweep is written once, for NumPy (fixed matrices, on the host in float64) and
+for JAX (per-instance matrices, traced and batched with `jax.vmap`).
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 
-def _safe_inv_sqrt(norms: np.ndarray) -> np.ndarray:
+def _safe_inv_sqrt(xp, norms):
     # An all-zero row or column carries no information to balance; leave it alone
     # instead of dividing by zero.
-    return np.where(norms > 0, 1.0 / np.sqrt(np.where(norms > 0, norms, 1.0)), 1.0)
+    positive = norms > 0
+    return xp.where(positive, 1.0 / xp.sqrt(xp.where(positive, norms, 1.0)), 1.0)
 
 
-def _spread(norms: np.ndarray) -> float:
-    norms = norms[norms > 0]
-    if norms.size == 0:
-        return 0.0
-    return 1.0 - norms.min() / norms.max()
+def _column_norms(xp, scaled, groups, n_groups):
+    norms = xp.sqrt(xp.sum(scaled * scaled, axis=0))
+    if groups is None:
+        return norms
+    # Columns coupled by one cone block must share one scale, or the scaling would
+    # distort the cone; give each group the RMS of its members' norms.
+    sq = norms * norms
+    if xp is np:
+        total = np.bincount(groups, weights=sq, minlength=n_groups)
+        count = np.bincount(groups, minlength=n_groups)
+    else:
+        total = jax.ops.segment_sum(sq, groups, num_segments=n_groups)
+        count = jax.ops.segment_sum(jnp.ones_like(sq), groups, num_segments=n_groups)
+    return xp.sqrt(total[groups] / count[groups])
+
+
+def _sweep(xp, scaled, d_r, d_c, mode, groups, n_groups):
+    if mode == "gauss_seidel":
+        r = _safe_inv_sqrt(xp, xp.sqrt(xp.sum(scaled * scaled, axis=1)))
+        scaled = scaled * r[:, None]
+        c = _safe_inv_sqrt(xp, _column_norms(xp, scaled, groups, n_groups))
+        scaled = scaled * c[None, :]
+    else:
+        r = _safe_inv_sqrt(xp, xp.sqrt(xp.sum(scaled * scaled, axis=1)))
+        c = _safe_inv_sqrt(xp, _column_norms(xp, scaled, groups, n_groups))
+        scaled = scaled * r[:, None] * c[None, :]
+    return scaled, d_r * r, d_c * c
+
+
+def _spread(xp, norms):
+    positive = norms > 0
+    hi = xp.max(xp.where(positive, norms, 0.0), initial=0.0)
+    lo = xp.min(xp.where(positive, norms, xp.inf), initial=xp.inf)
+    return xp.where(hi > 0, 1.0 - lo / xp.where(hi > 0, hi, 1.0), 0.0)
+
+
+def _converged(xp, scaled, tol, groups, n_groups):
+    rows = xp.sqrt(xp.sum(scaled * scaled, axis=1))
+    cols = _column_norms(xp, scaled, groups, n_groups)
+    return (_spread(xp, rows) < tol) & (_spread(xp, cols) < tol)
+
+
+def group_labels(column_groups, n: int):
+    """Validate column group labels; return them as `0..n_groups-1` and the count
+    (`(None, 0)` when every column is its own group)."""
+    if column_groups is None:
+        return None, 0
+    groups = np.asarray(column_groups)
+    if groups.shape != (n,) or not np.issubdtype(groups.dtype, np.integer):
+        raise ValueError(
+            f"equilibrate(column_groups=...): must be an integer vector of shape "
+            f"({n},) (one group label per column), got shape {groups.shape}."
+        )
+    _, labels = np.unique(groups, return_inverse=True)
+    return labels.astype(np.int32), int(labels.max()) + 1 if n else 0
 
 
 def equilibrate(
@@ -26,6 +83,7 @@ def equilibrate(
     max_iter: int = 25,
     tol: float = 1e-3,
     mode: Literal["gauss_seidel", "jacobi"] = "gauss_seidel",
+    column_groups: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Diagonal scalings $D_r, D_c$ that balance the row and column norms of `M`.
 
@@ -33,6 +91,8 @@ def equilibrate(
     every column, by the square root of its 2-norm, so that $D_r M D_c$ tends to
     have unit row and column norms. It stops after `max_iter` sweeps or once
     $1 - \\min_i d_i / \\max_i d_i < \\varepsilon$ for both rows and columns.
+    Columns with the same `column_groups` label share one scale (the RMS of their
+    norms), as the columns of one cone block must.
 
     **Arguments:**
 
@@ -40,6 +100,8 @@ def equilibrate(
     - `max_iter`: maximum number of sweeps $K$ (paper: 25).
     - `tol`: tolerance $\\varepsilon$ on the spread of the norms (paper: 1e-3).
     - `mode`: `"gauss_seidel"` (paper's choice) or `"jacobi"`.
+    - `column_groups`: optional integer label per column; `None` scales every
+        column on its own.
 
     **Returns:**
 
@@ -51,26 +113,36 @@ def equilibrate(
         )
     M = np.asarray(M, dtype=np.float64)
     m, n = M.shape
-    d_r = np.ones(m)
-    d_c = np.ones(n)
-    scaled = M.copy()
+    groups, n_groups = group_labels(column_groups, n)
+    d_r, d_c, scaled = np.ones(m), np.ones(n), M.copy()
     for _ in range(max_iter):
-        if mode == "gauss_seidel":
-            r = _safe_inv_sqrt(np.linalg.norm(scaled, axis=1))
-            d_r *= r
-            scaled *= r[:, None]
-            c = _safe_inv_sqrt(np.linalg.norm(scaled, axis=0))
-            d_c *= c
-            scaled *= c[None, :]
-        else:
-            r = _safe_inv_sqrt(np.linalg.norm(scaled, axis=1))
-            c = _safe_inv_sqrt(np.linalg.norm(scaled, axis=0))
-            d_r *= r
-            d_c *= c
-            scaled *= r[:, None] * c[None, :]
-        if (
-            _spread(np.linalg.norm(scaled, axis=1)) < tol
-            and _spread(np.linalg.norm(scaled, axis=0)) < tol
-        ):
+        scaled, d_r, d_c = _sweep(np, scaled, d_r, d_c, mode, groups, n_groups)
+        if _converged(np, scaled, tol, groups, n_groups):
             break
+    return d_r, d_c
+
+
+def equilibrate_traced(M, *, max_iter, tol, mode, column_groups, n_groups):
+    """`equilibrate` for a traced matrix (per-instance data, inside jit/vmap).
+
+    `column_groups` must already be labels `0..n_groups-1` (see `group_labels`). The
+    scalings carry no gradient: they change the iteration's metric, not the
+    projection it converges to.
+    """
+    M = jax.lax.stop_gradient(M)
+    m, n = M.shape
+    dtype = M.dtype
+
+    def cond(carry):
+        k, done, *_ = carry
+        return (k < max_iter) & ~done
+
+    def body(carry):
+        k, _, scaled, d_r, d_c = carry
+        scaled, d_r, d_c = _sweep(jnp, scaled, d_r, d_c, mode, column_groups, n_groups)
+        done = _converged(jnp, scaled, tol, column_groups, n_groups)
+        return k + 1, done, scaled, d_r, d_c
+
+    init = (0, jnp.asarray(False), M, jnp.ones(m, dtype), jnp.ones(n, dtype))
+    *_, d_r, d_c = jax.lax.while_loop(cond, body, init)
     return d_r, d_c

@@ -7,7 +7,8 @@ EMPTY_CONSTRAINTS = (
 
 NOT_A_CONSTRAINT = (
     "Projector(constraints): element {index} is a {kind}, not a constraint set. "
-    "Use `Equality`, `AffineInequality` or `Box` from `pinet_eqx`."
+    "Use `Equality`, `AffineInequality`, `Box`, `SecondOrderCone`, `L1NormCone`, "
+    "`LInfNormCone` or `Simplex` from `pinet_eqx`."
 )
 
 NO_DIM = (
@@ -49,4 +50,11 @@ BWD_NOT_CONVERGED_RAISE = (
     "pinet_eqx: the implicit backward solve (BiCGStab) did not converge within "
     "n_iter_bwd steps. Increase `n_iter_bwd` or `n_iter`, or set "
     "`bwd_failure='warn'`."
+)
+
+RANK_DEFICIENT = (
+    "Projector: the per-instance equality matrix has linearly dependent rows for "
+    "some instance, so its projection is undefined. Per-instance matrices must have "
+    "full row rank; remove the redundant rows (or make the matrix fixed, where "
+    "dependent rows are dropped automatically)."
 )

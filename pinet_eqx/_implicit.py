@@ -78,36 +78,46 @@ def _bicgstab_with_restarts(operator, rhs, cfg: dr.Config):
     return best, result
 
 
+def _operator(theta, op):
+    # A per-instance affine projection travels in theta so that gradients reach the
+    # matrices it was factorised from; a fixed one is a non-differentiable argument.
+    return theta["op"] if "op" in theta else op
+
+
 @eqx.filter_custom_vjp
-def fixed_point(theta, s0, op, hyper, cfg: dr.Config, n_max: int, tol):
+def fixed_point(theta, s0, op, hyper, groups, cfg: dr.Config, n_max: int, tol):
     """$s^\\star(\\theta)$ by Douglas-Rachford, differentiated implicitly.
 
-    `theta` (the only differentiated argument) holds `y_raw`, `q` and the bounds;
-    `hyper` is `(sigma, omega)`.
+    `theta` (the only differentiated argument) holds `y_raw`, `q`, the bounds, the
+    cone data and, for per-instance matrices, the affine projection `op`;
+    `hyper` is `(sigma, omega)` and `groups` the static cone layout.
     """
     sigma, omega = hyper
-    P = dr.prepare(theta, op, sigma)
+    op = _operator(theta, op)
+    P = dr.prepare(theta, op, sigma, groups)
     return dr.iterate(s0, P, op, omega, n_max, tol)
 
 
 @fixed_point.def_fwd
-def _fixed_point_fwd(perturbed, theta, s0, op, hyper, cfg, n_max, tol):
+def _fixed_point_fwd(perturbed, theta, s0, op, hyper, groups, cfg, n_max, tol):
     del perturbed
-    sigma, omega = hyper
-    P = dr.prepare(theta, op, sigma)
-    out = dr.iterate(s0, P, op, omega, n_max, tol)
+    out = fixed_point.fn(theta, s0, op, hyper, groups, cfg, n_max, tol)
     return out, out[0]
 
 
 @fixed_point.def_bwd
 def _fixed_point_bwd(
-    s_star, grad_obj, perturbed, theta, s0, op, hyper, cfg, n_max, tol
+    s_star, grad_obj, perturbed, theta, s0, op, hyper, groups, cfg, n_max, tol
 ):
     del perturbed, s0, n_max, tol
     sigma, omega = hyper
     s_bar = grad_obj[0]
-    P = dr.prepare(theta, op, sigma)
-    _, vjp_s = jax.vjp(lambda s: dr.phi(s, P, op, omega), s_star)
+
+    def phi(s, th):
+        op_th = _operator(th, op)
+        return dr.phi(s, dr.prepare(th, op_th, sigma, groups), op_th, omega)
+
+    _, vjp_s = jax.vjp(lambda s: phi(s, theta), s_star)
 
     def adjoint(xi):
         return xi - vjp_s(xi)[0]
@@ -125,8 +135,5 @@ def _fixed_point_bwd(
             lambda: jax.debug.callback(_warn_bwd),
             lambda: None,
         )
-    _, vjp_theta = jax.vjp(
-        lambda th: dr.phi(s_star, dr.prepare(th, op, sigma), op, omega),
-        theta,
-    )
+    _, vjp_theta = jax.vjp(lambda th: phi(s_star, th), theta)
     return vjp_theta(xi)[0]

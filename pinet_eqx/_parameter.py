@@ -22,9 +22,26 @@ class Parameter(eqx.Module):
 
     - `name`: the keyword under which the value is passed. Must be a Python
         identifier and not one of `y_raw`, `y`, `s0`, `key`, `x`.
+    - `shape`: the shape of one instance's value. Optional for vectors and scalars
+        (the constraint infers it, and checks it when given); required for
+        per-instance matrices, e.g. `Parameter("A", shape=(m, d))`, because their
+        row count sizes the lifted problem.
     """
 
     name: str = eqx.field(static=True)
+    shape: tuple[int, ...] | None = eqx.field(static=True, default=None)
+
+    def __init__(self, name: str, shape: tuple[int, ...] | None = None):
+        self.name = name
+        if shape is not None:
+            try:
+                shape = tuple(int(n) for n in shape)
+            except TypeError as e:
+                raise TypeError(
+                    f"Parameter({name!r}, shape={shape!r}): `shape` must be a tuple "
+                    "of ints such as (m, d), or None."
+                ) from e
+        self.shape = shape
 
     def __check_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -38,4 +55,12 @@ class Parameter(eqx.Module):
                 f"Parameter(name={self.name!r}): this name is reserved by the "
                 f"projector's call signature ({sorted(RESERVED_NAMES)}); choose "
                 "another name."
+            )
+        if self.shape is not None and (
+            len(self.shape) > 2 or any(n < 1 for n in self.shape)
+        ):
+            raise ValueError(
+                f"Parameter({self.name!r}, shape={self.shape}): a parameter is a "
+                "scalar `()`, a vector `(k,)` or a matrix `(m, d)` with positive "
+                "sizes."
             )

@@ -10,12 +10,17 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Int
 
-from . import _douglas_rachford as dr
-from ._affine import AbstractAffineProjection, build_affine_projection
+from . import _blocks as blocks, _douglas_rachford as dr
+from ._affine import (
+    AbstractAffineProjection,
+    build_affine_projection,
+    build_affine_projection_traced,
+)
 from ._constraints import AbstractConstraint
-from ._constraints._base import check_bounds_order
+from ._constraints._base import CONE_KINDS, check_bounds_order
+from ._equilibrate import group_labels
 from ._errors import (
     BAD_DIM,
     EMPTY_CONSTRAINTS,
@@ -24,13 +29,14 @@ from ._errors import (
     NO_DIM,
     NOT_A_CONSTRAINT,
     PARAM_BOUNDS_CROSSED,
+    RANK_DEFICIENT,
 )
 from ._implicit import fixed_point
 from ._parameter import Parameter
 from ._solution import RESULTS, ProjectionSolution
 
-# A vector assembled at call time from fixed pieces and named parameters.
-_Segments = tuple  # tuple[Float[Array, " k"] | Parameter, ...]
+# A vector or matrix assembled at call time from fixed pieces and named parameters.
+_Segments = tuple  # tuple[Float[Array, "..."] | Parameter, ...]
 
 
 _max_abs = dr.max_abs
@@ -93,6 +99,7 @@ class Projector(eqx.Module):
     dim: int = eqx.field(static=True)
     n_eq: int = eqx.field(static=True)
     n_ineq: int = eqx.field(static=True)
+    n_cone: int = eqx.field(static=True)
     sigma: float
     omega: float
     n_iter: int = eqx.field(static=True)
@@ -105,14 +112,23 @@ class Projector(eqx.Module):
     unroll: bool = eqx.field(static=True)
     check_inputs: bool = eqx.field(static=True)
     equilibrated: bool = eqx.field(static=True)
-    parameters: tuple[tuple[str, int], ...] = eqx.field(static=True)
+    per_instance_matrices: bool = eqx.field(static=True)
+    auto_sigma: bool = eqx.field(static=True)
+    equilibrate_settings: tuple[int, float, str] = eqx.field(static=True)
+    parameters: tuple[tuple[str, tuple[int, ...]], ...] = eqx.field(static=True)
     dropped_equality_rows: tuple[int, ...] = eqx.field(static=True)
+    groups: tuple[blocks.Group, ...] = eqx.field(static=True)
+    n_column_groups: int = eqx.field(static=True)
     inference: bool
-    op: AbstractAffineProjection
-    C: Float[Array, "m_ineq d"]
+    op: AbstractAffineProjection | None
+    column_groups: Int[Array, " n"] | None
+    E: _Segments
+    C: _Segments
     q: _Segments
     ineq_lower: _Segments
     ineq_upper: _Segments
+    cone_offset: _Segments
+    totals: _Segments
     box_lower: Float[Array, " d"]
     box_upper: Float[Array, " d"]
     box_params: tuple  # tuple[(Int[Array, " k"], lower, upper), ...]
@@ -175,48 +191,81 @@ class Projector(eqx.Module):
         if dim is None:
             raise ValueError(NO_DIM)
 
-        eq_rows, ineq_rows, boxes = [], [], []
+        eq_rows, ineq_rows, boxes, cones = [], [], [], []
         for c in constraints:
             pieces = c.lift(dim)
             eq_rows += pieces.eq
             ineq_rows += pieces.ineq
             boxes += pieces.box
+            cones += pieces.cones
+        # Blocks of one kind and size sit next to each other in w, so that each
+        # group is projected by one vmapped primitive.
+        cones.sort(key=lambda b: (CONE_KINDS.index(b.kind), b.size))
+        groups = []
+        for b in cones:
+            if groups and groups[-1][::2] == (b.kind, b.size):
+                groups[-1] = blocks.Group(b.kind, groups[-1].count + 1, b.size)
+            else:
+                groups.append(blocks.Group(b.kind, 1, b.size))
 
-        E = (
-            np.concatenate([e for e, _ in eq_rows], 0)
-            if eq_rows
-            else np.zeros((0, dim))
-        )
-        C = (
-            np.concatenate([c for c, _, _ in ineq_rows], 0)
-            if ineq_rows
-            else np.zeros((0, dim))
-        )
-        op, info = build_affine_projection(
-            E,
-            C,
-            equilibrate=equilibrate,
-            eq_max_iter=equilibrate_iters,
-            eq_tol=equilibrate_tol,
-            eq_mode=equilibrate_mode,
-            form=affine_form,
-        )
+        params: dict[str, tuple[int, ...]] = {}
 
-        params: dict[str, int] = {}
-
-        def segments(items) -> _Segments:
+        def segments(items, cols=None) -> _Segments:
+            """Fixed pieces as arrays, `Parameter`s registered with their shape."""
             out = []
-            for value, size in items:
+            for value, shape in items:
                 if isinstance(value, Parameter):
-                    _register(params, value.name, size)
+                    if cols is not None and value.shape is not None:
+                        shape = value.shape
+                        if shape[-1] != cols:
+                            raise ValueError(
+                                f"Projector(constraints): matrix Parameter("
+                                f"{value.name!r}) has shape {shape}, but the "
+                                f"projector's vectors have size {cols}."
+                            )
+                    _register(params, value.name, shape)
                     out.append(value)
                 else:
                     out.append(jnp.asarray(value))
             return tuple(out)
 
-        q_items = [(b, e.shape[0]) for e, b in eq_rows]
-        if q_items and not any(isinstance(b, Parameter) for b, _ in q_items):
-            _check_consistent(E, np.concatenate([b for b, _ in q_items]), info)
+        E_items = [(E, (_rows(E), dim)) for E, _ in eq_rows]
+        C_items = [(C, (_rows(C), dim)) for C, _, _ in ineq_rows]
+        C_items += [(M, _matrix_shape(M, dim)) for b in cones for M in b.rows]
+        per_instance = any(isinstance(M, Parameter) for M, _ in E_items + C_items)
+        n_box_rows = sum(_rows(C) for C, _, _ in ineq_rows)
+        n_cone = sum(b.size for b in cones)
+        # One scale per column of [y, w_box], and one per cone block.
+        labels = np.concatenate(
+            [np.arange(dim + n_box_rows)]
+            + [np.full(b.size, dim + n_box_rows + i) for i, b in enumerate(cones)]
+        )
+        col_groups, n_col_groups = group_labels(labels, labels.size)
+
+        q_items = [(b, (_rows(E),)) for E, b in eq_rows]
+        if per_instance:
+            op = None
+            dropped = ()
+            d_y_host = None
+        else:
+            E_fixed = _stack([E for E, _ in E_items], dim)
+            C_fixed = _stack([C for C, _ in C_items], dim)
+            op, info = build_affine_projection(
+                E_fixed,
+                C_fixed,
+                equilibrate=equilibrate,
+                eq_max_iter=equilibrate_iters,
+                eq_tol=equilibrate_tol,
+                eq_mode=equilibrate_mode,
+                form=affine_form,
+                column_groups=col_groups,
+            )
+            if q_items and not any(isinstance(b, Parameter) for b, _ in q_items):
+                _check_consistent(
+                    E_fixed, np.concatenate([b for b, _ in q_items]), info
+                )
+            dropped = tuple(int(i) for i in info.dropped_rows)
+            d_y_host = np.asarray(info.d_y)
 
         # Fixed boxes are intersected now; parameterised ones at call time.
         box_lower = np.full((dim,), -np.inf)
@@ -224,8 +273,8 @@ class Projector(eqx.Module):
         box_params = []
         for idx, lo, up in boxes:
             if isinstance(lo, Parameter) or isinstance(up, Parameter):
-                lo_seg = segments([(lo, idx.size)])[0]
-                up_seg = segments([(up, idx.size)])[0]
+                lo_seg = segments([(lo, (idx.size,))])[0]
+                up_seg = segments([(up, (idx.size,))])[0]
                 box_params.append((jnp.asarray(idx), lo_seg, up_seg))
             if not isinstance(lo, Parameter):
                 box_lower[idx] = np.maximum(box_lower[idx], lo)
@@ -236,11 +285,15 @@ class Projector(eqx.Module):
         )
 
         self.dim = int(dim)
-        self.n_eq = int(E.shape[0])
-        self.n_ineq = int(C.shape[0])
-        if sigma == "auto":
-            d_y = np.asarray(info.d_y)
-            sigma = float(_AUTO_SIGMA / np.exp(np.mean(np.log(d_y**2))))
+        self.n_eq = sum(_rows(E) for E, _ in eq_rows)
+        self.n_ineq = int(n_box_rows)
+        self.n_cone = int(n_cone)
+        self.per_instance_matrices = per_instance
+        self.auto_sigma = sigma == "auto"
+        if self.auto_sigma:
+            # Per-instance matrices are scaled per instance, so sigma is too (in
+            # `solve`); this is then the constant it is computed from.
+            sigma = _AUTO_SIGMA if per_instance else _auto_sigma(np, d_y_host)
         self.sigma = float(sigma)
         self.omega = omega
         self.n_iter = int(n_iter)
@@ -253,13 +306,26 @@ class Projector(eqx.Module):
         self.unroll = bool(unroll)
         self.check_inputs = bool(check_inputs)
         self.equilibrated = bool(equilibrate)
-        self.dropped_equality_rows = tuple(int(i) for i in info.dropped_rows)
+        self.equilibrate_settings = (
+            int(equilibrate_iters),
+            float(equilibrate_tol),
+            str(equilibrate_mode),
+        )
+        self.dropped_equality_rows = dropped
+        self.groups = tuple(groups)
+        self.n_column_groups = int(n_col_groups)
         self.inference = inference
         self.op = op
-        self.C = jnp.asarray(C)
+        self.column_groups = jnp.asarray(col_groups) if per_instance else None
+        self.E = segments(E_items, cols=dim)
+        self.C = segments(C_items, cols=dim)
         self.q = segments(q_items)
-        self.ineq_lower = segments([(lo, c.shape[0]) for c, lo, _ in ineq_rows])
-        self.ineq_upper = segments([(up, c.shape[0]) for c, _, up in ineq_rows])
+        self.ineq_lower = segments([(lo, (_rows(C),)) for C, lo, _ in ineq_rows])
+        self.ineq_upper = segments([(up, (_rows(C),)) for C, _, up in ineq_rows])
+        self.cone_offset = segments(
+            [(o, _vector_shape(o)) for b in cones for o in b.offset]
+        )
+        self.totals = segments([(b.total, ()) for b in cones if b.kind == "simplex"])
         self.box_lower = jnp.asarray(box_lower)
         self.box_upper = jnp.asarray(box_upper)
         self.box_params = tuple(box_params)
@@ -323,27 +389,39 @@ class Projector(eqx.Module):
         dtype = y_raw.dtype
         values = self._resolve(params, dtype)
         data = self._data(values, dtype)
-        theta = dict(data, y_raw=y_raw)
-        op = jax.tree.map(lambda a: jax.lax.stop_gradient(a).astype(dtype), self.op)
-        n = self.dim + self.n_ineq
+        theta = {k: data[k] for k in _THETA_KEYS}
+        theta["y_raw"] = y_raw
+        if self.per_instance_matrices:
+            op_arg = None
+            op = self._factorise(data)
+            theta["op"] = op
+            sigma = (
+                jax.lax.stop_gradient(_auto_sigma(jnp, op.d_y))
+                if self.auto_sigma
+                else self.sigma
+            )
+        else:
+            op_arg = op = jax.tree.map(
+                lambda a: jax.lax.stop_gradient(a).astype(dtype), self.op
+            )
+            sigma = self.sigma
+        n = self.dim + self.n_ineq + self.n_cone
         if s0 is None:
             # Start from y_raw lifted into the internal coordinates; this saves a
             # few iterations over the paper's s0 = 0 and changes no fixed point.
-            s0 = jnp.concatenate(
-                [y_raw / op.d_y, (y_raw @ self.C.T.astype(dtype)) / op.d_w]
-            )
+            s0 = jnp.concatenate([y_raw / op.d_y, (data["C"] @ y_raw) / op.d_w])
         else:
             s0 = jnp.asarray(s0, dtype)
             if s0.shape != (n,):
                 raise ValueError(
                     f"Projector.solve(y_raw, s0): `s0` must have shape ({n},) (the "
-                    f"lifted dimension d + n_ineq), got {s0.shape}. Pass "
+                    f"lifted dimension d + n_ineq + n_cone), got {s0.shape}. Pass "
                     "`solution.s` from an earlier call."
                 )
         s0 = jax.lax.stop_gradient(s0)
         n_max = self.n_iter_test if self.inference else self.n_iter
-        sigma, omega = self.sigma, self.omega
-        if self.n_eq + self.n_ineq == 0:
+        omega = self.omega
+        if n == self.dim and self.n_eq == 0:
             # Only boxes: the projection is a clip, exact in one step.
             y = jnp.clip(y_raw, theta["lb_y"], theta["ub_y"])
             zero = jnp.zeros((), dtype)
@@ -361,7 +439,7 @@ class Projector(eqx.Module):
                     "Projector(unroll=True) differentiates through a fixed number of "
                     "iterations, so it needs `tol=None`."
                 )
-            P = dr.prepare(theta, op, sigma)
+            P = dr.prepare(theta, op, sigma, self.groups)
             s, n_steps, fp = dr.iterate(s0, P, op, omega, n_max, None)
         else:
             cfg = dr.Config(
@@ -371,15 +449,21 @@ class Projector(eqx.Module):
                 bwd_failure=self.bwd_failure,
             )
             s, n_steps, fp = fixed_point(
-                theta, s0, op, (sigma, omega), cfg, n_max, self.tol
+                theta, s0, op_arg, (sigma, omega), self.groups, cfg, n_max, self.tol
             )
-        P = dr.prepare(theta, op, sigma)
+        P = dr.prepare(theta, op, sigma, self.groups)
         y = dr.output(s, P, op)
         viol = jax.lax.stop_gradient(self._violation(y, data))
         fp = jax.lax.stop_gradient(fp)
         tol = 1e-5 if self.tol is None else self.tol
+        z, t = jax.lax.stop_gradient(dr.z_and_t(s, P, op))
+        infeasible = dr.certifies_infeasibility(
+            z, t, jax.lax.stop_gradient(P), jax.lax.stop_gradient(op)
+        )
         result = RESULTS.where(
-            (viol <= tol) & (fp <= tol), RESULTS.successful, RESULTS.max_steps_reached
+            (viol <= tol) & (fp <= tol),
+            RESULTS.successful,
+            RESULTS.where(infeasible, RESULTS.infeasible, RESULTS.max_steps_reached),
         )
         return ProjectionSolution(
             y=y,
@@ -444,33 +528,37 @@ class Projector(eqx.Module):
                 "arguments."
             )
         values = {}
-        for name, size in expected.items():
+        for name, shape in expected.items():
             v = jnp.asarray(params[name])
-            if v.shape != (size,):
+            if v.shape != shape:
                 hint = (
                     " To batch, vmap over instances instead of passing a batch."
-                    if v.ndim == 2
+                    if v.ndim == len(shape) + 1 and v.shape[1:] == shape
                     else ""
                 )
                 raise ValueError(
-                    f"Projector: parameter `{name}` must have shape ({size},) for one "
+                    f"Projector: parameter `{name}` must have shape {shape} for one "
                     f"instance, got {v.shape}.{hint}"
                 )
             values[name] = v.astype(dtype)
         return values
 
-    def _assemble(self, segments, values, dtype):
+    def _assemble(self, segments, values, dtype, cols=None):
+        shape = (-1,) if cols is None else (-1, cols)
         parts = [
-            values[s.name] if isinstance(s, Parameter) else s.astype(dtype)
+            (values[s.name] if isinstance(s, Parameter) else s.astype(dtype)).reshape(
+                shape
+            )
             for s in segments
         ]
         if not parts:
-            return jnp.zeros((0,), dtype)
+            return jnp.zeros((0,) if cols is None else (0, cols), dtype)
         return jnp.concatenate(parts)
 
     def _data(self, values, dtype):
-        """The per-instance constraint data `q, lb_y, ub_y, lb_w, ub_w`, assembled
-        from fixed pieces and parameter values, in the user's coordinates."""
+        """The per-instance constraint data in the user's coordinates: matrices `E`,
+        `C` (inequality rows, then cone rows), right-hand side `q`, bounds
+        `lb_y, ub_y, lb_w, ub_w`, cone offsets and simplex totals."""
         lb = self.box_lower.astype(dtype)
         ub = self.box_upper.astype(dtype)
         for idx, lo, up in self.box_params:
@@ -480,41 +568,68 @@ class Projector(eqx.Module):
                 ub = ub.at[idx].min(values[up.name])
         l_w = self._assemble(self.ineq_lower, values, dtype)
         u_w = self._assemble(self.ineq_upper, values, dtype)
+        totals = self._assemble(self.totals, values, dtype)
         if self.check_inputs and self._has_bound_params():
-            crossed = jnp.any(lb > ub) | jnp.any(l_w > u_w)
+            crossed = jnp.any(lb > ub) | jnp.any(l_w > u_w) | jnp.any(totals < 0)
             lb = eqx.error_if(lb, crossed, PARAM_BOUNDS_CROSSED)
         return dict(
+            E=self._assemble(self.E, values, dtype, cols=self.dim),
+            C=self._assemble(self.C, values, dtype, cols=self.dim),
             q=self._assemble(self.q, values, dtype),
             lb_y=lb,
             ub_y=ub,
             lb_w=l_w,
             ub_w=u_w,
+            cone_offset=self._assemble(self.cone_offset, values, dtype),
+            totals=totals,
         )
 
     def _has_bound_params(self):
         return bool(self.box_params) or any(
-            isinstance(s, Parameter) for s in self.ineq_lower + self.ineq_upper
+            isinstance(s, Parameter)
+            for s in self.ineq_lower + self.ineq_upper + self.totals
         )
 
-    def _violation(self, y, data):
-        dtype = y.dtype
-        w = self.C.astype(dtype) @ y
-        return jnp.max(
-            jnp.stack(
-                [
-                    _max_abs(self.op.E.astype(dtype) @ y - data["q"]),
-                    _max_abs(jnp.maximum(data["lb_y"] - y, 0)),
-                    _max_abs(jnp.maximum(y - data["ub_y"], 0)),
-                    _max_abs(jnp.maximum(data["lb_w"] - w, 0)),
-                    _max_abs(jnp.maximum(w - data["ub_w"], 0)),
-                ]
-            )
+    def _factorise(self, data):
+        """The per-instance affine projection (equilibrated, QR-factorised)."""
+        iters, tol, mode = self.equilibrate_settings
+        op, conditioning = build_affine_projection_traced(
+            data["E"],
+            data["C"],
+            equilibrate=self.equilibrated,
+            eq_max_iter=iters,
+            eq_tol=tol,
+            eq_mode=mode,
+            column_groups=self.column_groups,
+            n_groups=self.n_column_groups,
         )
+        if self.check_inputs:
+            eps = jnp.finfo(data["E"].dtype).eps
+            op = eqx.error_if(op, conditioning < 100 * eps, RANK_DEFICIENT)
+        return op
+
+    def _violation(self, y, data):
+        w = data["C"] @ y
+        w_box, w_cone = w[: self.n_ineq], w[self.n_ineq :]
+        terms = [
+            _max_abs(data["E"] @ y - data["q"]),
+            _max_abs(jnp.maximum(data["lb_y"] - y, 0)),
+            _max_abs(jnp.maximum(y - data["ub_y"], 0)),
+            _max_abs(jnp.maximum(data["lb_w"] - w_box, 0)),
+            _max_abs(jnp.maximum(w_box - data["ub_w"], 0)),
+        ]
+        if self.groups:
+            u = w_cone + data["cone_offset"]
+            terms.append(blocks.violation(u, self.groups, data["totals"]))
+        return jnp.max(jnp.stack(terms))
 
 
 # sigma * gmean(d_y^2) at the best sigma: 0.18 (DC3 small), about 0.25 (DC3 large),
 # 0.03-0.3 on random polytopes (see benchmarks/RESULTS.md).
 _AUTO_SIGMA = 0.2
+
+# The per-instance data that the fixed point depends on (and differentiates).
+_THETA_KEYS = ("q", "lb_y", "ub_y", "lb_w", "ub_w", "cone_offset", "totals")
 
 _SETTINGS = frozenset(
     {
@@ -534,13 +649,38 @@ _SETTINGS = frozenset(
 )
 
 
-def _register(params: dict, name: str, size: int) -> None:
-    if name in params and params[name] != size:
+def _register(params: dict, name: str, shape: tuple[int, ...]) -> None:
+    if name in params and params[name] != shape:
         raise ValueError(
-            f"Projector(constraints): Parameter({name!r}) is used for vectors of "
-            f"size {params[name]} and {size}; one name must always have one shape."
+            f"Projector(constraints): Parameter({name!r}) is used for data of shape "
+            f"{params[name]} and {shape}; one name must always have one shape."
         )
-    params[name] = size
+    params[name] = shape
+
+
+def _rows(M) -> int:
+    """Rows a matrix piece contributes (a vector `Parameter` is one row)."""
+    shape = M.shape
+    return shape[0] if len(shape) == 2 else 1
+
+
+def _matrix_shape(M, dim: int) -> tuple[int, ...]:
+    return tuple(M.shape) if isinstance(M, Parameter) else (_rows(M), dim)
+
+
+def _vector_shape(v) -> tuple[int, ...]:
+    return tuple(v.shape)
+
+
+def _stack(matrices, dim: int) -> np.ndarray:
+    if not matrices:
+        return np.zeros((0, dim))
+    return np.concatenate([np.asarray(M).reshape(-1, dim) for M in matrices], 0)
+
+
+def _auto_sigma(xp, d_y):
+    """$\\sigma = 0.2 / \\mathrm{gmean}(d_y^2)$ (see `Projector`'s `sigma`)."""
+    return _AUTO_SIGMA / xp.exp(xp.mean(xp.log(d_y**2)))
 
 
 def _check_consistent(E, q, info) -> None:

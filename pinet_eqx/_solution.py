@@ -16,6 +16,12 @@ class RESULTS(eqxi.Enumeration):
         "residual) within the iteration budget. Increase `n_iter`/`n_iter_test` or "
         "tune `sigma`."
     )
+    infeasible = (
+        "The constraint set is empty for this instance: the Douglas-Rachford "
+        "iterates diverge, and their displacement certifies that the affine part and "
+        "the cones/bounds do not intersect. `y` is finite but infeasible; "
+        "`primal_residual` reports its true violation."
+    )
 
 
 class ProjectionSolution(eqx.Module):
@@ -32,8 +38,9 @@ class ProjectionSolution(eqx.Module):
         original coordinates (the same number as `Projector.violation`).
     - `fixed_point_residual`: $\\max |t_K - z_K|$ in the user's coordinates: how far
         the iteration is from a fixed point.
-    - `result`: `RESULTS.successful` when both residuals are at most `tol`,
-        otherwise `RESULTS.max_steps_reached`.
+    - `result`: `RESULTS.successful` when both residuals are at most `tol`;
+        otherwise `RESULTS.infeasible` when the iterates certify that the
+        constraint set is empty, else `RESULTS.max_steps_reached`.
     """
 
     y: Float[Array, " d"]

@@ -55,7 +55,7 @@ def test_parameters_vary_per_instance_under_vmap():
     proj = pe.Projector(
         constraints_of(poly, parameters=("b", "upper", "lb")), **ACCURATE
     )
-    assert dict(proj.parameters) == {"b": 4, "upper": 8, "lb": 14}
+    assert dict(proj.parameters) == {"b": (4,), "upper": (8,), "lb": (14,)}
     B = 5
     # Each instance gets its own feasible data: shift the interior point.
     shifts = rng.uniform(-0.3, 0.3, size=(B, 14))

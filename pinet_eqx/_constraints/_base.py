@@ -14,6 +14,10 @@ from .._parameter import Parameter
 # sees the user's full precision even when `jax_enable_x64` is off) or a named
 # per-instance parameter.
 VectorData = np.ndarray | Parameter
+# A matrix datum: fixed float64, or a per-instance `Parameter` with a declared shape.
+MatrixData = np.ndarray | Parameter
+
+CONE_KINDS = ("soc", "l1", "linf", "simplex")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,11 +33,38 @@ class LiftedPieces:
         length `k`.
     - `ineq`: tuple of `(C, lower, upper)` with `C` of shape `(k, d)`.
     - `box`: tuple of `(indices, lower, upper)` with integer `indices` into `y`.
+    - `cones`: tuple of `ConeBlock`s, rows $w = M y$ with $w + o \\in \\mathcal{K}$.
+
+    Matrices (`E`, `C`) may be `Parameter`s with a declared shape.
     """
 
     eq: tuple = ()
     ineq: tuple = ()
     box: tuple = ()
+    cones: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ConeBlock:
+    """One non-separable block of $\\mathcal{K}$: $M y + o \\in \\mathcal{K}_{kind}$.
+
+    **Arguments:**
+
+    - `kind`: `"soc"`, `"l1"`, `"linf"` (the cones $\\{(t, x) : \\|x\\| \\le t\\}$,
+        $t$ first) or `"simplex"` ($\\{x \\ge 0 : \\sum x = r\\}$).
+    - `rows`: matrix pieces stacked into $M$, each a `MatrixData` of shape
+        `(r, d)` or a `Parameter` of shape `(d,)` (one row).
+    - `offset`: vector pieces stacked into $o$ (scalar `Parameter`s count as
+        length 1).
+    - `total`: for a simplex, $r$ as a length-1 array or a scalar `Parameter`.
+    - `size`: the block length, `sum(r)`.
+    """
+
+    kind: str
+    rows: tuple
+    offset: tuple
+    size: int
+    total: VectorData | None = None
 
 
 class AbstractConstraint(eqx.Module):
@@ -53,13 +84,18 @@ class AbstractConstraint(eqx.Module):
         """The rows and bounds this set contributes, for vectors of size `dim`."""
 
 
-def as_matrix(value, argname: str, owner: str) -> np.ndarray:
-    """Validate a fixed matrix: two axes, finite entries; returned as float64."""
+def as_matrix(value, argname: str, owner: str) -> MatrixData:
+    """Validate a matrix: a fixed one (two axes, finite entries, returned as
+    float64) or a `Parameter` with a declared 2-D shape."""
     if isinstance(value, Parameter):
-        raise TypeError(
-            f"{owner}: `{argname}` is a Parameter, but per-instance matrices are not "
-            "supported yet; pass a fixed array."
-        )
+        if value.shape is None or len(value.shape) != 2:
+            raise ValueError(
+                f"{owner}: `{argname}` is Parameter({value.name!r}) used as a "
+                "per-instance matrix, so it needs its shape: "
+                f"Parameter({value.name!r}, shape=(rows, d)); got shape="
+                f"{value.shape}."
+            )
+        return value
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as e:
@@ -94,6 +130,12 @@ def as_vector(
     (may be $-\\infty$) and 0 for data that must be finite. `None` becomes `fill`.
     """
     if isinstance(value, Parameter):
+        expected = () if size is None else (size,)
+        if value.shape is not None and value.shape != expected and size is not None:
+            raise ValueError(
+                f"{owner}: `{argname}` is Parameter({value.name!r}) declared with "
+                f"shape {value.shape}, but this datum has shape {expected}."
+            )
         return value
     if value is None:
         if fill is None:
@@ -149,3 +191,10 @@ def check_bounds_order(lower: VectorData, upper: VectorData, owner: str) -> None
             f"{upper[i]}), so the set is empty ({crossed.size} crossed entries in "
             "all). Swap or fix the bounds."
         )
+
+
+def shape_of(value) -> tuple[int, ...]:
+    """The (declared) shape of a fixed array or a `Parameter`."""
+    if isinstance(value, Parameter):
+        return value.shape
+    return np.shape(value)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Float
 
-from ._base import AbstractConstraint, LiftedPieces, VectorData, as_matrix, as_vector
+from ._base import (
+    AbstractConstraint,
+    LiftedPieces,
+    MatrixData,
+    VectorData,
+    as_matrix,
+    as_vector,
+    shape_of,
+)
 
 
 class Equality(AbstractConstraint):
@@ -17,20 +25,22 @@ class Equality(AbstractConstraint):
 
     **Arguments:**
 
-    - `A`: matrix of shape `(m, d)`, fixed and finite.
+    - `A`: matrix of shape `(m, d)`, fixed and finite, or a
+        `Parameter(name, shape=(m, d))` for a per-instance matrix $A(x)$ (which
+        must then have full row rank).
     - `b`: vector of shape `(m,)`, or a `pinet_eqx.Parameter` whose value is passed
         per instance.
     """
 
-    A: Float[np.ndarray, "m d"]
+    A: Float[np.ndarray, "m d"] | MatrixData
     b: VectorData
 
     def __init__(self, A, b):
         self.A = as_matrix(A, "A", "Equality(A, b)")
-        self.b = as_vector(b, "b", "Equality(A, b)", self.A.shape[0])
+        self.b = as_vector(b, "b", "Equality(A, b)", shape_of(self.A)[0])
 
     def dim(self) -> int | None:
-        return self.A.shape[1]
+        return shape_of(self.A)[1]
 
     def lift(self, dim: int) -> LiftedPieces:
         return LiftedPieces(eq=((self.A, self.b),))

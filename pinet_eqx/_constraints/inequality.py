@@ -8,10 +8,12 @@ from jaxtyping import Float
 from ._base import (
     AbstractConstraint,
     LiftedPieces,
+    MatrixData,
     VectorData,
     as_matrix,
     as_vector,
     check_bounds_order,
+    shape_of,
 )
 
 
@@ -24,14 +26,15 @@ class AffineInequality(AbstractConstraint):
 
     **Arguments:**
 
-    - `C`: matrix of shape `(m, d)`, fixed and finite.
+    - `C`: matrix of shape `(m, d)`, fixed and finite, or a
+        `Parameter(name, shape=(m, d))` for a per-instance matrix.
     - `lower`: vector of shape `(m,)`, a scalar, a `Parameter`, or `None` for
         $-\\infty$.
     - `upper`: vector of shape `(m,)`, a scalar, a `Parameter`, or `None` for
         $+\\infty$.
     """
 
-    C: Float[np.ndarray, "m d"]
+    C: Float[np.ndarray, "m d"] | MatrixData
     lower: VectorData
     upper: VectorData
 
@@ -43,13 +46,13 @@ class AffineInequality(AbstractConstraint):
                 f"{owner}: both `lower` and `upper` are None, so the constraint is "
                 "vacuous. Pass at least one bound."
             )
-        m = self.C.shape[0]
+        m = shape_of(self.C)[0]
         self.lower = as_vector(lower, "lower", owner, m, allow_inf=-1, fill=-np.inf)
         self.upper = as_vector(upper, "upper", owner, m, allow_inf=1, fill=np.inf)
         check_bounds_order(self.lower, self.upper, owner)
 
     def dim(self) -> int | None:
-        return self.C.shape[1]
+        return shape_of(self.C)[1]
 
     def lift(self, dim: int) -> LiftedPieces:
         return LiftedPieces(ineq=((self.C, self.lower, self.upper),))
