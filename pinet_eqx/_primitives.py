@@ -79,7 +79,7 @@ def project_second_order_cone(v: Float[Array, " n"]) -> Float[Array, " n"]:
     The projection, with the shape and dtype of `v`.
     """
     t, x = v[0], v[1:]
-    r = _safe_norm(x)
+    r = jnp.linalg.norm(x)
     # r = 0 only selects the first two branches, but the third is still evaluated (and
     # differentiated), so it must not divide by zero either.
     r_safe = jnp.where(r > 0, r, 1)

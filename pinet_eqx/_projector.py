@@ -55,19 +55,26 @@ class Projector(eqx.Module):
     Everything that does not depend on the instance (lifting, equilibration,
     factorisation of the affine projection) happens once, here, in float64 on the
     host. The output always satisfies the equality constraints up to rounding,
-    whatever the number of iterations; inequalities converge linearly.
+    whatever the number of iterations; inequalities converge linearly, cones
+    typically sub-linearly. If a context makes the set empty, `solve` reports
+    `RESULTS.infeasible` (the iterates certify it) instead of returning NaN.
 
     **Arguments:**
 
     - `constraints`: a constraint set or a non-empty list of them (`Equality`,
-        `AffineInequality`, `Box`). Their intersection is projected onto.
+        `AffineInequality`, `Box`, `SecondOrderCone`, `L1NormCone`, `LInfNormCone`,
+        `Simplex`). Their intersection is projected onto. Vector data may be
+        `Parameter`s; so may matrices, in which case the lifted matrix is
+        equilibrated and QR-factorised per instance inside the call (and gradients
+        reach the matrices too).
     - `sigma`: Douglas-Rachford scaling $\\sigma > 0$, or `"auto"` (default):
         $\\sigma = 0.2 / \\mathrm{gmean}(d_y^2)$, with $d_y$ the equilibration's
         column scaling of $y$. In equilibrated coordinates the prox sees
         $\\sigma d_i^2$, so this makes the step invariant to how $y$ is scaled; on
         the paper's DC3 problems it gives 0.062 (small) and 0.145 (large), next to
         the paper's tuned 0.068 and 0.161, and on other problems it avoids the
-        10-50x slow-downs of a fixed value.
+        10-50x slow-downs of a fixed value. With per-instance matrices $d_y$, and so
+        $\\sigma$, are computed per instance.
     - `omega`: relaxation $\\omega \\in (0, 2)$.
     - `n_iter`: forward iterations in training mode.
     - `n_iter_test`: forward iterations in inference mode
@@ -349,6 +356,8 @@ class Projector(eqx.Module):
             )
         _check_settings(**{**{k: getattr(self, k) for k in _SETTINGS}, **settings})
         new = copy.copy(self)
+        if "sigma" in settings:
+            object.__setattr__(new, "auto_sigma", False)
         for k, v in settings.items():
             # Equinox modules are frozen dataclasses; this is a fresh copy, so
             # setting its fields bypasses nothing that other references can see.
