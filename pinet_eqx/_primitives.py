@@ -5,8 +5,9 @@ Each function projects ONE vector of shape `(n,)` and returns a vector of the sa
 shape and dtype; batch with `jax.vmap`. Everything is written with `jnp.where` and
 `jax.lax`-friendly array operations only (no Python control flow on values), so the
 functions can be `jax.jit`-ed, `jax.vmap`-ed and differentiated. Their derivatives
-are finite everywhere, including at the kinks (cone apexes, ties, zero vectors), where
-they return an element of the (Clarke) generalised Jacobian.
+are finite everywhere, including at the kinks (cone apexes, boundaries, ties, zero
+vectors), where they are the derivative of one of the adjacent smooth pieces, hence an
+element of the (Clarke) generalised Jacobian.
 
 Cones are stored "t first": a vector $v = (t, x)$ has $t = v_0$ and $x = v_{1:}$.
 
@@ -25,8 +26,8 @@ from jaxtyping import Array, ArrayLike, Float, ScalarLike
 
 def project_box(
     v: Float[Array, " n"],
-    lower: Float[ArrayLike, "..."],
-    upper: Float[ArrayLike, "..."],
+    lower: Float[ArrayLike, "#n"] | float,
+    upper: Float[ArrayLike, "#n"] | float,
 ) -> Float[Array, " n"]:
     r"""Euclidean projection onto a box.
 
@@ -79,7 +80,7 @@ def project_second_order_cone(v: Float[Array, " n"]) -> Float[Array, " n"]:
     The projection, with the shape and dtype of `v`.
     """
     t, x = v[0], v[1:]
-    r = jnp.linalg.norm(x)
+    r = _safe_norm(x)
     # r = 0 only selects the first two branches, but the third is still evaluated (and
     # differentiated), so it must not divide by zero either.
     r_safe = jnp.where(r > 0, r, 1)
