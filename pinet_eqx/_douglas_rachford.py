@@ -117,13 +117,19 @@ def phi(s, P: Prepared, op: AbstractAffineProjection, omega):
 
 
 def residuals(z, t, P: Prepared):
-    """(violation of $z$ w.r.t. $\\mathcal{K}$, $\\max|t - z|$), in user units."""
+    """(violation of $z$ w.r.t. $\\mathcal{K}$, $\\max|t - z|$), in user units.
+
+    The violation is measured as `Projector.violation` measures it (for a cone
+    $\\|x\\| - t$, not the distance to the cone), so that stopping at `tol`
+    and the reported `result` agree.
+    """
     n_clip = P.a.shape[0]
     z_clip = z[:n_clip]
     gap = z_clip - jnp.clip(z_clip, P.lower, P.upper)
+    viol = jnp.max(jnp.abs(P.scale[:n_clip] * gap))
     if P.groups:
-        gap = jnp.concatenate([gap, z[n_clip:] - project_k(z[n_clip:], P)])
-    viol = jnp.max(jnp.abs(P.scale * gap))
+        u = P.cone_scale * z[n_clip:] + P.cone_offset
+        viol = jnp.maximum(viol, blocks.violation(u, P.groups, P.totals))
     fp = jnp.max(jnp.abs(P.scale * (t - z)))
     return viol, fp
 
