@@ -367,6 +367,9 @@ TRUTH_PARAMS = (
 )
 
 
+# Clarabel may flag a cone solve as "inaccurate" (see the solver settings above);
+# an inaccurate answer can only make the comparison fail, so the warning is noise.
+@pytest.mark.filterwarnings("ignore:Solution may be inaccurate")
 @pytest.mark.parametrize("name,region", TRUTH_PARAMS)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_matches_clarabel(name, region, seed):
