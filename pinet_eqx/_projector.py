@@ -88,6 +88,14 @@ class Projector(eqx.Module):
     - `equilibrate`: run modified Ruiz equilibration on the lifted matrix.
     - `equilibrate_iters`, `equilibrate_tol`, `equilibrate_mode`: its $K$,
         $\\varepsilon$ and update mode (`"gauss_seidel"` or `"jacobi"`).
+    - `equilibrate_y`: `"shared"` (default) gives every coordinate of $y$ one
+        column scale, so the projection's objective $\\|y - y_{raw}\\|^2$ stays
+        isotropic in the scaled coordinates and `sigma` has one meaning for all of
+        them; rows and auxiliary variables are still balanced freely.
+        `"per_column"` is the paper's variant (App. H.1), one scale per column.
+        On DC3 both need the same iterations; on the paper's second-order-cone
+        problem (App. B.4, 500 + 500) `"shared"` needs 3x fewer (see
+        `benchmarks/RESULTS.md`).
     - `affine_form`: how the affine projection is factorised: `"nullspace"`
         ($2k(d+m)$ flops per iteration, $k = d - \\mathrm{rank}(E)$),
         `"eliminated"` ($d^2 + 2md$), or `"auto"` (the cheaper). Both are exact.
@@ -154,6 +162,7 @@ class Projector(eqx.Module):
         equilibrate_iters: int = 25,
         equilibrate_tol: float = 1e-3,
         equilibrate_mode: Literal["gauss_seidel", "jacobi"] = "gauss_seidel",
+        equilibrate_y: Literal["shared", "per_column"] = "shared",
         affine_form: Literal["auto", "nullspace", "eliminated"] = "auto",
         unroll: bool = False,
         bwd_rtol: float = 1e-5,
@@ -242,9 +251,16 @@ class Projector(eqx.Module):
         per_instance = any(isinstance(M, Parameter) for M, _ in E_items + C_items)
         n_box_rows = sum(_rows(C) for C, _, _ in ineq_rows)
         n_cone = sum(b.size for b in cones)
-        # One scale per column of [y, w_box], and one per cone block.
+        if equilibrate_y not in ("shared", "per_column"):
+            raise ValueError(
+                f"Projector(equilibrate_y={equilibrate_y!r}): must be 'shared' or "
+                "'per_column'."
+            )
+        # Column scale groups: all of y (or each y column), each box row's w, and
+        # each cone block.
+        y_labels = np.zeros(dim, int) if equilibrate_y == "shared" else np.arange(dim)
         labels = np.concatenate(
-            [np.arange(dim + n_box_rows)]
+            [y_labels, dim + np.arange(n_box_rows)]
             + [np.full(b.size, dim + n_box_rows + i) for i, b in enumerate(cones)]
         )
         col_groups, n_col_groups = group_labels(labels, labels.size)

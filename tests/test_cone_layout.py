@@ -95,6 +95,7 @@ def test_per_instance_scaling_is_applied_per_instance():
         [pe.Equality(pe.Parameter("E", shape=(2, d)), pe.Parameter("q"))],
         n_iter=5000,
         tol=1e-12,
+        equilibrate_y="per_column",
     )
     ops = jax.vmap(lambda E, q: proj._factorise(proj._data({"E": E, "q": q}, E.dtype)))(
         Es, qs
@@ -109,6 +110,32 @@ def test_per_instance_scaling_is_applied_per_instance():
         Ei = np.asarray(Es[i])
         expected = y_raw[i] - Ei.T @ np.linalg.solve(Ei @ Ei.T, Ei @ y_raw[i] - qs[i])
         np.testing.assert_allclose(y[i], expected, atol=1e-9)
+
+
+@pytest.mark.parametrize("per_instance", [False, True])
+def test_shared_y_scale_is_uniform_and_projects_the_same(per_instance):
+    rng = np.random.default_rng(5)
+    d = 7
+    A = rng.normal(size=(3, d)) * np.logspace(-1, 1, d)[None, :]
+    E = rng.normal(size=(2, d))
+    y0 = rng.uniform(-0.3, 0.3, size=d)
+    E_data = pe.Parameter("E", shape=(2, d)) if per_instance else E
+    cons = [
+        pe.SecondOrderCone(A, None, None, np.linalg.norm(A @ y0) + 0.3),
+        pe.Equality(E_data, E @ y0),
+    ]
+    params = {"E": jnp.asarray(E)} if per_instance else {}
+    y_raw = jnp.asarray(2 * rng.normal(size=d))
+    outs = {}
+    for mode in ("shared", "per_column"):
+        proj = pe.Projector(cons, equilibrate_y=mode, n_iter=20000, tol=1e-12)
+        sol = proj.solve(y_raw, **params)
+        assert sol.result == pe.RESULTS.successful
+        outs[mode] = sol.y
+        if not per_instance:
+            d_y = np.asarray(proj.op.d_y)
+            assert (np.ptp(d_y) == 0) == (mode == "shared")
+    np.testing.assert_allclose(outs["shared"], outs["per_column"], atol=1e-9)
 
 
 def _soc_net(key, d=6, k=3, n_ctx=4):
