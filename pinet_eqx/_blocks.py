@@ -13,6 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from ._constraints._base import CONE_KINDS, ConeBlock
 from ._primitives import (
     project_l1_norm_cone,
     project_linf_norm_cone,
@@ -27,6 +28,22 @@ class Group(NamedTuple):
     kind: str
     count: int
     size: int
+
+
+def layout(cones: list[ConeBlock]) -> tuple[list[ConeBlock], tuple[Group, ...]]:
+    """Order cone blocks so that blocks of one kind and size are adjacent (each
+    group is then projected by one vmapped primitive).
+
+    **Returns:** the reordered blocks and their groups, in order.
+    """
+    cones = sorted(cones, key=lambda b: (CONE_KINDS.index(b.kind), b.size))
+    groups: list[Group] = []
+    for b in cones:
+        if groups and (groups[-1].kind, groups[-1].size) == (b.kind, b.size):
+            groups[-1] = groups[-1]._replace(count=groups[-1].count + 1)
+        else:
+            groups.append(Group(b.kind, 1, b.size))
+    return cones, tuple(groups)
 
 
 _PROJECT = {

@@ -19,7 +19,7 @@ from ._affine import (
     build_affine_projection_traced,
 )
 from ._constraints import AbstractConstraint
-from ._constraints._base import CONE_KINDS, check_bounds_order
+from ._constraints._base import LiftedPieces, check_bounds_order
 from ._equilibrate import group_labels
 from ._errors import (
     BAD_DIM,
@@ -207,22 +207,9 @@ class Projector(eqx.Module):
         if dim is None:
             raise ValueError(NO_DIM)
 
-        eq_rows, ineq_rows, boxes, cones = [], [], [], []
-        for c in constraints:
-            pieces = c.lift(dim)
-            eq_rows += pieces.eq
-            ineq_rows += pieces.ineq
-            boxes += pieces.box
-            cones += pieces.cones
-        # Blocks of one kind and size sit next to each other in w, so that each
-        # group is projected by one vmapped primitive.
-        cones.sort(key=lambda b: (CONE_KINDS.index(b.kind), b.size))
-        groups = []
-        for b in cones:
-            if groups and groups[-1][::2] == (b.kind, b.size):
-                groups[-1] = blocks.Group(b.kind, groups[-1].count + 1, b.size)
-            else:
-                groups.append(blocks.Group(b.kind, 1, b.size))
+        lifted = LiftedPieces.merge([c.lift(dim) for c in constraints])
+        eq_rows, ineq_rows, boxes = lifted.eq, lifted.ineq, lifted.box
+        cones, groups = blocks.layout(lifted.cones)
 
         params: dict[str, tuple[int, ...]] = {}
 

@@ -43,6 +43,12 @@ class LiftedPieces:
     box: tuple = ()
     cones: tuple = ()
 
+    @classmethod
+    def merge(cls, pieces: list[LiftedPieces]) -> LiftedPieces:
+        """Concatenate the pieces of several constraints, kind by kind."""
+        fields = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{f: sum((getattr(p, f) for p in pieces), ()) for f in fields})
+
 
 @dataclasses.dataclass(frozen=True)
 class ConeBlock:
