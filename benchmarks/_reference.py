@@ -295,6 +295,156 @@ class ReferenceDC3Projector:
         return violation if per_instance else float(violation.max(initial=0.0))
 
 
+class _ReferenceFamily:
+    """Shared plumbing for the reference on the SOC and per-instance-A families.
+
+    Subclasses build `self._project` (a reference `Project`) and implement
+    `_instance(Y, P)`, which turns a batch of points `Y` of shape `(B, d)` and a
+    dict `P` of per-instance data (each of shape `(B, ...)`) into the reference's
+    `ProjectionInstance`. Every function returned here takes `P` as one dict
+    argument, so it matches our `jax.vmap(lambda y, p: proj(y, **p))`.
+    """
+
+    def _call(self, Y, P, n_iter: int, n_iter_bwd: int, s0=None):
+        y_instance, s_next = self._project.call(
+            y_raw=self._instance(Y, P),
+            s0=s0,
+            sigma=self.sigma,
+            omega=self.omega,
+            n_iter=n_iter,
+            n_iter_bwd=n_iter_bwd,
+            fpi=False,
+        )
+        return y_instance.x[..., 0], s_next
+
+    def make_forward(self, n_iter: int):
+        """A jitted `(Y, P) -> Y_proj` with `n_iter` iterations."""
+        return jax.jit(lambda Y, P: self._call(Y, P, n_iter, 1)[0])
+
+    def initial_state(self, Y, P):
+        """The reference's starting governing sequence (a pytree)."""
+        return self._project.initialize(self._instance(Y, P))
+
+    def make_continuation(self, n_iter: int):
+        """A jitted `(Y, P, S) -> (Y_proj, S_next)` resuming from `S`."""
+        return jax.jit(lambda Y, P, S: self._call(Y, P, n_iter, 1, s0=S))
+
+    def make_vjp(self, n_iter: int, n_iter_bwd: int = 25):
+        """A jitted `(Y, P, V) -> V^T dPi/dY` by the reference's implicit backward."""
+
+        def loss(Y, P, V):
+            return jnp.sum(V * self._call(Y, P, n_iter, n_iter_bwd)[0])
+
+        return jax.jit(jax.grad(loss))
+
+
+class ReferenceSOCProjector(_ReferenceFamily):
+    r"""The reference's projection onto the second-order-cone set of App. B.4.
+
+    The set is $\{y = (y_1, y_2) : A y_1 + y_2 = b,\ \|y_{2,:-1}\|_2 \le
+    y_{2,-1}\}$ with $A$ of shape `(d2, d1)` fixed and $b$ per instance. It goes
+    through the reference's public non-linear path: an `EqualityConstraint` with
+    `var_b=True` for $[A\ I] y = b$ and a `NonLinearConstraint` of type `SOCType`
+    for $\|S y + 0\|_2 \le e^\top y + 0$, with $S$ selecting $y_{2,:-1}$ and $e$
+    the last unit vector. The reference lifts $S y$ and $e^\top y$ into $d_2$
+    auxiliary variables and, on this path, never equilibrates.
+
+    `P = {"b": (B, d2)}`.
+    """
+
+    def __init__(self, A, sigma: float, omega: float = 1.7, dtype=None):
+        try:
+            import pinet
+        except ImportError as e:
+            raise ImportError(_REFERENCE_MISSING) from e
+        dtype = jnp.zeros(()).dtype if dtype is None else dtype
+        A = np.asarray(A, np.float64)
+        d2, d1 = A.shape
+        d = d1 + d2
+        E = np.hstack([A, np.eye(d2)])
+        S = np.eye(d)[d1 : d - 1]
+        e = np.eye(d)[d - 1 :]
+        self.sigma, self.omega, self.dtype = sigma, omega, dtype
+        self._pinet = pinet
+        eq = pinet.EqualityConstraint(
+            a_mat=jnp.asarray(E[None], dtype),
+            b=jnp.zeros((1, d2, 1), dtype),
+            method=None,
+            var_b=True,
+        )
+        self._nl_spec = pinet.NonLinearSpecification(
+            nl_type=pinet.SOCType,
+            a_mat=jnp.asarray(S[None], dtype),
+            a=jnp.zeros((1, d2 - 1, 1), dtype),
+            f=jnp.asarray(e[None], dtype),
+            b=jnp.zeros((1, 1, 1), dtype),
+        )
+        self._project = pinet.Project(
+            eq_constraint=eq,
+            nl_constraints=[pinet.NonLinearConstraint(spec=self._nl_spec)],
+        )
+
+    def _instance(self, Y, P):
+        pinet = self._pinet
+        return pinet.ProjectionInstance(
+            x=jnp.asarray(Y, self.dtype)[..., None],
+            eq=pinet.EqualityConstraintsSpecification(
+                b=jnp.asarray(P["b"], self.dtype)[..., None]
+            ),
+            nl=[self._nl_spec],
+        )
+
+
+class ReferenceAxProjector(_ReferenceFamily):
+    r"""The reference's projection onto $\{y : E y = b,\ \ell \le y \le u\}$
+    with both $E$ and $b$ per instance.
+
+    It uses `EqualityConstraint(var_a_mat=True, var_b=True)` and a fixed
+    `BoxConstraint`; the per-instance matrices enter through
+    `EqualityConstraintsSpecification(a_mat=..., b=...)`. On this path the
+    reference computes a batched pseudo-inverse inside every call and does not
+    equilibrate.
+
+    `P = {"E": (B, m, d), "b": (B, m)}`.
+    """
+
+    def __init__(self, m: int, d: int, lower, upper, sigma, omega=1.7, dtype=None):
+        try:
+            import pinet
+        except ImportError as e:
+            raise ImportError(_REFERENCE_MISSING) from e
+        dtype = jnp.zeros(()).dtype if dtype is None else dtype
+        self.sigma, self.omega, self.dtype = sigma, omega, dtype
+        self._pinet = pinet
+        # The matrix given here is only a shape placeholder: with var_a_mat=True
+        # the reference takes the matrix of every call from the instance.
+        eq = pinet.EqualityConstraint(
+            a_mat=jnp.zeros((1, m, d), dtype).at[0, :, :m].set(jnp.eye(m, dtype=dtype)),
+            b=jnp.zeros((1, m, 1), dtype),
+            method=None,
+            var_b=True,
+            var_a_mat=True,
+        )
+        lower = jnp.broadcast_to(jnp.asarray(lower, dtype), (d,))
+        upper = jnp.broadcast_to(jnp.asarray(upper, dtype), (d,))
+        box = pinet.BoxConstraint(
+            pinet.BoxConstraintSpecification(
+                lb=lower[None, :, None], ub=upper[None, :, None]
+            )
+        )
+        self._project = pinet.Project(eq_constraint=eq, box_constraint=box)
+
+    def _instance(self, Y, P):
+        pinet = self._pinet
+        return pinet.ProjectionInstance(
+            x=jnp.asarray(Y, self.dtype)[..., None],
+            eq=pinet.EqualityConstraintsSpecification(
+                b=jnp.asarray(P["b"], self.dtype)[..., None],
+                a_mat=jnp.asarray(P["E"], self.dtype),
+            ),
+        )
+
+
 def _median_time(fn, *args, repeats: int = 10) -> float:
     # One call first, to compile; `block_until_ready` because dispatch is
     # asynchronous and would otherwise time only the launch.

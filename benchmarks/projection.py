@@ -25,6 +25,8 @@ From the repository root:
     python -m benchmarks.projection                     # everything
     python -m benchmarks.projection --quick             # small problem, 3 repeats
     python -m benchmarks.projection --sizes small --precision f32
+    python -m benchmarks.projection --family soc        # App. B.4 cone, see _families
+    python -m benchmarks.projection --family ax         # per-instance E(x) with a box
 
 Float32 and float64 run in separate subprocesses, since `jax_enable_x64` is global.
 The results are printed and written to the section "Projection layer vs reference
@@ -280,36 +282,8 @@ def _run_size(size: str, precision: str, batch: int, repeats: int, search_cap: i
 
         return jax.jit(jax.grad(loss))
 
-    go, gr = ours_grad(proj), ref.make_vjp(N_ITER, N_ITER_BWD)
-    # Also our default backward budget (n_iter_bwd=50): in float32, lineax's
-    # BiCGStab needs restarts (see pinet_eqx/_implicit.py), which 25 steps can cut
-    # short for a few instances.
-    go_default = ours_grad(proj.with_settings(n_iter_bwd=N_ITER_BWD_DEFAULT))
-    t = _time_interleaved(
-        {
-            "ours": (go, (Yj, Xj, Vj)),
-            "ref": (gr, (Yj, Xj, Vj)),
-            "ours_default": (go_default, (Yj, Xj, Vj)),
-        },
-        repeats,
-    )
-    # Did every instance's BiCGStab converge within n_iter_bwd? Our "warn" mode
-    # warns once per call if any instance did not.
-    g_warn = ours_grad(proj.with_settings(bwd_failure="warn"))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        jax.block_until_ready(g_warn(Yj, Xj, Vj))
-        jax.effects_barrier()
-    t["bwd_converged"] = not any(
-        issubclass(w.category, pe.BackwardNotConvergedWarning) for w in caught
-    )
-    # Accuracy of both implicit gradients against an independent adjoint: ours
-    # unrolled through the same 50 iterations, in the same precision. (In float64
-    # both sides reach the same CV at every iteration count: their iterates agree.)
-    g_unroll = np.asarray(ours_grad(proj.with_settings(unroll=True))(Yj, Xj, Vj))
-    t["grad_err_ours"] = _rel_err(go(Yj, Xj, Vj), g_unroll)
-    t["grad_err_ref"] = _rel_err(gr(Yj, Xj, Vj), g_unroll)
-    t["grad_err_ours_default"] = _rel_err(go_default(Yj, Xj, Vj), g_unroll)
+    gr = ref.make_vjp(N_ITER, N_ITER_BWD)
+    t, _, _ = _backward_stats(ours_grad, proj, gr, (Yj, Xj, Vj), repeats)
     res["bwd"] = t
     _log(
         f"{tag}    ours {t['ours']['median']:.1f} ms, ref {t['ref']['median']:.1f} "
@@ -326,6 +300,52 @@ def _rel_err(g, g_ref) -> float:
     g_ref = np.asarray(g_ref, np.float64)
     num = np.linalg.norm(g - g_ref, axis=1)
     return float((num / np.maximum(np.linalg.norm(g_ref, axis=1), 1e-30)).max())
+
+
+def _backward_stats(ours_grad, proj, ref_grad, args, repeats: int) -> dict:
+    """Time our implicit VJP (at n_iter_bwd = N_ITER_BWD and at our default) against
+    the reference's, check whether every BiCGStab solve converged, and measure both
+    gradients' relative error from ours unrolled through the same iterations.
+
+    `ours_grad(projector)` returns a jitted gradient function of `args`.
+
+    **Returns:** the measurements, and our jitted gradient functions at
+    `N_ITER_BWD` and at the default budget.
+    """
+    import jax
+
+    import pinet_eqx as pe
+
+    go = ours_grad(proj)
+    # Also our default backward budget (n_iter_bwd=50): in float32, lineax's
+    # BiCGStab needs restarts (see pinet_eqx/_implicit.py), which 25 steps can cut
+    # short for a few instances.
+    go_default = ours_grad(proj.with_settings(n_iter_bwd=N_ITER_BWD_DEFAULT))
+    t = _time_interleaved(
+        {
+            "ours": (go, args),
+            "ref": (ref_grad, args),
+            "ours_default": (go_default, args),
+        },
+        repeats,
+    )
+    # Did every instance's BiCGStab converge within n_iter_bwd? Our "warn" mode
+    # warns once per call if any instance did not.
+    g_warn = ours_grad(proj.with_settings(bwd_failure="warn"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jax.block_until_ready(g_warn(*args))
+        jax.effects_barrier()
+    t["bwd_converged"] = not any(
+        issubclass(w.category, pe.BackwardNotConvergedWarning) for w in caught
+    )
+    # Accuracy of both implicit gradients against an independent adjoint: ours
+    # unrolled through the same iterations, in the same precision.
+    g_unroll = np.asarray(ours_grad(proj.with_settings(unroll=True))(*args))
+    t["grad_err_ours"] = _rel_err(go(*args), g_unroll)
+    t["grad_err_ref"] = _rel_err(ref_grad(*args), g_unroll)
+    t["grad_err_ours_default"] = _rel_err(go_default(*args), g_unroll)
+    return t, go, go_default
 
 
 def _worker(args) -> None:
@@ -510,21 +530,74 @@ def _write_results(body: str) -> None:
     RESULTS_PATH.write_text(text)
 
 
+def _run_workers(precisions, worker_args: list[str], sizes: list[str]) -> list[dict]:
+    """Run one worker process per precision (a fresh process, so that the x64 flag
+    is set before JAX starts) with `worker_args`, and collect their results in
+    (size, precision) order."""
+    results = []
+    for precision in precisions:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "results.json")
+            cmd = [sys.executable, "-m", "benchmarks.projection", "--worker"]
+            cmd += ["--json", path, "--precision", precision, *worker_args]
+            proc = subprocess.run(cmd, cwd=pathlib.Path(__file__).parent.parent)
+            if os.path.exists(path):
+                with open(path) as f:
+                    results += json.load(f)
+            if proc.returncode != 0:
+                _log(f"worker for {precision} failed with code {proc.returncode}")
+    if not results:
+        raise SystemExit("no results")
+    order = {
+        (s, p): i
+        for i, (s, p) in enumerate((s, p) for s in sizes for p in ("f32", "f64"))
+    }
+    results.sort(key=lambda r: order[(r["size"], r["precision"])])
+    return results
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         description="Time the pinet_eqx projector against the reference pinet-hcnn."
     )
-    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    parser.add_argument(
+        "--family",
+        choices=["dc3", "soc", "ax"],
+        default="dc3",
+        help="dc3: the DC3 polytopes (this module); soc: the second-order cone of "
+        "the paper's App. B.4; ax: a per-instance equality matrix E(x) with a box "
+        "(both in benchmarks/_families.py)",
+    )
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        choices=list(SIZES),
+        default=None,
+        help="default: both for dc3 and soc, small for ax",
+    )
     parser.add_argument(
         "--precision", nargs="+", choices=["f32", "f64"], default=["f32", "f64"]
     )
-    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="default: 1024, except soc large (128) and ax large (64)",
+    )
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument(
         "--repeats-large-f64",
         type=int,
         default=5,
-        help="repeats for the large problem in float64 (the reference is slow)",
+        help="repeats for the large problem in float64 (the reference is slow); "
+        "for soc and ax, for the large problem in both precisions",
+    )
+    parser.add_argument(
+        "--sigma",
+        type=float,
+        default=None,
+        help="soc and ax only: the reference's sigma, also used by our 'ours-same' "
+        "variant (default: per family, see benchmarks/_families.py)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="small problem only, 3 repeats"
@@ -537,6 +610,17 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.repeats = ["small"], 3
+    if args.family != "dc3":
+        from benchmarks import _families
+
+        _families.main(args, argv)
+        return
+    if args.sigma is not None:
+        parser.error("--sigma applies to --family soc and ax only")
+    if args.sizes is None:
+        args.sizes = list(SIZES)
+    if args.batch is None:
+        args.batch = 1024
     if args.worker:
         _worker(args)
         return
@@ -548,41 +632,20 @@ def main(argv=None) -> None:
     _log(f"load average at start: {os.getloadavg()}")
     machine = _machine()
     _log(f"machine: {machine}")
-    results = []
-    for precision in args.precision:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "results.json")
-            cmd = [
-                sys.executable,
-                "-m",
-                "benchmarks.projection",
-                "--worker",
-                "--json",
-                path,
-                "--precision",
-                precision,
-                "--batch",
-                str(args.batch),
-                "--repeats",
-                str(args.repeats),
-                "--repeats-large-f64",
-                str(args.repeats_large_f64),
-                "--sizes",
-                *args.sizes,
-            ]
-            proc = subprocess.run(cmd, cwd=pathlib.Path(__file__).parent.parent)
-            if os.path.exists(path):
-                with open(path) as f:
-                    results += json.load(f)
-            if proc.returncode != 0:
-                _log(f"worker for {precision} failed with code {proc.returncode}")
-    if not results:
-        raise SystemExit("no results")
-    order = {
-        (s, p): i
-        for i, (s, p) in enumerate((s, p) for s in SIZES for p in ("f32", "f64"))
-    }
-    results.sort(key=lambda r: order[(r["size"], r["precision"])])
+    results = _run_workers(
+        args.precision,
+        [
+            "--batch",
+            str(args.batch),
+            "--repeats",
+            str(args.repeats),
+            "--repeats-large-f64",
+            str(args.repeats_large_f64),
+            "--sizes",
+            *args.sizes,
+        ],
+        list(SIZES),
+    )
 
     load_end = os.getloadavg()
     header = [

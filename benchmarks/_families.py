@@ -1,0 +1,792 @@
+r"""Two more problem families for `benchmarks/projection.py`, against the reference.
+
+- `soc`: the second-order-cone projection of the paper's App. B.4. With
+  $y = (y_1, y_2)$, $y_1 \in \mathbb{R}^{d_1}$, $y_2 \in \mathbb{R}^{d_2}$, project
+  $y_{raw} \sim N(0, I)$ onto
+  $\{y : A y_1 + y_2 = b,\ \|y_{2,:-1}\|_2 \le y_{2,-1}\}$. The matrix
+  $A \sim U[-1, 1]^{d_2 \times d_1}$ is fixed; $b$ changes per instance and is
+  generated as in O'Donoghue et al. (2016, §6.6): $z \sim U[-1, 1]^{d_2}$,
+  $y_1^\star \sim U[-1, 1]^{d_1}$, $b = A y_1^\star + \Pi_{\mathcal{K}}(z)$. Sizes
+  $(d_1, d_2) = (25, 25)$ (small) and $(500, 500)$ (large).
+- `ax`: a per-instance equality matrix, $\{y : E(x) y = b(x),\ -1 \le y \le 1\}$
+  with $E(x) = E_0 + 0.1 N(0, 1)$, $E_0 \sim N(0, 1)^{m \times d}$, and
+  $b(x) = E(x) y_f$, $y_f \sim U[-0.5, 0.5]^d$ (so the set is not empty). Sizes
+  $(d, m) = (100, 50)$ (small) and $(1000, 500)$ (large).
+
+Ours: `pe.Projector([pe.Equality([A I], Parameter("b")), pe.SecondOrderCone(S, f=e)])`
+with $S$ selecting $y_{2,:-1}$ and $e$ the last unit vector, and
+`pe.Projector([pe.Equality(Parameter("E", shape=(m, d)), Parameter("b")),
+pe.Box(-1, 1)])`. The reference (`pinet-hcnn` 0.2.0): its non-linear `SOCType`
+path and its `var_a_mat=True` path (`benchmarks/_reference.py`). On both paths the
+reference cannot equilibrate, so ours runs twice: with its defaults (`sigma="auto"`,
+equilibrated), and as "ours-same", the reference's own iteration (the reference's
+sigma, `equilibrate=False`), which isolates the cost of one iteration.
+
+Each family, size and precision gets the DC3 section's three timings (same jitted,
+warmed-up, interleaved method, from `benchmarks/projection.py`) plus an accuracy
+check against an independent ground truth: cvxpy + Clarabel on the first
+`N_TRUTH` instances of the batch, polished by Newton's method on the KKT system of
+the active constraints (Clarabel alone stops near 1e-7 on the cone).
+
+Run through `python -m benchmarks.projection --family soc` (or `ax`); the results
+go to the section `SECTION` of `benchmarks/RESULTS.md`, one subsection per family.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from benchmarks.projection import (
+    N_ITER,
+    N_ITER_BWD,
+    N_ITER_BWD_DEFAULT,
+    OMEGA,
+    RESULTS_PATH,
+    TOLERANCE,
+    _backward_stats,
+    _fmt_t,
+    _log,
+    _machine,
+    _rel_err,
+    _run_workers,
+    _search,
+    _time_interleaved,
+)
+
+SECTION = "## Cones and per-instance matrices vs reference (pinet-hcnn 0.2.0)"
+SECTION_INTRO = (
+    "Written by `python -m benchmarks.projection --family soc` and `--family ax` "
+    "(`benchmarks/_families.py`), one subsection each. Same timing method as "
+    "above. The reference cannot equilibrate on these paths (its SOC path and its "
+    "per-instance-matrix path skip it), so ours is shown twice: with its defaults, "
+    "and running the reference's own iteration (same σ, no equilibration)."
+)
+N_TRUTH = 8  # instances with a ground truth (the first of the batch)
+N_TRUTH_NEG = 4  # of which, instances also solved for -y_raw (sign check)
+N_ITER_CONVERGED = 1000  # the "converged" accuracy check, on the truth subset only
+DATA_SEED = 17
+CACHE_DIR = pathlib.Path(__file__).with_name("_out")
+
+FAMILIES = {
+    # family: {size: (dims, default batch)}
+    "soc": {"small": ((25, 25), 1024), "large": ((500, 500), 128)},
+    "ax": {"small": ((100, 50), 1024), "large": ((1000, 500), 64)},
+}
+DEFAULT_SIZES = {"soc": ["small", "large"], "ax": ["small"]}
+# The reference's Douglas-Rachford sigma (omega = 1.7 as for DC3), also used by
+# our "ours_same" variant: the best of {0.01, 0.03, 0.1, 0.2, 0.3, 0.5, 1, 3} for
+# the reference's iterations to CV and error <= 1e-6 (float64, small size, the 8
+# ground-truth instances). `--sigma` overrides it. Ours proper uses its default.
+SIGMA = {"soc": 0.5, "ax": 0.3}
+
+
+# ---------------------------------------------------------------- data
+
+
+def soc_project(Z):
+    """Euclidean projection of each row of `Z` onto $\\{(u, t) : \\|u\\| \\le t\\}$
+    (the last entry is $t$)."""
+    Z = np.asarray(Z, np.float64)
+    u, t = Z[:, :-1], Z[:, -1]
+    nu = np.linalg.norm(u, axis=1)
+    out = np.zeros_like(Z)
+    inside = nu <= t
+    out[inside] = Z[inside]
+    mid = ~inside & (nu > -t)  # the rest (nu <= -t) goes to the apex, 0
+    scale = (t[mid] + nu[mid]) / 2
+    out[mid, :-1] = scale[:, None] * u[mid] / nu[mid, None]
+    out[mid, -1] = scale
+    return out
+
+
+class SocFamily:
+    """The App. B.4 SOC set, data and checks; see the module docstring."""
+
+    name = "soc"
+    params = ("b",)
+
+    def __init__(self, size: str, batch: int, seed: int = DATA_SEED):
+        (d1, d2), _ = FAMILIES["soc"][size]
+        self.size, self.batch, self.d1, self.d2, self.d = size, batch, d1, d2, d1 + d2
+        # One stream per array, so that instance i does not depend on the batch.
+        self.A = np.random.RandomState(seed).uniform(-1, 1, (d2, d1))
+        z = np.random.RandomState(seed + 1).uniform(-1, 1, (batch, d2))
+        y1 = np.random.RandomState(seed + 2).uniform(-1, 1, (batch, d1))
+        self.E = np.hstack([self.A, np.eye(d2)])
+        self.P = {"b": y1 @ self.A.T + soc_project(z)}
+        self.Y = np.random.RandomState(0).normal(size=(batch, self.d))
+        self.V = np.random.RandomState(1).normal(size=(batch, self.d))
+        self.dims = f"d1 = {d1}, d2 = {d2}"
+
+    def cv(self, Y, per_instance=False):
+        """max(||[A I] y - b||_inf, (||y2[:-1]|| - y2[-1])_+), float64."""
+        Y = np.asarray(Y, np.float64)
+        b = self.P["b"][: len(Y)]
+        eq = np.abs(Y @ self.E.T - b).max(axis=1)
+        cone = np.maximum(np.linalg.norm(Y[:, self.d1 : -1], axis=1) - Y[:, -1], 0)
+        v = np.maximum(eq, cone)
+        return v if per_instance else float(v.max())
+
+    def ours(self, pe, **settings):
+        S = np.eye(self.d)[self.d1 : self.d - 1]
+        e = np.eye(self.d)[self.d - 1]
+        return pe.Projector(
+            [pe.Equality(self.E, pe.Parameter("b")), pe.SecondOrderCone(S, f=e)],
+            **settings,
+        )
+
+    def reference(self, sigma, omega, dtype):
+        from benchmarks._reference import ReferenceSOCProjector
+
+        return ReferenceSOCProjector(self.A, sigma=sigma, omega=omega, dtype=dtype)
+
+    def truth(self, y, i):
+        """The projection of `y` for instance `i`: Clarabel, then Newton polish."""
+        import cvxpy as cp
+
+        d1, d = self.d1, self.d
+        b = self.P["b"][i]
+        z = cp.Variable(d)
+        prob = cp.Problem(
+            cp.Minimize(cp.sum_squares(z - y)),
+            [self.E @ z == b, cp.SOC(z[d - 1], z[d1 : d - 1])],
+        )
+        _clarabel(prob)
+        return _polish_soc(self.E, b, y, z.value, d1)
+
+
+class AxFamily:
+    """Per-instance E(x) with a box; see the module docstring."""
+
+    name = "ax"
+    params = ("E", "b")
+
+    def __init__(self, size: str, batch: int, seed: int = DATA_SEED):
+        (d, m), _ = FAMILIES["ax"][size]
+        self.size, self.batch, self.d, self.m = size, batch, d, m
+        # One stream per array, so that instance i does not depend on the batch.
+        E0 = np.random.RandomState(seed).normal(size=(m, d))
+        E = E0 + 0.1 * np.random.RandomState(seed + 1).normal(size=(batch, m, d))
+        y_feasible = np.random.RandomState(seed + 2).uniform(-0.5, 0.5, (batch, d))
+        self.P = {"E": E, "b": np.einsum("bij,bj->bi", E, y_feasible)}
+        self.Y = np.random.RandomState(0).normal(size=(batch, d))
+        self.V = np.random.RandomState(1).normal(size=(batch, d))
+        self.dims = f"d = {d}, m = {m}"
+
+    def cv(self, Y, per_instance=False):
+        """max(||E y - b||_inf, box violation), float64."""
+        Y = np.asarray(Y, np.float64)
+        n = len(Y)
+        r = np.einsum("bij,bj->bi", self.P["E"][:n], Y) - self.P["b"][:n]
+        v = np.maximum(np.abs(r).max(axis=1), np.maximum(np.abs(Y) - 1, 0).max(axis=1))
+        return v if per_instance else float(v.max())
+
+    def ours(self, pe, **settings):
+        E = pe.Parameter("E", shape=(self.m, self.d))
+        return pe.Projector(
+            [
+                pe.Equality(E, pe.Parameter("b")),
+                pe.Box(-np.ones(self.d), np.ones(self.d)),
+            ],
+            **settings,
+        )
+
+    def reference(self, sigma, omega, dtype):
+        from benchmarks._reference import ReferenceAxProjector
+
+        return ReferenceAxProjector(
+            self.m, self.d, -1.0, 1.0, sigma=sigma, omega=omega, dtype=dtype
+        )
+
+    def truth(self, y, i):
+        import cvxpy as cp
+
+        E, b = self.P["E"][i], self.P["b"][i]
+        z = cp.Variable(self.d)
+        prob = cp.Problem(
+            cp.Minimize(cp.sum_squares(z - y)), [E @ z == b, z >= -1, z <= 1]
+        )
+        _clarabel(prob)
+        return _polish_box(E, b, y, z.value)
+
+
+def _clarabel(prob) -> None:
+    import cvxpy as cp
+
+    with warnings.catch_warnings():
+        # "Solution may be inaccurate": the polish below takes care of it.
+        warnings.simplefilter("ignore")
+        prob.solve(
+            solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10
+        )
+
+
+def _polish_box(E, b, y, z):
+    """Exact projection by a primal-dual active-set method from Clarabel's z.
+
+    With the bounds in the active set fixed, the rest is an affine projection;
+    the set is updated from the violated bounds and the wrong-signed multipliers
+    until the KKT conditions hold. Returns z, the KKT residual and the VJP.
+    """
+    upper, lower = z > 1 - 1e-6, z < -1 + 1e-6
+    for _ in range(100):
+        active = upper | lower
+        F = ~active
+        z = np.where(upper, 1.0, np.where(lower, -1.0, 0.0))
+        EF = E[:, F]
+        lam = np.linalg.solve(EF @ EF.T, EF @ y[F] - (b - E[:, active] @ z[active]))
+        z[F] = y[F] - EF.T @ lam
+        # KKT: y - z - E^T lam = nu, nu >= 0 on upper bounds and <= 0 on lower.
+        nu = y - z - E.T @ lam
+        wrong_upper, wrong_lower = upper & (nu < 0), lower & (nu > 0)
+        over, under = F & (z > 1), F & (z < -1)
+        if not (wrong_upper.any() or wrong_lower.any() or over.any() or under.any()):
+            break
+        upper = (upper & ~wrong_upper) | over
+        lower = (lower & ~wrong_lower) | under
+    kkt = max(
+        np.abs(E @ z - b).max(),
+        np.maximum(np.abs(z) - 1, 0).max(),
+        np.abs(nu[F]).max(initial=0),
+        np.maximum(-nu[active] * z[active], 0).max(initial=0),
+    )
+
+    def vjp(v):
+        # The active bounds are fixed; the free part is an affine projection.
+        g = np.zeros_like(v)
+        g[F] = v[F] - EF.T @ np.linalg.solve(EF @ EF.T, EF @ v[F])
+        return g
+
+    return z, float(kkt), vjp
+
+
+def _polish_soc(E, b, y, z, d1):
+    """Newton's method on the KKT system of the projection, from Clarabel's z."""
+    d, m = E.shape[1], E.shape[0]
+    u_idx = np.arange(d1, d - 1)
+
+    def affine(y):
+        return y - E.T @ np.linalg.solve(E @ E.T, E @ y - b)
+
+    def g_grad_hess(z):
+        u, t = z[u_idx], z[-1]
+        nu = np.linalg.norm(u)
+        grad = np.zeros(d)
+        grad[u_idx], grad[-1] = u / nu, -1.0
+        H = np.zeros((d, d))
+        H[np.ix_(u_idx, u_idx)] = (np.eye(u.size) - np.outer(u, u) / nu**2) / nu
+        return nu - t, grad, H
+
+    zc = affine(y)
+    if np.linalg.norm(zc[u_idx]) <= zc[-1]:  # the cone is inactive
+
+        def vjp(v):
+            return v - E.T @ np.linalg.solve(E @ E.T, E @ v)
+
+        return zc, float(np.abs(E @ zc - b).max()), vjp
+
+    def kkt_system(z, lam, mu):
+        """The KKT residual F and its Jacobian J (symmetric) at (z, lam, mu)."""
+        g, grad, H = g_grad_hess(z)
+        F = np.concatenate([z - y + E.T @ lam + mu * grad, E @ z - b, [g]])
+        J = np.zeros((d + m + 1, d + m + 1))
+        J[:d, :d] = np.eye(d) + mu * H
+        J[:d, d : d + m] = E.T
+        J[:d, -1] = grad
+        J[d : d + m, :d] = E
+        J[-1, :d] = grad
+        return F, J
+
+    _, grad, _ = g_grad_hess(z)
+    M = np.column_stack([E.T, grad])
+    lm = np.linalg.lstsq(M, y - z, rcond=None)[0]
+    lam, mu = lm[:m], lm[m]
+    for _ in range(50):
+        F, J = kkt_system(z, lam, mu)
+        if np.abs(F).max() < 1e-13 * max(1.0, np.abs(y).max()):
+            break
+        step = np.linalg.solve(J, -F)
+        z, lam, mu = z + step[:d], lam + step[d : d + m], mu + step[-1]
+    F, J = kkt_system(z, lam, mu)
+    kkt = max(float(np.abs(F).max()), max(-mu, 0.0))
+    # Implicit differentiation of the (symmetric) KKT system: dz = [J^-1]_zz dy.
+
+    def vjp(v):
+        return np.linalg.solve(J, np.concatenate([v, np.zeros(m + 1)]))[:d]
+
+    return z, kkt, vjp
+
+
+def _ground_truth(fam) -> dict:
+    """Truths for the first N_TRUTH instances (and -y_raw for N_TRUTH_NEG)."""
+    CACHE_DIR.mkdir(exist_ok=True)
+    path = CACHE_DIR / f"truth_v4_{fam.name}_{fam.size}_{DATA_SEED}_{N_TRUTH}.npz"
+    if path.exists():
+        f = np.load(path)
+        return {k: f[k] for k in f.files}
+    start = time.perf_counter()
+    T, kkt, G, Tneg = [], [], [], []
+    for i in range(N_TRUTH):
+        z, r, vjp = fam.truth(fam.Y[i], i)
+        T.append(z)
+        kkt.append(r)
+        G.append(vjp(fam.V[i]))
+    for i in range(N_TRUTH_NEG):
+        Tneg.append(fam.truth(-fam.Y[i], i)[0])
+    out = dict(
+        T=np.stack(T),
+        kkt=np.asarray(kkt),
+        G=np.stack(G),
+        Tneg=np.stack(Tneg),
+        seconds=np.asarray(time.perf_counter() - start),
+    )
+    np.savez(path, **out)
+    return out
+
+
+# ---------------------------------------------------------------- measurement
+
+
+def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> dict:
+    """All measurements for one family, size and precision; `sigma` is the
+    reference's (also used by our `ours_same` variant)."""
+    import jax
+    import jax.numpy as jnp
+
+    import pinet_eqx as pe
+
+    tol = TOLERANCE[precision]
+    dtype = jnp.float64 if precision == "f64" else jnp.float32
+    tag = f"[{fam.name} {fam.size} {precision}]"
+    _log(f"{tag} ground truth (cvxpy + Clarabel + Newton polish, {N_TRUTH} instances)")
+    gt = _ground_truth(fam)
+    T, Tneg = gt["T"], gt["Tneg"]
+
+    def err(Yp, truth=T):
+        Yp = np.asarray(Yp, np.float64)[: len(truth)]
+        return float(np.abs(Yp - truth).max())
+
+    def cv_err(Yp):
+        return max(fam.cv(Yp), err(Yp))
+
+    Yj, Vj = jnp.asarray(fam.Y, dtype), jnp.asarray(fam.V, dtype)
+    Pj = {k: jnp.asarray(v, dtype) for k, v in fam.P.items()}
+    sub = slice(0, N_TRUTH)
+    Ys, Ps = Yj[sub], {k: v[sub] for k, v in Pj.items()}
+
+    res = dict(
+        family=fam.name,
+        size=fam.size,
+        dims=fam.dims,
+        precision=precision,
+        batch=fam.batch,
+        tolerance=tol,
+        sigma=sigma,
+        truth_kkt=float(gt["kkt"].max()),
+        truth_seconds=float(gt["seconds"]),
+    )
+
+    _log(f"{tag} building projectors")
+    settings = dict(
+        omega=OMEGA, n_iter=N_ITER, n_iter_bwd=N_ITER_BWD, bwd_failure="ignore"
+    )
+    start = time.perf_counter()
+    proj = fam.ours(pe, **settings)  # its defaults: sigma="auto", equilibrated
+    setup_ours = time.perf_counter() - start
+    # The reference's own iteration: its sigma, no equilibration.
+    proj_same = fam.ours(pe, sigma=sigma, equilibrate=False, **settings)
+    start = time.perf_counter()
+    ref = fam.reference(sigma, OMEGA, dtype)
+    setup_ref = time.perf_counter() - start
+    # With per-instance matrices the affine projection is factorised in each call.
+    form = "per call" if proj.op is None else type(proj.op).__name__
+    res["setup"] = dict(ours=setup_ours, ref=setup_ref, form=form)
+    res["bwd_tols"] = (proj.bwd_rtol, proj.bwd_atol)
+
+    def ours_forward(p):
+        return jax.jit(jax.vmap(lambda y, P: p(y, **P)))
+
+    def accuracy(y):
+        return dict(cv=fam.cv(y), err=err(y))
+
+    # a) Fixed iteration count, with the accuracy of the very calls timed.
+    _log(f"{tag} a) forward, n_iter={N_ITER}, {repeats} interleaved repeats")
+    fns = {
+        "ours": ours_forward(proj),
+        "ours_same": ours_forward(proj_same),
+        "ref": ref.make_forward(N_ITER),
+    }
+    t = _time_interleaved({k: (f, (Yj, Pj)) for k, f in fns.items()}, repeats)
+    t["acc"] = {k: accuracy(f(Yj, Pj)) for k, f in fns.items()}
+    res["fixed"] = t
+    _log(
+        f"{tag}    "
+        + ", ".join(
+            f"{k} {t[k]['median']:.1f} ms (CV {t['acc'][k]['cv']:.1e}, err "
+            f"{t['acc'][k]['err']:.1e})"
+            for k in fns
+        )
+        + f", load {t['load']:.2f}"
+    )
+
+    # b) Time to CV <= tol and error <= tol.
+    _log(f"{tag} b) searching the smallest n_iter with CV and error <= {tol:g}")
+    ref_step = {}
+
+    def ref_advance(state, k):
+        if k not in ref_step:
+            ref_step[k] = ref.make_continuation(k)
+        return ref_step[k](Yj, Pj, state)
+
+    def ours_advancer(base):
+        steps = {}
+
+        def advance(state, k):
+            # `state` is None on the first call, so that the search starts from
+            # the projector's own default starting point, as a one-shot call does.
+            key = (k, state is None)
+            if key not in steps:
+                p = base.with_settings(n_iter=k)
+
+                def one(y, P, s=None):
+                    sol = p.solve(y, **P) if s is None else p.solve(y, s0=s, **P)
+                    return sol.y, sol.s
+
+                if state is None:
+                    steps[key] = jax.jit(jax.vmap(lambda y, P: one(y, P)))
+                else:
+                    steps[key] = jax.jit(jax.vmap(one))
+            if state is None:
+                return steps[key](Yj, Pj)
+            return steps[key](Yj, Pj, state)
+
+        return advance
+
+    searches = {
+        "ref": _search(ref_advance, ref.initial_state(Yj, Pj), cv_err, tol, search_cap),
+        "ours": _search(ours_advancer(proj), None, cv_err, tol, search_cap),
+        "ours_same": _search(ours_advancer(proj_same), None, cv_err, tol, search_cap),
+    }
+    for k, v in searches.items():
+        _log(f"{tag}    {k}: {v}")
+
+    so = searches["ours"]
+    cap = max(200, 4 * so["n_iter"]) if so["reached"] else search_cap
+    p_tol = proj.with_settings(tol=tol, n_iter=cap)
+    sol = jax.jit(jax.vmap(lambda y, P: p_tol.solve(y, **P)))(Yj, Pj)
+    steps = np.asarray(sol.n_steps)
+    tolres = dict(cap=cap, steps_max=int(steps.max()), steps_mean=float(steps.mean()))
+    fns = {"ours_tol": ours_forward(p_tol)}
+    for k, base in (("ours", proj), ("ours_same", proj_same)):
+        if searches[k]["reached"]:
+            fns[k] = ours_forward(base.with_settings(n_iter=searches[k]["n_iter"]))
+    if searches["ref"]["reached"]:
+        fns["ref"] = ref.make_forward(searches["ref"]["n_iter"])
+    _log(f"{tag}    timing {', '.join(fns)}, {repeats} interleaved repeats")
+    t = _time_interleaved({k: (f, (Yj, Pj)) for k, f in fns.items()}, repeats)
+    # The accuracy of the very calls timed (a one-shot run can round differently
+    # from the resumed runs of the search).
+    tolres.update(accuracy(fns["ours_tol"](Yj, Pj)))
+    for k in fns:
+        if k in searches:
+            searches[k].update(accuracy(fns[k](Yj, Pj)))
+    t.update(searches=searches, ours_tol_info=tolres)
+    res["tol"] = t
+    _log(
+        f"{tag}    "
+        + ", ".join(f"{k} {t[k]['median']:.1f} ms" for k in fns)
+        + f"; ours tol steps max {tolres['steps_max']}, CV {tolres['cv']:.1e}, "
+        f"err {tolres['err']:.1e}"
+    )
+
+    # c) Forward plus implicit VJP.
+    _log(f"{tag} c) forward + VJP, n_iter={N_ITER}, n_iter_bwd={N_ITER_BWD}")
+
+    def ours_grad(p):
+        def loss(Yb, Pb, Vb):
+            return jnp.sum(Vb * jax.vmap(lambda y, P: p(y, **P))(Yb, Pb))
+
+        return jax.jit(jax.grad(loss))
+
+    gr = ref.make_vjp(N_ITER, N_ITER_BWD)
+    t, go, go_default = _backward_stats(ours_grad, proj, gr, (Yj, Pj, Vj), repeats)
+    # And against the exact Jacobian of the true projection (first N_TRUTH).
+    G = gt["G"]
+    t["grad_exact_ours"] = _rel_err(np.asarray(go(Yj, Pj, Vj))[sub], G)
+    t["grad_exact_ref"] = _rel_err(np.asarray(gr(Yj, Pj, Vj))[sub], G)
+    t["grad_exact_ours_default"] = _rel_err(np.asarray(go_default(Yj, Pj, Vj))[sub], G)
+    res["bwd"] = t
+    _log(
+        f"{tag}    ours {t['ours']['median']:.1f} ms, ref {t['ref']['median']:.1f} "
+        f"ms, ours backward converged: {t['bwd_converged']}, gradient errors "
+        f"ours/ref {t['grad_err_ours']:.1e}/{t['grad_err_ref']:.1e}, "
+        f"load {t['load']:.2f}"
+    )
+
+    # d) Converged accuracy on the ground-truth subset, and the sign check.
+    _log(f"{tag} d) accuracy at n_iter={N_ITER_CONVERGED} on {N_TRUTH} instances")
+    yo = ours_forward(proj.with_settings(n_iter=N_ITER_CONVERGED))(Ys, Ps)
+    yr = ref.make_forward(N_ITER_CONVERGED)(Ys, Ps)
+    vs = Vj[sub]
+    go_c = ours_grad(proj.with_settings(n_iter=N_ITER_CONVERGED, n_iter_bwd=200))
+    gr_c = ref.make_vjp(N_ITER_CONVERGED, 200)
+    nn = N_TRUTH_NEG
+    res["converged"] = dict(
+        grad_ours=_rel_err(go_c(Ys, Ps, vs), gt["G"]),
+        grad_ref=_rel_err(gr_c(Ys, Ps, vs), gt["G"]),
+        err_ours=err(yo),
+        err_ref=err(yr),
+        cv_ours=fam.cv(yo),
+        cv_ref=fam.cv(yr),
+        ref_vs_neg=err(np.asarray(yr)[:nn], Tneg),
+        ref_vs_pos=err(np.asarray(yr)[:nn], T[:nn]),
+        ours_vs_neg=err(np.asarray(yo)[:nn], Tneg),
+    )
+    _log(f"{tag}    {res['converged']}")
+    return res
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def _tables(results: list[dict]) -> str:
+    rtol, atol = results[0]["bwd_tols"]
+    sigma = results[0]["sigma"]
+    lines = [
+        "Times in ms: median [lower quartile, upper quartile] (min–max) over the "
+        "timed repeats (n). Ratio = reference median / ours median. CV = largest "
+        "violation over the batch (float64, original data). err = largest "
+        f"|y − y*|∞ over the first {N_TRUTH} instances, y* = cvxpy + Clarabel "
+        "polished by Newton's method on the KKT system (its KKT residual is in the "
+        "last table). Load = 1-minute load average during the measurement. "
+        'Variants: **ours** = `pe.Projector` with its defaults (σ = "auto", Ruiz '
+        f"equilibration); **ours-same** = ours running the reference's iteration "
+        f"(σ = {sigma:g}, `equilibrate=False`), to compare the cost of one "
+        f"iteration; **ref** = the reference, σ = {sigma:g} (the best of a sweep "
+        "of its iterations to 1e-6, float64, small size), no equilibration.",
+        "",
+        f"**a) Forward, n_iter = {N_ITER} for all**",
+        "",
+        "| size | prec | batch | n | ours ms | ours-same ms | ref ms | ratio ref / "
+        "ours, ref / ours-same | CV, err: ours | ours-same | ref | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        t = r["fixed"]
+        acc = t["acc"]
+        ref = t["ref"]["median"]
+        lines.append(
+            f"| {r['size']} | {r['precision']} | {r['batch']} | {t['ours']['n']} | "
+            f"{_fmt_t(t['ours'])} | {_fmt_t(t['ours_same'])} | {_fmt_t(t['ref'])} | "
+            f"{ref / t['ours']['median']:.2f}x, {ref / t['ours_same']['median']:.2f}x "
+            "| "
+            + " | ".join(
+                f"{acc[k]['cv']:.1e}, {acc[k]['err']:.1e}"
+                for k in ("ours", "ours_same", "ref")
+            )
+            + f" | {t['load']:.1f} |"
+        )
+    lines += [
+        "",
+        "**b) Time to CV ≤ tol and err ≤ tol** (1e-4 in f32, 1e-6 in f64): the "
+        "smallest fixed n_iter that reaches both (searched to within 5%), for each "
+        "variant; and ours with in-jit stopping (`tol=`, its own test: violation "
+        "and fixed-point residual ≤ tol, per instance; it does not know err). "
+        "Ratio = reference / the faster of ours and ours tol-stop, counting only "
+        "calls whose CV and err are ≤ tol; ratio same = reference / ours-same.",
+        "",
+        "| size | prec | tol | ref: n_iter, ms, CV, err | ours: n_iter, ms, CV, err "
+        "| ours tol-stop: steps max/mean, ms, CV, err | ours-same: n_iter, ms, CV, "
+        "err | ratio | ratio same | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        t = r["tol"]
+        tol = r["tolerance"]
+        sr, ti = t["searches"], t["ours_tol_info"]
+
+        def ok(a):
+            return max(a["cv"], a["err"]) <= tol
+
+        def cell(k):
+            s = sr[k]
+            if not s["reached"]:
+                return f"not reached by n_iter {s['n_iter']}: best {s['best_cv']:.1e}"
+            return f"{s['n_iter']}, {_fmt_t(t[k])}, {s['cv']:.1e}, {s['err']:.1e}" + (
+                "" if ok(s) else " (> tol)"
+            )
+
+        tol_cell = (
+            f"{ti['steps_max']}/{ti['steps_mean']:.0f} (cap {ti['cap']}), "
+            f"{_fmt_t(t['ours_tol'])}, {ti['cv']:.1e}, {ti['err']:.1e}"
+            + ("" if ok(ti) else " (> tol)")
+        )
+        ours_ok = [t["ours_tol"]["median"]] if ok(ti) else []
+        if "ours" in t and ok(sr["ours"]):
+            ours_ok.append(t["ours"]["median"])
+        ratio = ratio_same = "n/a"
+        if "ref" in t and ok(sr["ref"]):
+            if ours_ok:
+                ratio = f"{t['ref']['median'] / min(ours_ok):.2f}x"
+            if "ours_same" in t and ok(sr["ours_same"]):
+                ratio_same = f"{t['ref']['median'] / t['ours_same']['median']:.2f}x"
+        lines.append(
+            f"| {r['size']} | {r['precision']} | {tol:g} | {cell('ref')} | "
+            f"{cell('ours')} | {tol_cell} | {cell('ours_same')} | {ratio} | "
+            f"{ratio_same} | {t['load']:.1f} |"
+        )
+    lines += [
+        "",
+        f"**c) Forward + implicit VJP, n_iter = {N_ITER}, n_iter_bwd = {N_ITER_BWD}** "
+        f"(ours: per-instance BiCGStab, rtol {rtol:g}, atol {atol:g}; reference: "
+        "batched `jax.scipy` BiCGStab). Gradient error = largest per-instance "
+        "relative 2-norm difference from our unrolled gradient (autodiff through "
+        f"the same {N_ITER} iterations, same precision) and, on the first "
+        f"{N_TRUTH} instances, from the exact Jacobian of the true projection "
+        "(implicit differentiation of the KKT system at y*).",
+        "",
+        "| size | prec | ours ms | reference ms | ratio | ours BiCGStab all converged "
+        "| grad error vs unrolled, ours / ref | vs exact, ours / ref | ours, "
+        f"n_iter_bwd = {N_ITER_BWD_DEFAULT}: ms, vs unrolled, vs exact | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        t = r["bwd"]
+        lines.append(
+            f"| {r['size']} | {r['precision']} | {_fmt_t(t['ours'])} | "
+            f"{_fmt_t(t['ref'])} | {t['ref']['median'] / t['ours']['median']:.2f}x | "
+            f"{'yes' if t['bwd_converged'] else 'no'} | "
+            f"{t['grad_err_ours']:.1e} / {t['grad_err_ref']:.1e} | "
+            f"{t['grad_exact_ours']:.1e} / {t['grad_exact_ref']:.1e} | "
+            f"{_fmt_t(t['ours_default'])}, {t['grad_err_ours_default']:.1e}, "
+            f"{t['grad_exact_ours_default']:.1e} | {t['load']:.1f} |"
+        )
+    lines += [
+        "",
+        f"**d) Accuracy after {N_ITER_CONVERGED} iterations** (first {N_TRUTH} "
+        "instances; gradients with 200 BiCGStab steps, relative error from the "
+        "exact Jacobian), and the sign check: max distance of the reference's "
+        f"output for the first {N_TRUTH_NEG} instances from Π(−y_raw) and Π(y_raw) "
+        "(a correct projector is far from the first and at ≈ err from the second).",
+        "",
+        "| size | prec | err ours | err ref | CV ours | CV ref | grad ours | grad ref "
+        "| ref vs Π(−y_raw) | ref vs Π(y_raw) | truth KKT residual | set-up s: ours "
+        "(form) / ref |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        c, s = r["converged"], r["setup"]
+        lines.append(
+            f"| {r['size']} | {r['precision']} | {c['err_ours']:.1e} | "
+            f"{c['err_ref']:.1e} | {c['cv_ours']:.1e} | {c['cv_ref']:.1e} | "
+            f"{c['grad_ours']:.1e} | {c['grad_ref']:.1e} | "
+            f"{c['ref_vs_neg']:.2f} | {c['ref_vs_pos']:.1e} | {r['truth_kkt']:.0e} | "
+            f"{s['ours']:.2f} ({s['form']}) / {s['ref']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def _write_subsection(heading: str, body: str) -> None:
+    """Replace (or append) `heading` (a `###` line) inside `SECTION` only."""
+    text = (
+        RESULTS_PATH.read_text() if RESULTS_PATH.exists() else "# Benchmark results\n"
+    )
+    block = f"{heading}\n\n{body}\n"
+    start = text.find(SECTION)
+    if start == -1:
+        text = text.rstrip("\n") + f"\n\n{SECTION}\n\n{SECTION_INTRO}\n\n{block}"
+        RESULTS_PATH.write_text(text)
+        return
+    end = text.find("\n## ", start + len(SECTION))
+    end = len(text) if end == -1 else end + 1
+    section = text[start:end]
+    sub = section.find(heading)
+    if sub == -1:
+        section = section.rstrip("\n") + "\n\n" + block
+    else:
+        sub_end = section.find("\n### ", sub + len(heading))
+        rest = "" if sub_end == -1 else section[sub_end + 1 :]
+        section = section[:sub] + block + ("\n" + rest if rest else "")
+    if end < len(text):
+        section = section.rstrip("\n") + "\n\n"
+    RESULTS_PATH.write_text(text[:start] + section + text[end:])
+
+
+HEADINGS = {
+    "soc": "### Second-order cone (paper App. B.4), `--family soc`",
+    "ax": "### Per-instance equality matrix E(x) with a box, `--family ax`",
+}
+
+
+def main(args, argv) -> None:
+    """`python -m benchmarks.projection --family {soc,ax}`; see `projection.py`."""
+    family = args.family
+    sizes = args.sizes or DEFAULT_SIZES[family]
+    sigma = args.sigma if args.sigma is not None else SIGMA[family]
+    if args.worker:
+        import jax
+
+        if args.precision[0] == "f64":
+            jax.config.update("jax_enable_x64", True)
+        from benchmarks._reference import _REFERENCE_MISSING, reference_available
+
+        if not reference_available():
+            raise SystemExit(_REFERENCE_MISSING)
+        cls = SocFamily if family == "soc" else AxFamily
+        results = []
+        for size in sizes:
+            batch = args.batch or FAMILIES[family][size][1]
+            repeats = args.repeats
+            if size == "large":
+                repeats = min(repeats, args.repeats_large_f64)
+            cap = 2000 if size == "small" else 1000
+            fam = cls(size, batch)
+            results.append(_run(fam, args.precision[0], repeats, cap, sigma))
+            with open(args.json, "w") as f:
+                json.dump(results, f)
+        return
+
+    command = "python -m benchmarks.projection " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    _log(f"command: {command.strip()}")
+    _log(f"load average at start: {os.getloadavg()}")
+    machine = _machine()
+    worker_args = ["--family", family, "--repeats", str(args.repeats)]
+    worker_args += ["--repeats-large-f64", str(args.repeats_large_f64)]
+    worker_args += ["--sigma", str(sigma), "--sizes", *sizes]
+    if args.batch:
+        worker_args += ["--batch", str(args.batch)]
+    results = _run_workers(args.precision, worker_args, sizes)
+    load_end = os.getloadavg()
+    dims = "; ".join(
+        f"{r['size']}: {r['dims']}, batch {r['batch']}"
+        for r in results
+        if r["precision"] == results[0]["precision"]
+    )
+    header = [
+        f"Command: `{command.strip()}`",
+        "",
+        f"Date: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}. Machine: "
+        f"{machine['cpu']}, {machine['cpus']} CPUs, Python {machine['python']}, jax "
+        f"{machine['jax']} ({machine['backend']}), pinet_eqx at git "
+        f"{machine['commit']}. Load average at the end (1, 5, 15 min): "
+        + ", ".join(f"{x:.2f}" for x in load_end)
+        + f". Sizes: {dims}. Data seed {DATA_SEED}, y_raw ~ N(0, I) (seed 0), "
+        f"ω = {OMEGA} everywhere.",
+        "",
+    ]
+    body = "\n".join(header) + "\n" + _tables(results)
+    print()
+    print(body)
+    if not args.no_write:
+        _write_subsection(HEADINGS[family], body)
+        _log(f"\nwrote {RESULTS_PATH}")
