@@ -2,6 +2,7 @@
 
 import importlib.metadata
 
+from ._autotune import AutotuneResult as AutotuneResult, autotune as autotune
 from ._constraints import (
     AbstractConstraint as AbstractConstraint,
     AffineInequality as AffineInequality,

@@ -1,0 +1,89 @@
+"""`pinet_eqx.autotune` (paper App. H.2): it picks a sigma and an iteration count
+that actually do well, and it rejects bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import clarabel_project, constraints_of, random_polytope
+
+import pinet_eqx as pe
+
+SIGMAS = np.logspace(-3, np.log10(5.05), 12)
+N_ITERS = (10, 25, 50, 100, 200)
+
+
+@pytest.fixture(scope="module")
+def tuned():
+    rng = np.random.default_rng(0)
+    poly = random_polytope(rng, 12, 3, 8, infs=False)
+    proj = pe.Projector(constraints_of(poly, parameters=("b",)))
+    shifts = rng.uniform(-0.01, 0.01, size=(24, 12))
+    B = (poly.y_feas + shifts) @ poly.E.T
+    Y = rng.normal(size=(24, 12))
+    result = pe.autotune(
+        proj,
+        Y,
+        {"b": B},
+        sigmas=SIGMAS,
+        n_iters=N_ITERS,
+        violation_tol=1e-5,
+        suboptimality_tol=1e-4,
+    )
+    return poly, proj, result
+
+
+def test_autotune_scores_and_choice_are_consistent(tuned):
+    _, _, result = tuned
+    assert result.sigmas.shape == result.sigma_violation.shape == (SIGMAS.size,)
+    assert result.n_iter_violation.shape == (len(N_ITERS),)
+    assert result.sigma in SIGMAS and result.n_iter in N_ITERS
+    ok = (result.sigma_violation <= 1e-5) & (result.sigma_suboptimality <= 1e-4)
+    assert ok.any()
+    # The smallest violation among the candidates, and the first count that passes.
+    assert result.sigma == SIGMAS[ok][np.argmin(result.sigma_violation[ok])]
+    ok_n = (result.n_iter_violation <= 1e-5) & (result.n_iter_suboptimality <= 1e-4)
+    assert result.n_iter == N_ITERS[int(np.flatnonzero(ok_n)[0])]
+    assert result.projector.sigma == result.sigma
+    assert result.projector.n_iter == result.projector.n_iter_test == result.n_iter
+    assert 0 < result.seconds < 300
+
+
+def test_tuned_projector_is_accurate_on_fresh_points(tuned):
+    """Against Clarabel, on points and contexts not used for tuning."""
+    poly, _, result = tuned
+    rng = np.random.default_rng(1)
+    proj = result.projector
+    for _ in range(3):
+        b = (poly.y_feas + rng.uniform(-0.01, 0.01, size=12)) @ poly.E.T
+        y_raw = rng.normal(size=12)
+        y = proj(jnp.asarray(y_raw), b=jnp.asarray(b))
+        expected = clarabel_project(y_raw, poly, b=b)
+        assert np.max(np.abs(np.asarray(y) - expected)) < 1e-3
+
+
+def test_tuned_sigma_beats_the_worst_grid_value(tuned):
+    _, proj, result = tuned
+    worst = SIGMAS[np.argmax(result.sigma_violation)]
+    assert result.sigma_violation.max() > 100 * result.sigma_violation.min()
+    assert worst != result.sigma
+
+
+def test_autotune_rejects_bad_input():
+    proj = pe.Projector([pe.Box(-1.0, np.ones(3)), pe.Equality(np.ones((1, 3)), 0.0)])
+    with pytest.raises(ValueError, match="y_raw"):
+        pe.autotune(proj, jnp.ones(3))
+    with pytest.raises(ValueError, match="sigmas"):
+        pe.autotune(proj, jnp.ones((2, 3)), sigmas=[0.1, -1.0])
+    with pytest.raises(ValueError, match="n_iters"):
+        pe.autotune(proj, jnp.ones((2, 3)), n_iters=[])
+    proj_b = pe.Projector([pe.Equality(np.ones((1, 3)), pe.Parameter("b"))])
+    with pytest.raises(ValueError, match="one row per point"):
+        pe.autotune(proj_b, jnp.ones((2, 3)), {"b": jnp.ones((3, 1))})
+
+
+def test_autotune_in_float32_keeps_the_dtype():
+    proj = pe.Projector([pe.Equality(np.ones((1, 4)), 1.0), pe.Box(0.0, np.ones(4))])
+    Y = jax.random.normal(jax.random.key(0), (8, 4), jnp.float32)
+    result = pe.autotune(proj, Y, sigmas=SIGMAS[:4], n_iters=(10, 50))
+    assert result.projector(Y[0]).dtype == jnp.float32
