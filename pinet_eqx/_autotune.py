@@ -150,15 +150,19 @@ def autotune(
     base = projector.with_settings(sigma=1.0, n_iter=tune_iter, tol=None)
     base = base.with_settings(inference=False)
 
+    # The data are arguments, not closed-over constants, so that XLA does not
+    # constant-fold products with them at compile time.
     @eqx.filter_jit
-    def score_sigmas(sigma_values):
+    def score_sigmas(sigma_values, Y, params, reference_distance):
         def score(sigma):
             proj = eqx.tree_at(lambda p: p.sigma, base, sigma)
             return _scores(proj, Y, params, reference_distance)
 
         return jax.lax.map(score, sigma_values, batch_size=sigma_batch)
 
-    viol, subopt = score_sigmas(jnp.asarray(sigmas, Y.dtype))
+    viol, subopt = score_sigmas(
+        jnp.asarray(sigmas, Y.dtype), Y, params, reference_distance
+    )
     viol, subopt = np.asarray(viol, np.float64), np.asarray(subopt, np.float64)
     best = _choose(viol, subopt, violation_tol, suboptimality_tol, first=False)
     sigma = float(sigmas[best])
