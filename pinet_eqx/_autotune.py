@@ -59,6 +59,23 @@ def _scores(projector: Projector, Y, params, reference_distance):
     return jnp.max(viol), jnp.mean(jnp.abs(dist / reference_distance - 1))
 
 
+# Violations below this fraction of `violation_tol` count as ties (rounding noise).
+_TIE_FLOOR = 1e-3
+
+
+@eqx.filter_jit
+def _score_sigmas(base, sigma_values, Y, params, reference_distance, batch: int):
+    """`_scores` for each sigma in `sigma_values`, `batch` of them at a time under
+    `jax.vmap`; sigma is a traced leaf, so the grid is one compiled call. The data
+    are arguments, not closed-over constants, so XLA does not constant-fold them."""
+
+    def score(sigma):
+        proj = eqx.tree_at(lambda p: p.sigma, base, sigma)
+        return _scores(proj, Y, params, reference_distance)
+
+    return jax.lax.map(score, sigma_values, batch_size=batch)
+
+
 def _choose(violation, suboptimality, violation_tol, suboptimality_tol, first):
     """Index of the chosen candidate: among those within both tolerances, the first
     (`first=True`) or the one with the smallest violation; if none qualifies, the
@@ -89,10 +106,12 @@ def autotune(
     among the values whose largest constraint violation is at most `violation_tol`
     and whose mean relative suboptimality
     $|\\|z_K - y_{raw}\\| / \\|\\Pi(y_{raw}) - y_{raw}\\| - 1|$ is at most
-    `suboptimality_tol`, the one with the smallest violation wins. Then, at that
-    $\\sigma$, the smallest iteration count in `n_iters` meeting both tolerances is
-    chosen (the paper's "smallest violation" rule would always pick the largest
-    count). If no candidate meets the tolerances, the smallest violation is taken.
+    `suboptimality_tol`, the one with the smallest violation wins (values that all
+    reach rounding level are re-scored with half the iterations until one leads).
+    Then, at that $\\sigma$, the smallest iteration count in `n_iters` meeting both
+    tolerances is chosen (the paper's "smallest violation" rule would always pick
+    the largest count). If no candidate meets the tolerances, the smallest
+    violation is taken.
     The exact projection $\\Pi(y_{raw})$ is computed once, by running the projector
     to a tolerance of 1e-9 (5000 iterations at most).
 
@@ -146,25 +165,26 @@ def autotune(
     # instead of dividing by zero.
     reference_distance = jnp.maximum(reference_distance, 1e-12)
 
-    # sigma is a traced leaf here (one compiled call for a whole batch of values).
-    base = projector.with_settings(sigma=1.0, n_iter=tune_iter, tol=None)
-    base = base.with_settings(inference=False)
+    def score_grid(sigma_values, iters):
+        base = projector.with_settings(
+            sigma=1.0, n_iter=iters, tol=None, inference=False
+        )
+        values = jnp.asarray(sigma_values, Y.dtype)
+        out = _score_sigmas(base, values, Y, params, reference_distance, sigma_batch)
+        return tuple(np.asarray(o, np.float64) for o in out)
 
-    # The data are arguments, not closed-over constants, so that XLA does not
-    # constant-fold products with them at compile time.
-    @eqx.filter_jit
-    def score_sigmas(sigma_values, Y, params, reference_distance):
-        def score(sigma):
-            proj = eqx.tree_at(lambda p: p.sigma, base, sigma)
-            return _scores(proj, Y, params, reference_distance)
-
-        return jax.lax.map(score, sigma_values, batch_size=sigma_batch)
-
-    viol, subopt = score_sigmas(
-        jnp.asarray(sigmas, Y.dtype), Y, params, reference_distance
-    )
-    viol, subopt = np.asarray(viol, np.float64), np.asarray(subopt, np.float64)
+    viol, subopt = score_grid(sigmas, tune_iter)
     best = _choose(viol, subopt, violation_tol, suboptimality_tol, first=False)
+    # Once several candidates are at the noise floor their violations no longer
+    # rank them; re-score those with half the iterations until one leads.
+    ok = (viol <= violation_tol) & (subopt <= suboptimality_tol)
+    tied = np.flatnonzero(ok & (viol <= _TIE_FLOOR * violation_tol))
+    iters = tune_iter
+    while tied.size > 1 and iters > 5:
+        iters //= 2
+        v, _ = score_grid(sigmas[tied], iters)
+        best = int(tied[np.nanargmin(v)])
+        tied = tied[v <= _TIE_FLOOR * violation_tol]
     sigma = float(sigmas[best])
 
     n_viol, n_subopt = [], []

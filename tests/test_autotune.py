@@ -40,8 +40,12 @@ def test_autotune_scores_and_choice_are_consistent(tuned):
     assert result.sigma in SIGMAS and result.n_iter in N_ITERS
     ok = (result.sigma_violation <= 1e-5) & (result.sigma_suboptimality <= 1e-4)
     assert ok.any()
-    # The smallest violation among the candidates, and the first count that passes.
-    assert result.sigma == SIGMAS[ok][np.argmin(result.sigma_violation[ok])]
+    # A candidate with the smallest violation (up to ties at rounding level, which
+    # autotune breaks with fewer iterations), and the first count that passes.
+    chosen = int(np.flatnonzero(SIGMAS == result.sigma)[0])
+    assert ok[chosen]
+    floor = max(result.sigma_violation[ok].min(), 1e-3 * 1e-5)
+    assert result.sigma_violation[chosen] <= floor
     ok_n = (result.n_iter_violation <= 1e-5) & (result.n_iter_suboptimality <= 1e-4)
     assert result.n_iter == N_ITERS[int(np.flatnonzero(ok_n)[0])]
     assert result.projector.sigma == result.sigma
