@@ -107,7 +107,8 @@ def autotune(
     and whose mean relative suboptimality
     $|\\|z_K - y_{raw}\\| / \\|\\Pi(y_{raw}) - y_{raw}\\| - 1|$ is at most
     `suboptimality_tol`, the one with the smallest violation wins (values that all
-    reach rounding level are re-scored with half the iterations until one leads).
+    reach rounding level are re-scored with half the iterations, still subject to
+    both tolerances, until one leads).
     Then, at that $\\sigma$, the smallest iteration count in `n_iters` meeting both
     tolerances is chosen (the paper's "smallest violation" rule would always pick
     the largest count). If no candidate meets the tolerances, the smallest
@@ -182,9 +183,14 @@ def autotune(
     iters = tune_iter
     while tied.size > 1 and iters > 5:
         iters //= 2
-        v, _ = score_grid(sigmas[tied], iters)
-        best = int(tied[np.nanargmin(v)])
-        tied = tied[v <= _TIE_FLOOR * violation_tol]
+        v, sub = score_grid(sigmas[tied], iters)
+        # Only values that still meet both tolerances compete (a tiny sigma
+        # converges fast to a feasible point that is not the projection).
+        passing = (v <= violation_tol) & (sub <= suboptimality_tol)
+        if not passing.any():
+            break
+        best = int(tied[passing][np.nanargmin(v[passing])])
+        tied = tied[passing & (v <= _TIE_FLOOR * violation_tol)]
     sigma = float(sigmas[best])
 
     n_viol, n_subopt = [], []
