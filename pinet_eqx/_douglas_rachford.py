@@ -220,9 +220,3 @@ def iterate(s0, P: Prepared, op: AbstractAffineProjection, omega, n_max: int, to
         cond, body_w, (s0, z0, t0, jnp.asarray(0), viol0, fp0)
     )
     return s, k, fp
-
-
-def output(s, P: Prepared, op: AbstractAffineProjection):
-    """$y = D_y [\\Pi_{\\tilde{\\mathcal{A}}}(s)]_y$, the layer's output."""
-    d = op.d_y.shape[0]
-    return op.d_y * op.project(s, P.part)[:d]

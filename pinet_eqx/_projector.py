@@ -19,7 +19,7 @@ from ._affine import (
     build_affine_projection_traced,
 )
 from ._constraints import AbstractConstraint
-from ._constraints._base import LiftedPieces, check_bounds_order
+from ._constraints._base import LiftedPieces, check_bounds_order, shape_of
 from ._equilibrate import group_labels
 from ._errors import (
     BAD_DIM,
@@ -332,9 +332,7 @@ class Projector(eqx.Module):
         self.q = segments(q_items)
         self.ineq_lower = segments([(lo, (_rows(C),)) for C, lo, _ in ineq_rows])
         self.ineq_upper = segments([(up, (_rows(C),)) for C, _, up in ineq_rows])
-        self.cone_offset = segments(
-            [(o, _vector_shape(o)) for b in cones for o in b.offset]
-        )
+        self.cone_offset = segments([(o, shape_of(o)) for b in cones for o in b.offset])
         self.totals = segments([(b.total, ()) for b in cones if b.kind == "simplex"])
         self.box_lower = jnp.asarray(box_lower)
         self.box_upper = jnp.asarray(box_upper)
@@ -464,14 +462,14 @@ class Projector(eqx.Module):
                 theta, s0, op_arg, (sigma, omega), self.groups, cfg, n_max, self.tol
             )
         P = dr.prepare(theta, op, sigma, self.groups)
-        y = dr.output(s, P, op)
+        # y = D_y [Pi_A(s)]_y; the same z (and t, which only the status needs)
+        # feeds the infeasibility certificate.
+        z, t = dr.z_and_t(s, P, op)
+        y = op.d_y * z[: self.dim]
         viol = jax.lax.stop_gradient(self._violation(y, data))
         fp = jax.lax.stop_gradient(fp)
         tol = 1e-5 if self.tol is None else self.tol
-        z, t = jax.lax.stop_gradient(dr.z_and_t(s, P, op))
-        infeasible = dr.certifies_infeasibility(
-            z, t, jax.lax.stop_gradient(P), jax.lax.stop_gradient(op)
-        )
+        infeasible = dr.certifies_infeasibility(*jax.lax.stop_gradient((z, t, P, op)))
         result = RESULTS.where(
             (viol <= tol) & (fp <= tol),
             RESULTS.successful,
@@ -678,10 +676,6 @@ def _rows(M) -> int:
 
 def _matrix_shape(M, dim: int) -> tuple[int, ...]:
     return tuple(M.shape) if isinstance(M, Parameter) else (_rows(M), dim)
-
-
-def _vector_shape(v) -> tuple[int, ...]:
-    return tuple(v.shape)
 
 
 def _stack(matrices, dim: int) -> np.ndarray:

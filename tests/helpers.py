@@ -100,14 +100,8 @@ def clarabel_project(y_raw, poly: Polytope, **overrides):
     if fin_ub.any():
         cons.append(y[np.flatnonzero(fin_ub)] <= data["ub"][fin_ub])
     prob = cp.Problem(cp.Minimize(cp.sum_squares(y - np.asarray(y_raw))), cons)
-    prob.solve(
-        solver="CLARABEL",
-        tol_gap_abs=1e-12,
-        tol_gap_rel=1e-12,
-        tol_feas=1e-12,
-        max_iter=500,
-    )
-    assert prob.status == "optimal", prob.status
+    status = _clarabel_solve(prob)
+    assert status == "optimal", status
     return y.value
 
 
