@@ -1,0 +1,218 @@
+r"""DC3 data sets with cached optimal solutions.
+
+A `Dataset` is a DC3 problem (`pinet_eqx.problems.make_dc3`), its train/valid/test
+split and the optimal solutions of the validation and test contexts. The optimal
+solutions come from an independent solver (OSQP for the convex problem, IPOPT
+through casadi for the non-convex one, started from $A^+ x$), are computed once
+and are cached on disk under a name that holds every argument of the generator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import numpy as np
+
+from pinet_eqx.problems import DC3Problem, dc3_violation, make_dc3
+
+from ._solvers import solve_convex, solve_nonconvex
+
+PROBLEMS = ("convex", "nonconvex")
+# name: (n_var, n_eq, n_ineq, n_examples, n_valid, n_test)
+SIZES = {
+    "tiny": (20, 10, 10, 600, 100, 100),
+    "small": (100, 50, 50, 10000, 1024, 1024),
+    "large": (1000, 500, 500, 10000, 1024, 1024),
+}
+DEFAULT_CACHE = pathlib.Path(__file__).resolve().parent.parent / "_out" / "dc3"
+_SOLUTION_TOL = 1e-6  # largest accepted violation of a cached optimal solution
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Dataset:
+    """One DC3 benchmark: problem data, splits and optimal validation/test values.
+
+    **Fields:**
+
+    - `name`: e.g. `"nonconvex-small"`.
+    - `problem`: the `DC3Problem` (float64 data `Q, p, A, G, h`).
+    - `nonconvex`: whether the objective is $\\tfrac12 y^\\top Q y + p^\\top \\sin y$.
+    - `X_train`, `X_valid`, `X_test`: the contexts of each split.
+    - `Y_valid`, `Y_test`: the optimal solutions of the validation/test contexts.
+    - `J_valid`, `J_test`: their objective values.
+    - `source`: how the data were made (generator arguments or an instance file).
+    """
+
+    name: str
+    problem: DC3Problem
+    nonconvex: bool
+    X_train: np.ndarray
+    X_valid: np.ndarray
+    X_test: np.ndarray
+    Y_valid: np.ndarray
+    Y_test: np.ndarray
+    J_valid: np.ndarray
+    J_test: np.ndarray
+    source: dict
+
+    def objective(self, Y) -> np.ndarray:
+        """The objective of each row of `Y`, in float64 NumPy."""
+        Y = np.asarray(Y, dtype=np.float64)
+        q = np.diag(self.problem.Q)
+        linear = np.sin(Y) if self.nonconvex else Y
+        return 0.5 * np.sum(q * Y * Y, axis=1) + linear @ self.problem.p
+
+    def objective_jax(self, dtype):
+        """A batched JAX objective `Y -> J` with the data cast to `dtype`."""
+        import jax.numpy as jnp
+
+        q = jnp.asarray(np.diag(self.problem.Q), dtype)
+        p = jnp.asarray(self.problem.p, dtype)
+        nonconvex = self.nonconvex
+
+        def objective(Y):
+            linear = jnp.sin(Y) if nonconvex else Y
+            return 0.5 * jnp.sum(q * Y * Y, axis=-1) + linear @ p
+
+        return objective
+
+    def violation(self, Y, X) -> np.ndarray:
+        """CV of each row: $\\max(\\|Ay - x\\|_\\infty, \\|\\max(Gy - h, 0)\\|_\\infty)$."""
+        P = self.problem
+        return dc3_violation(np.asarray(Y, np.float64), X, P.A, P.G, P.h)
+
+    def relative_suboptimality(self, Y, J_star) -> np.ndarray:
+        """RS of each row: $\\max(0, (J(\\hat y) - J^\\star)/|J^\\star|)$, in float64."""
+        return np.maximum(0.0, (self.objective(Y) - J_star) / np.abs(J_star))
+
+    @property
+    def sizes(self) -> dict:
+        P = self.problem
+        return {"n_var": P.n_var, "n_eq": P.n_eq, "n_ineq": P.n_ineq}
+
+
+def _solve(problem: DC3Problem, X: np.ndarray, nonconvex: bool) -> np.ndarray:
+    if not nonconvex:
+        return solve_convex(problem, X)
+    return solve_nonconvex(problem, X)
+
+
+def _cached_solutions(path: pathlib.Path, problem, X, nonconvex, label, verbose):
+    if path.exists():
+        with np.load(path) as f:
+            if f["X"].shape == X.shape and np.array_equal(f["X"], X):
+                return f["Y"]
+    if verbose:
+        solver = "IPOPT (casadi)" if nonconvex else "OSQP"
+        print(f"Solving {len(X)} {label} contexts with {solver}; cached in {path}")
+    Y = _solve(problem, X, nonconvex)
+    cv = dc3_violation(Y, X, problem.A, problem.G, problem.h)
+    if cv.max() > _SOLUTION_TOL:
+        raise RuntimeError(
+            f"The solver's {label} solutions violate the constraints by up to "
+            f"{cv.max():.1e} (> {_SOLUTION_TOL:g}); not caching them."
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, X=X, Y=Y)
+    return Y
+
+
+def load(
+    problem: str = "nonconvex",
+    size: str = "small",
+    *,
+    seed: int = 17,
+    cache_dir: str | pathlib.Path | None = None,
+    verbose: bool = True,
+) -> Dataset:
+    """Generate a DC3 data set and its optimal validation/test solutions (cached).
+
+    **Arguments:**
+
+    - `problem`: `"convex"` or `"nonconvex"`.
+    - `size`: `"tiny"` (20/10/10, for tests), `"small"` (100/50/50) or `"large"`
+        (1000/500/500).
+    - `seed`: the generator's seed; 17 gives the published DC3 data.
+    - `cache_dir`: where optimal solutions are cached; defaults to
+        `benchmarks/_out/dc3`.
+    - `verbose`: whether to say when solving.
+
+    **Returns:** a `Dataset`.
+    """
+    if problem not in PROBLEMS:
+        raise ValueError(f"`problem` must be one of {PROBLEMS}, got {problem!r}.")
+    if size not in SIZES:
+        raise ValueError(f"`size` must be one of {tuple(SIZES)}, got {size!r}.")
+    n_var, n_eq, n_ineq, n_examples, n_valid, n_test = SIZES[size]
+    dc3 = make_dc3(n_var, n_eq, n_ineq, n_examples=n_examples, seed=seed)
+    X_train, X_valid, X_test = dc3.split(n_valid=n_valid, n_test=n_test)
+    nonconvex = problem == "nonconvex"
+    cache = pathlib.Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE
+    key = f"{problem}_var{n_var}_eq{n_eq}_ineq{n_ineq}_ex{n_examples}_seed{seed}"
+    Y_valid, Y_test = (
+        _cached_solutions(cache / f"{key}_{label}.npz", dc3, X, nonconvex, label, verbose)
+        for label, X in (("valid", X_valid), ("test", X_test))
+    )
+    return _dataset(
+        f"{problem}-{size}",
+        dc3,
+        nonconvex,
+        (X_train, X_valid, X_test),
+        (Y_valid, Y_test),
+        {"generator": "make_dc3", "problem": problem, "size": size, "seed": seed,
+         "n_examples": n_examples},
+    )
+
+
+def _dataset(name, dc3, nonconvex, splits, solutions, source) -> Dataset:
+    X_train, X_valid, X_test = splits
+    Y_valid, Y_test = solutions
+    data = Dataset(
+        name, dc3, nonconvex, X_train, X_valid, X_test, Y_valid, Y_test,
+        np.zeros(0), np.zeros(0), source,
+    )
+    return dataclasses.replace(
+        data, J_valid=data.objective(Y_valid), J_test=data.objective(Y_test)
+    )
+
+
+def load_instances(path: str | pathlib.Path, problem: str = "nonconvex") -> Dataset:
+    """Load the paper's exact instances from DC3-layout `.npz` files.
+
+    `path` is a folder holding `dc3_random_{simple,nonconvex}_dataset_*valid.npz`
+    and `*test.npz` (keys Q p A G h X Ystar), e.g. `../shared/data/dc3`. The
+    training contexts are drawn afresh from $U[-1, 1]$ (the files hold none), with
+    the DC3 generator's seed 17, so that training never sees the test set.
+
+    **Returns:** a `Dataset` named `"{problem}-paper"`.
+    """
+    if problem not in PROBLEMS:
+        raise ValueError(f"`problem` must be one of {PROBLEMS}, got {problem!r}.")
+    stem = "simple" if problem == "convex" else "nonconvex"
+    folder = pathlib.Path(path)
+    files = {}
+    for label in ("valid", "test"):
+        matches = sorted(folder.glob(f"dc3_random_{stem}_dataset_*{label}.npz"))
+        if not matches:
+            raise FileNotFoundError(
+                f"`--instances {folder}`: no file dc3_random_{stem}_dataset_*"
+                f"{label}.npz there. Point it at the folder of the DC3 .npz files."
+            )
+        files[label] = np.load(matches[0])
+    f = files["test"]
+    dc3 = DC3Problem(
+        Q=f["Q"][0], p=f["p"][0, :, 0], A=f["A"][0], G=f["G"][0], h=f["h"][0, :, 0],
+        X=np.concatenate([files[k]["X"][..., 0] for k in ("valid", "test")]),
+        seed=None,
+    )
+    rng = np.random.RandomState(17)
+    X_train = rng.uniform(-1.0, 1.0, size=(7952, dc3.n_eq))
+    return _dataset(
+        f"{problem}-paper",
+        dc3,
+        problem == "nonconvex",
+        (X_train, files["valid"]["X"][..., 0], files["test"]["X"][..., 0]),
+        (files["valid"]["Ystar"][..., 0], files["test"]["Ystar"][..., 0]),
+        {"instances": str(folder), "problem": problem},
+    )

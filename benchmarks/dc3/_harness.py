@@ -1,0 +1,231 @@
+"""The training and evaluation harness shared by every method.
+
+A method's `fit(data, config, run)` trains a model and returns a `Trained`: a
+jitted batch predictor and a single-instance predictor. The harness times the
+training (setup and JIT included), records validation learning curves, evaluates
+the test metrics in float64 and times inference, identically for every method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ._data import Dataset
+
+CV_OPTIMAL = 1e-3  # the paper's thresholds for an "optimal" instance
+RS_OPTIMAL = 0.05
+METRICS = (
+    "rs_mean", "rs_median", "rs_max", "cv_mean", "cv_median", "cv_max",
+    "eq_cv_max", "ineq_cv_max", "optimal_pct",
+)
+TIMING_STATS = ("median", "lq", "uq", "min", "max", "repeats")
+
+
+@dataclasses.dataclass
+class Trained:
+    """What a method returns after training.
+
+    **Fields:**
+
+    - `predict`: maps contexts `X` (a NumPy array of shape `(n, n_eq)`) to
+        predictions `Y` of shape `(n, n_var)`. For network methods it is the whole
+        jitted model, applied to the batch; the harness blocks on the result.
+    - `predict_single`: maps one context `x` of shape `(n_eq,)` to one `y`; by
+        default `predict` on a batch of one.
+    - `info`: anything worth recording (tuned hyperparameters, solver statistics).
+    """
+
+    predict: Callable
+    predict_single: Callable | None = None
+    info: dict = dataclasses.field(default_factory=dict)
+
+
+class Run:
+    """Progress bar, wall clock and validation learning curve of one training run.
+
+    The clock starts when the `Run` is created, so setup (equilibration,
+    factorisation, auto-tuning) and JIT compilation count as training time.
+    Validation pauses it: the curve's times are training time only.
+
+    **Arguments:**
+
+    - `data`: the `Dataset`.
+    - `total_steps`: the number of optimiser steps, for the progress bar.
+    - `description`: the bar's label.
+    - `n_valid`: how many validation contexts to evaluate at each `validate`.
+    - `disable`: hide the progress bar.
+    """
+
+    def __init__(self, data: Dataset, total_steps: int | None = None,
+                 description: str = "",
+                 n_valid: int | None = None, disable: bool = False):
+        self.data = data
+        self.n_valid = len(data.X_valid) if n_valid is None else n_valid
+        self.curve: list[dict] = []
+        self.steps = 0
+        self._paused = 0.0
+        self._start = time.perf_counter()
+        self._bar = tqdm(total=total_steps, desc=description, unit="step",
+                         disable=disable, dynamic_ncols=True)
+        self._loss = float("nan")
+
+    def set_total(self, total_steps: int) -> None:
+        """Set the number of optimiser steps once the method knows it."""
+        self._bar.total = total_steps
+        self._bar.refresh()
+
+    def elapsed(self) -> float:
+        """Training seconds so far (validation excluded)."""
+        return time.perf_counter() - self._start - self._paused
+
+    def step(self, loss=None, n: int = 1) -> None:
+        """Count `n` optimiser steps; `loss` (a scalar) is shown now and then."""
+        self.steps += n
+        self._bar.update(n)
+        if loss is not None and self.steps % 20 == 0:
+            self._loss = float(loss)
+            self._bar.set_postfix_str(self._postfix(), refresh=False)
+
+    def _postfix(self) -> str:
+        text = f"loss {self._loss:.3g}"
+        if self.curve:
+            last = self.curve[-1]
+            text += f", val RS {last['rs_mean']:.1e}, CV {last['cv_max']:.0e}"
+        return text
+
+    def validate(self, predict: Callable, epoch: int | None = None) -> dict:
+        """Evaluate `predict` on the validation contexts and add a curve point."""
+        pause = time.perf_counter()
+        time_s = pause - self._start - self._paused
+        X = self.data.X_valid[: self.n_valid]
+        Y = np.asarray(predict(X), np.float64)
+        rs = self.data.relative_suboptimality(Y, self.data.J_valid[: self.n_valid])
+        cv = self.data.violation(Y, X)
+        point = {
+            "time_s": time_s, "epoch": epoch, "step": self.steps,
+            "rs_mean": float(rs.mean()), "rs_median": float(np.median(rs)),
+            "cv_max": float(cv.max()), "cv_mean": float(cv.mean()),
+        }
+        self.curve.append(point)
+        self._bar.set_postfix_str(self._postfix())
+        self._paused += time.perf_counter() - pause
+        return point
+
+    def close(self) -> float:
+        """Close the bar and return the training time in seconds."""
+        self._bar.close()
+        return self.elapsed()
+
+
+def test_metrics(data: Dataset, Y) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The paper's test metrics, in float64, and the per-instance RS and CV."""
+    P = data.problem
+    Y = np.asarray(Y, np.float64)
+    rs = data.relative_suboptimality(Y, data.J_test)
+    eq = np.abs(Y @ P.A.T - data.X_test).max(axis=1)
+    ineq = np.maximum(Y @ P.G.T - P.h, 0.0).max(axis=1)
+    cv = np.maximum(eq, ineq)
+    metrics = {
+        "rs_mean": float(rs.mean()), "rs_median": float(np.median(rs)),
+        "rs_max": float(rs.max()), "cv_mean": float(cv.mean()),
+        "cv_median": float(np.median(cv)), "cv_max": float(cv.max()),
+        "eq_cv_max": float(eq.max()), "ineq_cv_max": float(ineq.max()),
+        "optimal_pct": float(100 * np.mean((cv <= CV_OPTIMAL) & (rs <= RS_OPTIMAL))),
+    }
+    return metrics, rs, cv
+
+
+def time_calls(call: Callable, repeats: int, warmup: int = 2) -> dict:
+    """Median, quartiles, min and max seconds of `call()` after `warmup` calls.
+
+    `call` must block until its result is ready (e.g. `jax.block_until_ready`).
+    """
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    t = np.asarray(times)
+    lq, median, uq = np.percentile(t, [25, 50, 75])
+    return {"median": float(median), "lq": float(lq), "uq": float(uq),
+            "min": float(t.min()), "max": float(t.max()), "repeats": repeats}
+
+
+def _blocking(fn: Callable) -> Callable:
+    import jax
+
+    return lambda *a: jax.block_until_ready(fn(*a))
+
+
+def time_inference(trained: Trained, data: Dataset, repeats: int = 20,
+                   batch_size: int = 1024, single_repeats: int | None = None) -> dict:
+    """Single-instance and batch inference times, each after warm-up."""
+    predict = _blocking(trained.predict)
+    single = trained.predict_single
+    single = (lambda x: predict(x[None])) if single is None else _blocking(single)
+    X = data.X_test[:batch_size]
+    if len(X) < batch_size:  # tiny data: tile to a full batch
+        X = np.resize(X, (batch_size, X.shape[1]))
+    x = data.X_test[0]
+    return {
+        "single": time_calls(lambda: single(x), single_repeats or 5 * repeats),
+        "batch": time_calls(lambda: predict(X), repeats),
+        "batch_size": batch_size,
+    }
+
+
+def machine() -> dict:
+    """The machine and software that produced a result."""
+    import jax
+
+    try:
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in open("/proc/cpuinfo")
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        cpu = platform.processor()
+    try:
+        git = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+            cwd=pathlib.Path(__file__).parent, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        git = "unknown"
+    return {
+        "cpu": cpu, "cpu_count": os.cpu_count(), "platform": platform.platform(),
+        "python": platform.python_version(), "jax": jax.__version__,
+        "jax_backend": jax.default_backend(), "git": git,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def write_results(folder: pathlib.Path, record: dict, rs, cv) -> pathlib.Path:
+    """Write `results.json` and `per_instance.csv` (test RS and CV) to `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "results.json", "w") as f:
+        json.dump(record, f, indent=2)
+    table = np.column_stack([np.arange(len(rs)), rs, cv])
+    np.savetxt(folder / "per_instance.csv", table, delimiter=",",
+               header="index,rs,cv", comments="", fmt=["%d", "%.6e", "%.6e"])
+    return folder
+
+
+def command_line() -> str:
+    """The command that is running, for the record."""
+    return " ".join(["python -m benchmarks.dc3", *sys.argv[1:]])
