@@ -1,0 +1,118 @@
+"""Our method: an MLP followed by `pinet_eqx.Projector`, trained end to end.
+
+The projection is onto $\\{y : A y = x,\\ G y \\le h\\}$ with the context $x$ as the
+`Parameter` `"b"`. The defaults are the paper's configuration (App. B.2): the
+tuned $\\sigma$, 50 iterations, Ruiz equilibration, $\\omega = 1.7$, 25 backward
+iterations, Adam at 1e-2, batch 2048, 50 epochs, and on top of it our two
+changes, each measured in `benchmarks/RESULTS.md`: more iterations at inference
+(`n_iter_test`, App. H.4 shows more test iterations are safe) and a cosine decay
+of the learning rate.
+"""
+
+from __future__ import annotations
+
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import pinet_eqx as pe
+
+from ._data import Dataset
+from ._harness import Run, Trained
+from ._training import backbone, fit_network
+
+# The paper's tuned sigma (App. B.2), for the equilibrated problems.
+PAPER_SIGMA = {"small": 0.068068, "large": 0.161069}
+
+
+def default_config(data: Dataset) -> dict:
+    """The paper's configuration for `data`, plus our inference iterations."""
+    size = data.source.get("size", "small")
+    return {
+        "sigma": PAPER_SIGMA.get(size, "auto"),
+        "omega": 1.7,
+        "n_iter": 50,
+        "n_iter_test": 100,
+        "n_iter_bwd": 25,
+        "equilibrate": True,
+        "autotune": False,
+        "autotune_points": 150,
+        "epochs": 50,
+        "batch_size": 2048,
+        "lr": 1e-2,
+        "lr_schedule": "cosine",
+        "validate_every": 1,
+        "max_time_s": None,
+    }
+
+
+def make_projector(data: Dataset, config: dict) -> pe.Projector:
+    """The projection layer onto $\\{y : A y = x, G y \\le h\\}$ for `config`."""
+    P = data.problem
+    return pe.Projector(
+        [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)],
+        sigma=config["sigma"],
+        omega=config["omega"],
+        n_iter=config["n_iter"],
+        n_iter_test=config["n_iter_test"],
+        n_iter_bwd=config["n_iter_bwd"],
+        equilibrate=config["equilibrate"],
+    )
+
+
+def tune(projector: pe.Projector, data: Dataset, config: dict, seed: int):
+    """Run `pinet_eqx.autotune` as in App. H.2: validation contexts, normal points."""
+    n = min(config["autotune_points"], len(data.X_valid))
+    dtype = jnp.result_type(float)
+    X = jnp.asarray(data.X_valid[:n], dtype)
+    Y = jax.random.normal(jax.random.key(seed), (n, data.problem.n_var), dtype)
+    return pe.autotune(projector, Y, {"b": X})
+
+
+def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
+    """Set up the projector (and auto-tune it if asked), then train the network."""
+    dtype = jnp.result_type(float)
+    info = {}
+    start = time.perf_counter()
+    projector = make_projector(data, config)
+    info["setup_s"] = time.perf_counter() - start
+    if config["autotune"]:
+        result = tune(projector, data, config, seed)
+        projector = result.projector.with_settings(
+            n_iter_test=max(result.n_iter, config["n_iter_test"])
+        )
+        info.update(autotune_s=result.seconds, sigma=result.sigma,
+                    n_iter=result.n_iter)
+    info["sigma_used"] = float(projector.sigma)
+    info["n_iter_used"] = int(projector.n_iter)
+    info["n_iter_test_used"] = int(projector.n_iter_test)
+    net = pe.HardConstrainedNet(
+        backbone(data.problem.n_eq, data.problem.n_var, seed, dtype), projector
+    )
+    objective = data.objective_jax(dtype)
+
+    def loss(model, X):
+        return jnp.mean(objective(jax.vmap(model)(X, b=X)))
+
+    @eqx.filter_jit
+    def batch_predict(model, X):
+        return jax.vmap(model)(X, b=X)
+
+    def predict(model, X):
+        return batch_predict(model, jnp.asarray(X, dtype))
+
+    net = fit_network(net, data, config, seed, run, loss, predict)
+    model = eqx.nn.inference_mode(net)
+
+    # The model is an argument, not a closed-over constant, so that its arrays are
+    # not folded into the compiled program.
+    single = eqx.filter_jit(lambda model, x: model(x, b=x))
+
+    return Trained(
+        predict=lambda X: predict(model, X),
+        predict_single=lambda x: single(model, jnp.asarray(np.asarray(x), dtype)),
+        info=info,
+    )

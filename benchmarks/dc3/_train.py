@@ -1,0 +1,113 @@
+"""Train, evaluate and time one method on one DC3 data set, and write the results."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import jax
+import numpy as np
+
+from . import _data, _harness, _methods
+
+
+def _paper_metrics(data: _data.Dataset, trained, instances: pathlib.Path) -> dict:
+    problem = "nonconvex" if data.nonconvex else "convex"
+    paper = _data.load_instances(instances, problem)
+    P, Q = data.problem, paper.problem
+    same = all(
+        getattr(P, k).shape == getattr(Q, k).shape
+        and np.allclose(getattr(P, k), getattr(Q, k), rtol=0, atol=1e-12)
+        for k in ("Q", "p", "A", "G", "h")
+    )
+    if not same:
+        raise ValueError(
+            f"`--instances {instances}` holds a different problem than {data.name}: "
+            "the paper's files are the small problem generated with seed 17."
+        )
+    Y = trained.predict(paper.X_test)
+    metrics, _, _ = _harness.test_metrics(paper, Y)
+    return metrics
+
+
+def train(
+    problem: str,
+    size: str,
+    method: str,
+    *,
+    seed: int = 0,
+    overrides: dict | None = None,
+    out: pathlib.Path | str = "results/dc3",
+    label: str | None = None,
+    data_seed: int = 17,
+    repeats: int = 20,
+    instances: pathlib.Path | None = None,
+    quiet: bool = False,
+) -> tuple[dict, pathlib.Path]:
+    """Train `method` on the `problem`/`size` data set and write its results.
+
+    **Arguments:**
+
+    - `problem`, `size`: the data set (see `benchmarks.dc3._data.load`).
+    - `method`: a key of `benchmarks.dc3._methods.METHODS`.
+    - `seed`: seeds the initialisation, shuffling and tuning points.
+    - `overrides`: hyperparameters replacing the method's defaults.
+    - `out`: the results root; the run goes to `out/{data}/{label}/seed{seed}`.
+    - `label`: the results sub-folder, default the method's name.
+    - `data_seed`: the DC3 generator's seed.
+    - `repeats`: timed repeats of batch inference (single inference: 5x).
+    - `instances`: a folder of the paper's DC3 `.npz` files to evaluate on too.
+    - `quiet`: hide the progress bar.
+
+    **Returns:** the result record (also in `results.json`) and its folder.
+    """
+    start = time.perf_counter()
+    data = _data.load(problem, size, seed=data_seed, verbose=not quiet)
+    module = _methods.get(method)
+    config = module.default_config(data)
+    unknown = set(overrides or {}) - set(config)
+    if unknown:
+        raise ValueError(
+            f"Method {method!r} has no hyperparameter(s) {sorted(unknown)}; its "
+            f"hyperparameters are {sorted(config)}."
+        )
+    config.update(overrides or {})
+    label = label or method
+
+    run = _harness.Run(data, description=f"{label} {data.name}", disable=quiet)
+    trained = module.fit(data, config, seed, run)
+    train_s = run.close()
+
+    Y = trained.predict(data.X_test)
+    metrics, rs, cv = _harness.test_metrics(data, Y)
+    timer = getattr(module, "time_inference", _harness.time_inference)
+    inference = timer(trained, data, repeats=repeats)
+    record = {
+        "method": method,
+        "label": label,
+        "dataset": {"name": data.name, "problem": problem, "size": size,
+                    **data.sizes, "source": data.source},
+        "seed": seed,
+        "precision": 64 if jax.config.jax_enable_x64 else 32,
+        "config": config,
+        "info": trained.info,
+        "metrics": metrics,
+        "timing": {"train_s": train_s, "total_s": time.perf_counter() - start,
+                   "inference": inference},
+        "curve": run.curve,
+        "machine": _harness.machine(),
+        "command": _harness.command_line(),
+    }
+    if instances is not None:
+        record["metrics_paper_instances"] = _paper_metrics(data, trained, instances)
+    folder = pathlib.Path(out) / data.name / label / f"seed{seed}"
+    _harness.write_results(folder, record, rs, cv)
+    if not quiet:
+        m, b = metrics, inference["batch"]
+        print(
+            f"{label} on {data.name} (seed {seed}): mean RS {m['rs_mean']:.2e}, "
+            f"max CV {m['cv_max']:.1e}, optimal {m['optimal_pct']:.1f}%, "
+            f"training {train_s:.1f} s, batch-{inference['batch_size']} inference "
+            f"{1e3 * b['median']:.1f} ms (median)\n-> {folder}"
+        )
+    return record, folder
