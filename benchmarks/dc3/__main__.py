@@ -1,7 +1,8 @@
 """Command line of the DC3 benchmark suite.
 
     python -m benchmarks.dc3 data --problem nonconvex --size small
-    python -m benchmarks.dc3 train --problem nonconvex --size small --method pinet --seed 0
+    python -m benchmarks.dc3 train --problem nonconvex --size small \\
+        --method pinet --seed 0
     python -m benchmarks.dc3 train ... --autotune          # pinet: run autotune first
     python -m benchmarks.dc3 train ... --set n_iter_test=50 --set epochs=10
     python -m benchmarks.dc3 train ... --instances ../shared/data/dc3
@@ -44,16 +45,22 @@ def _overrides(pairs: list[str]) -> dict:
 
 
 def _add_data_arguments(parser):
-    parser.add_argument("--problem", choices=("convex", "nonconvex"),
-                        default="nonconvex")
+    parser.add_argument(
+        "--problem", choices=("convex", "nonconvex"), default="nonconvex"
+    )
     parser.add_argument("--size", choices=("tiny", "small", "large"), default="small")
-    parser.add_argument("--data-seed", type=int, default=17,
-                        help="seed of the DC3 generator (17: the published data)")
+    parser.add_argument(
+        "--data-seed",
+        type=int,
+        default=17,
+        help="seed of the DC3 generator (17: the published data)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.dc3",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.dc3", description=__doc__.splitlines()[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     data = sub.add_parser("data", help="generate a problem and cache its solutions")
@@ -64,18 +71,33 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--method", choices=tuple(METHODS), default="pinet")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--precision", type=int, choices=(32, 64), default=32)
-    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a hyperparameter (JSON value), repeatable")
+    train.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a hyperparameter (JSON value), repeatable",
+    )
     train.add_argument("--epochs", type=int, help="shorthand for --set epochs=N")
-    train.add_argument("--autotune", action="store_true",
-                       help="pinet/soft: run pinet_eqx.autotune before training")
+    train.add_argument(
+        "--autotune",
+        action="store_true",
+        help="pinet/soft: run pinet_eqx.autotune before training",
+    )
     train.add_argument("--label", help="results sub-folder (default: the method)")
     train.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
-    train.add_argument("--repeats", type=int, default=20,
-                       help="timed repeats of batch inference (single: 5x)")
-    train.add_argument("--instances", type=pathlib.Path,
-                       help="also evaluate on the paper's DC3 .npz test instances "
-                       "in this folder (small problem only)")
+    train.add_argument(
+        "--repeats",
+        type=int,
+        default=20,
+        help="timed repeats of batch inference (single: 5x)",
+    )
+    train.add_argument(
+        "--instances",
+        type=pathlib.Path,
+        help="also evaluate on the paper's DC3 .npz test instances "
+        "in this folder (small problem only)",
+    )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
 
     report = sub.add_parser("report", help="figures and tables from a results folder")
@@ -83,14 +105,18 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--out", type=pathlib.Path, help="default: results_dir")
 
     ablations = sub.add_parser("ablations", help="the paper's ablation studies")
-    ablations.add_argument("--size", choices=("tiny", "small", "large"),
-                           default="small")
-    ablations.add_argument("--problem", choices=("convex", "nonconvex"),
-                           default="nonconvex")
-    ablations.add_argument("--which", action="append",
-                           help="run only these studies (repeatable)")
-    ablations.add_argument("--out", type=pathlib.Path,
-                           default=pathlib.Path("results") / "dc3-ablations")
+    ablations.add_argument(
+        "--size", choices=("tiny", "small", "large"), default="small"
+    )
+    ablations.add_argument(
+        "--problem", choices=("convex", "nonconvex"), default="nonconvex"
+    )
+    ablations.add_argument(
+        "--which", action="append", help="run only these studies (repeatable)"
+    )
+    ablations.add_argument(
+        "--out", type=pathlib.Path, default=pathlib.Path("results") / "dc3-ablations"
+    )
     ablations.add_argument("--precision", type=int, choices=(32, 64), default=32)
     ablations.add_argument("--quick", action="store_true", help="fewer epochs/points")
     return parser
@@ -106,8 +132,10 @@ def main(argv=None) -> int:
         from . import _data
 
         data = _data.load(args.problem, args.size, seed=args.data_seed)
-        print(f"{data.name}: {len(data.X_train)}/{len(data.X_valid)}/"
-              f"{len(data.X_test)} contexts, solutions cached.")
+        print(
+            f"{data.name}: {len(data.X_train)}/{len(data.X_valid)}/"
+            f"{len(data.X_test)} contexts, solutions cached."
+        )
     elif args.command == "train":
         from ._train import train
 
@@ -116,10 +144,19 @@ def main(argv=None) -> int:
             config["epochs"] = args.epochs
         if args.autotune:
             config["autotune"] = True
-        train(args.problem, args.size, args.method, seed=args.seed,
-              overrides=config, out=args.out, label=args.label,
-              data_seed=args.data_seed, repeats=args.repeats,
-              instances=args.instances, quiet=args.quiet)
+        train(
+            args.problem,
+            args.size,
+            args.method,
+            seed=args.seed,
+            overrides=config,
+            out=args.out,
+            label=args.label,
+            data_seed=args.data_seed,
+            repeats=args.repeats,
+            instances=args.instances,
+            quiet=args.quiet,
+        )
     elif args.command == "report":
         from ._report import report
 

@@ -78,12 +78,12 @@ class Dataset:
         return objective
 
     def violation(self, Y, X) -> np.ndarray:
-        """CV of each row: $\\max(\\|Ay - x\\|_\\infty, \\|\\max(Gy - h, 0)\\|_\\infty)$."""
+        """CV of each row: $\\max(\\|Ay - x\\|_\\infty, \\|(Gy - h)_+\\|_\\infty)$."""
         P = self.problem
         return dc3_violation(np.asarray(Y, np.float64), X, P.A, P.G, P.h)
 
     def relative_suboptimality(self, Y, J_star) -> np.ndarray:
-        """RS of each row: $\\max(0, (J(\\hat y) - J^\\star)/|J^\\star|)$, in float64."""
+        """RS of each row, $\\max(0, (J(\\hat y) - J^\\star)/|J^\\star|)$, float64."""
         return np.maximum(0.0, (self.objective(Y) - J_star) / np.abs(J_star))
 
     @property
@@ -151,7 +151,9 @@ def load(
     cache = pathlib.Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE
     key = f"{problem}_var{n_var}_eq{n_eq}_ineq{n_ineq}_ex{n_examples}_seed{seed}"
     Y_valid, Y_test = (
-        _cached_solutions(cache / f"{key}_{label}.npz", dc3, X, nonconvex, label, verbose)
+        _cached_solutions(
+            cache / f"{key}_{label}.npz", dc3, X, nonconvex, label, verbose
+        )
         for label, X in (("valid", X_valid), ("test", X_test))
     )
     return _dataset(
@@ -160,8 +162,13 @@ def load(
         nonconvex,
         (X_train, X_valid, X_test),
         (Y_valid, Y_test),
-        {"generator": "make_dc3", "problem": problem, "size": size, "seed": seed,
-         "n_examples": n_examples},
+        {
+            "generator": "make_dc3",
+            "problem": problem,
+            "size": size,
+            "seed": seed,
+            "n_examples": n_examples,
+        },
     )
 
 
@@ -169,8 +176,17 @@ def _dataset(name, dc3, nonconvex, splits, solutions, source) -> Dataset:
     X_train, X_valid, X_test = splits
     Y_valid, Y_test = solutions
     data = Dataset(
-        name, dc3, nonconvex, X_train, X_valid, X_test, Y_valid, Y_test,
-        np.zeros(0), np.zeros(0), source,
+        name,
+        dc3,
+        nonconvex,
+        X_train,
+        X_valid,
+        X_test,
+        Y_valid,
+        Y_test,
+        np.zeros(0),
+        np.zeros(0),
+        source,
     )
     return dataclasses.replace(
         data, J_valid=data.objective(Y_valid), J_test=data.objective(Y_test)
@@ -202,7 +218,11 @@ def load_instances(path: str | pathlib.Path, problem: str = "nonconvex") -> Data
         files[label] = np.load(matches[0])
     f = files["test"]
     dc3 = DC3Problem(
-        Q=f["Q"][0], p=f["p"][0, :, 0], A=f["A"][0], G=f["G"][0], h=f["h"][0, :, 0],
+        Q=f["Q"][0],
+        p=f["p"][0, :, 0],
+        A=f["A"][0],
+        G=f["G"][0],
+        h=f["h"][0, :, 0],
         X=np.concatenate([files[k]["X"][..., 0] for k in ("valid", "test")]),
         seed=None,
     )

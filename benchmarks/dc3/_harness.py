@@ -27,8 +27,15 @@ from ._data import Dataset
 CV_OPTIMAL = 1e-3  # the paper's thresholds for an "optimal" instance
 RS_OPTIMAL = 0.05
 METRICS = (
-    "rs_mean", "rs_median", "rs_max", "cv_mean", "cv_median", "cv_max",
-    "eq_cv_max", "ineq_cv_max", "optimal_pct",
+    "rs_mean",
+    "rs_median",
+    "rs_max",
+    "cv_mean",
+    "cv_median",
+    "cv_max",
+    "eq_cv_max",
+    "ineq_cv_max",
+    "optimal_pct",
 )
 TIMING_STATS = ("median", "lq", "uq", "min", "max", "repeats")
 
@@ -45,11 +52,14 @@ class Trained:
     - `predict_single`: maps one context `x` of shape `(n_eq,)` to one `y`; by
         default `predict` on a batch of one.
     - `info`: anything worth recording (tuned hyperparameters, solver statistics).
+    - `model`: the trained model, where there is one (for ablations that
+        re-evaluate it with other settings); not written to the results.
     """
 
     predict: Callable
     predict_single: Callable | None = None
     info: dict = dataclasses.field(default_factory=dict)
+    model: object = None
 
 
 class Run:
@@ -68,18 +78,28 @@ class Run:
     - `disable`: hide the progress bar.
     """
 
-    def __init__(self, data: Dataset, total_steps: int | None = None,
-                 description: str = "",
-                 n_valid: int | None = None, disable: bool = False):
+    def __init__(
+        self,
+        data: Dataset,
+        total_steps: int | None = None,
+        description: str = "",
+        n_valid: int | None = None,
+        disable: bool = False,
+    ):
         self.data = data
         self.n_valid = len(data.X_valid) if n_valid is None else n_valid
         self.curve: list[dict] = []
         self.steps = 0
         self._paused = 0.0
         self._start = time.perf_counter()
-        self._bar = tqdm(total=total_steps, desc=description, unit="step",
-                         disable=disable, dynamic_ncols=True)
-        self._loss = float("nan")
+        self._bar = tqdm(
+            total=total_steps,
+            desc=description,
+            unit="step",
+            disable=disable,
+            dynamic_ncols=True,
+        )
+        self._last_loss = None
 
     def set_total(self, total_steps: int) -> None:
         """Set the number of optimiser steps once the method knows it."""
@@ -94,16 +114,19 @@ class Run:
         """Count `n` optimiser steps; `loss` (a scalar) is shown now and then."""
         self.steps += n
         self._bar.update(n)
-        if loss is not None and self.steps % 20 == 0:
-            self._loss = float(loss)
-            self._bar.set_postfix_str(self._postfix(), refresh=False)
+        if loss is not None:
+            # Converting the loss syncs with the device, so only now and then.
+            self._last_loss = loss
+            if self.steps % 20 == 0:
+                self._bar.set_postfix_str(self._postfix(), refresh=False)
 
     def _postfix(self) -> str:
-        text = f"loss {self._loss:.3g}"
+        loss = self._last_loss
+        text = "" if loss is None else f"loss {float(loss):.3g}, "
         if self.curve:
             last = self.curve[-1]
-            text += f", val RS {last['rs_mean']:.1e}, CV {last['cv_max']:.0e}"
-        return text
+            text += f"val RS {last['rs_mean']:.1e}, CV {last['cv_max']:.0e}"
+        return text.rstrip(", ")
 
     def validate(self, predict: Callable, epoch: int | None = None) -> dict:
         """Evaluate `predict` on the validation contexts and add a curve point."""
@@ -114,9 +137,13 @@ class Run:
         rs = self.data.relative_suboptimality(Y, self.data.J_valid[: self.n_valid])
         cv = self.data.violation(Y, X)
         point = {
-            "time_s": time_s, "epoch": epoch, "step": self.steps,
-            "rs_mean": float(rs.mean()), "rs_median": float(np.median(rs)),
-            "cv_max": float(cv.max()), "cv_mean": float(cv.mean()),
+            "time_s": time_s,
+            "epoch": epoch,
+            "step": self.steps,
+            "rs_mean": float(rs.mean()),
+            "rs_median": float(np.median(rs)),
+            "cv_max": float(cv.max()),
+            "cv_mean": float(cv.mean()),
         }
         self.curve.append(point)
         self._bar.set_postfix_str(self._postfix())
@@ -138,10 +165,14 @@ def test_metrics(data: Dataset, Y) -> tuple[dict, np.ndarray, np.ndarray]:
     ineq = np.maximum(Y @ P.G.T - P.h, 0.0).max(axis=1)
     cv = np.maximum(eq, ineq)
     metrics = {
-        "rs_mean": float(rs.mean()), "rs_median": float(np.median(rs)),
-        "rs_max": float(rs.max()), "cv_mean": float(cv.mean()),
-        "cv_median": float(np.median(cv)), "cv_max": float(cv.max()),
-        "eq_cv_max": float(eq.max()), "ineq_cv_max": float(ineq.max()),
+        "rs_mean": float(rs.mean()),
+        "rs_median": float(np.median(rs)),
+        "rs_max": float(rs.max()),
+        "cv_mean": float(cv.mean()),
+        "cv_median": float(np.median(cv)),
+        "cv_max": float(cv.max()),
+        "eq_cv_max": float(eq.max()),
+        "ineq_cv_max": float(ineq.max()),
         "optimal_pct": float(100 * np.mean((cv <= CV_OPTIMAL) & (rs <= RS_OPTIMAL))),
     }
     return metrics, rs, cv
@@ -161,8 +192,14 @@ def time_calls(call: Callable, repeats: int, warmup: int = 2) -> dict:
         times.append(time.perf_counter() - start)
     t = np.asarray(times)
     lq, median, uq = np.percentile(t, [25, 50, 75])
-    return {"median": float(median), "lq": float(lq), "uq": float(uq),
-            "min": float(t.min()), "max": float(t.max()), "repeats": repeats}
+    return {
+        "median": float(median),
+        "lq": float(lq),
+        "uq": float(uq),
+        "min": float(t.min()),
+        "max": float(t.max()),
+        "repeats": repeats,
+    }
 
 
 def _blocking(fn: Callable) -> Callable:
@@ -171,8 +208,13 @@ def _blocking(fn: Callable) -> Callable:
     return lambda *a: jax.block_until_ready(fn(*a))
 
 
-def time_inference(trained: Trained, data: Dataset, repeats: int = 20,
-                   batch_size: int = 1024, single_repeats: int | None = None) -> dict:
+def time_inference(
+    trained: Trained,
+    data: Dataset,
+    repeats: int = 20,
+    batch_size: int = 1024,
+    single_repeats: int | None = None,
+) -> dict:
     """Single-instance and batch inference times, each after warm-up."""
     predict = _blocking(trained.predict)
     single = trained.predict_single
@@ -202,15 +244,22 @@ def machine() -> dict:
         cpu = platform.processor()
     try:
         git = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            cwd=pathlib.Path(__file__).parent, check=True,
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=pathlib.Path(__file__).parent,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         git = "unknown"
     return {
-        "cpu": cpu, "cpu_count": os.cpu_count(), "platform": platform.platform(),
-        "python": platform.python_version(), "jax": jax.__version__,
-        "jax_backend": jax.default_backend(), "git": git,
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jax_backend": jax.default_backend(),
+        "git": git,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
@@ -221,8 +270,14 @@ def write_results(folder: pathlib.Path, record: dict, rs, cv) -> pathlib.Path:
     with open(folder / "results.json", "w") as f:
         json.dump(record, f, indent=2)
     table = np.column_stack([np.arange(len(rs)), rs, cv])
-    np.savetxt(folder / "per_instance.csv", table, delimiter=",",
-               header="index,rs,cv", comments="", fmt=["%d", "%.6e", "%.6e"])
+    np.savetxt(
+        folder / "per_instance.csv",
+        table,
+        delimiter=",",
+        header="index,rs,cv",
+        comments="",
+        fmt=["%d", "%.6e", "%.6e"],
+    )
     return folder
 
 

@@ -84,8 +84,7 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
         projector = result.projector.with_settings(
             n_iter_test=max(result.n_iter, config["n_iter_test"])
         )
-        info.update(autotune_s=result.seconds, sigma=result.sigma,
-                    n_iter=result.n_iter)
+        info.update(autotune_s=result.seconds, sigma=result.sigma, n_iter=result.n_iter)
     info["sigma_used"] = float(projector.sigma)
     info["n_iter_used"] = int(projector.n_iter)
     info["n_iter_test_used"] = int(projector.n_iter_test)
@@ -115,4 +114,5 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
         predict=lambda X: predict(model, X),
         predict_single=lambda x: single(model, jnp.asarray(np.asarray(x), dtype)),
         info=info,
+        model=model,
     )

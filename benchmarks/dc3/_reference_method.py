@@ -47,8 +47,13 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
     dtype = jnp.result_type(float)
     P = data.problem
     layer = ReferenceDC3Projector(
-        P.A, P.G, P.h, sigma=config["sigma"], omega=config["omega"],
-        equilibrate=config["equilibrate"], dtype=dtype,
+        P.A,
+        P.G,
+        P.h,
+        sigma=config["sigma"],
+        omega=config["omega"],
+        equilibrate=config["equilibrate"],
+        dtype=dtype,
     )
     mlp = backbone(P.n_eq, P.n_var, seed, dtype)
     objective = data.objective_jax(dtype)
@@ -65,8 +70,9 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
     def predict(model, X):
         return batch_predict(model, jnp.asarray(X, dtype))
 
-    mlp = fit_network(mlp, data, config, seed, run, loss, predict,
-                      filter_spec=eqx.is_inexact_array)
+    mlp = fit_network(
+        mlp, data, config, seed, run, loss, predict, filter_spec=eqx.is_inexact_array
+    )
     return Trained(
         predict=lambda X: predict(mlp, X),
         predict_single=lambda x: predict(mlp, np.asarray(x)[None]),

@@ -26,8 +26,9 @@ from ._training import backbone, fit_network
 def default_config(data: Dataset) -> dict:
     """The projection's settings of `pinet`, a penalty weight and the optimiser."""
     config = _pinet.default_config(data)
-    config.update(penalty=10.0, lr=1e-3, batch_size=200, epochs=50,
-                  lr_schedule="cosine")
+    config.update(
+        penalty=10.0, lr=1e-3, batch_size=200, epochs=50, lr_schedule="cosine"
+    )
     return config
 
 
@@ -62,22 +63,31 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
         Y = jax.vmap(model)(X)
         return jnp.mean(objective(Y) + weight * violation(Y, X))
 
-    projected = eqx.filter_jit(
-        lambda net, X: jax.vmap(lambda x: net(x, b=x))(X)
-    )
+    projected = eqx.filter_jit(lambda net, X: jax.vmap(lambda x: net(x, b=x))(X))
     net = pe.HardConstrainedNet(backbone(P.n_eq, P.n_var, seed, dtype), projector)
     net = eqx.nn.inference_mode(net)
 
     def predict(mlp, X):
         # Validation curves show the deployed model: backbone, then projection.
-        return projected(eqx.tree_at(lambda n: n.backbone, net, mlp),
-                         jnp.asarray(X, dtype))
+        return projected(
+            eqx.tree_at(lambda n: n.backbone, net, mlp), jnp.asarray(X, dtype)
+        )
 
-    mlp = fit_network(net.backbone, data, config, seed, run, loss, predict,
-                      filter_spec=eqx.is_inexact_array)
+    mlp = fit_network(
+        net.backbone,
+        data,
+        config,
+        seed,
+        run,
+        loss,
+        predict,
+        filter_spec=eqx.is_inexact_array,
+    )
     model = eqx.tree_at(lambda n: n.backbone, net, mlp)
     return Trained(
         predict=lambda X: projected(model, jnp.asarray(X, dtype)),
-        predict_single=lambda x: projected(model, jnp.asarray(np.asarray(x), dtype)[None]),
+        predict_single=lambda x: projected(
+            model, jnp.asarray(np.asarray(x), dtype)[None]
+        ),
         info=info,
     )

@@ -43,7 +43,8 @@ def train(
     repeats: int = 20,
     instances: pathlib.Path | None = None,
     quiet: bool = False,
-) -> tuple[dict, pathlib.Path]:
+    cache_dir: pathlib.Path | str | None = None,
+) -> tuple[dict, pathlib.Path, _harness.Trained]:
     """Train `method` on the `problem`/`size` data set and write its results.
 
     **Arguments:**
@@ -57,12 +58,16 @@ def train(
     - `data_seed`: the DC3 generator's seed.
     - `repeats`: timed repeats of batch inference (single inference: 5x).
     - `instances`: a folder of the paper's DC3 `.npz` files to evaluate on too.
-    - `quiet`: hide the progress bar.
+    - `quiet`: hide the progress bar and the summary.
+    - `cache_dir`: where the optimal solutions are cached (see `_data.load`).
 
-    **Returns:** the result record (also in `results.json`) and its folder.
+    **Returns:** the result record (also in `results.json`), its folder and the
+    `Trained` model.
     """
     start = time.perf_counter()
-    data = _data.load(problem, size, seed=data_seed, verbose=not quiet)
+    data = _data.load(
+        problem, size, seed=data_seed, cache_dir=cache_dir, verbose=not quiet
+    )
     module = _methods.get(method)
     config = module.default_config(data)
     unknown = set(overrides or {}) - set(config)
@@ -85,15 +90,23 @@ def train(
     record = {
         "method": method,
         "label": label,
-        "dataset": {"name": data.name, "problem": problem, "size": size,
-                    **data.sizes, "source": data.source},
+        "dataset": {
+            "name": data.name,
+            "problem": problem,
+            "size": size,
+            **data.sizes,
+            "source": data.source,
+        },
         "seed": seed,
         "precision": 64 if jax.config.jax_enable_x64 else 32,
         "config": config,
         "info": trained.info,
         "metrics": metrics,
-        "timing": {"train_s": train_s, "total_s": time.perf_counter() - start,
-                   "inference": inference},
+        "timing": {
+            "train_s": train_s,
+            "total_s": time.perf_counter() - start,
+            "inference": inference,
+        },
         "curve": run.curve,
         "machine": _harness.machine(),
         "command": _harness.command_line(),
@@ -110,4 +123,4 @@ def train(
             f"training {train_s:.1f} s, batch-{inference['batch_size']} inference "
             f"{1e3 * b['median']:.1f} ms (median)\n-> {folder}"
         )
-    return record, folder
+    return record, folder, trained

@@ -21,14 +21,26 @@ import pinet_eqx as pe
 from ._data import Dataset
 from ._harness import Run
 
-TRAINING_KEYS = ("epochs", "batch_size", "lr", "lr_schedule", "validate_every",
-                 "max_time_s")
+TRAINING_KEYS = (
+    "epochs",
+    "batch_size",
+    "lr",
+    "lr_schedule",
+    "validate_every",
+    "max_time_s",
+)
 
 
 def backbone(in_size: int, out_size: int, seed: int, dtype) -> eqx.nn.MLP:
     """The paper's backbone: an MLP with two hidden layers of 200 ReLU units."""
-    mlp = eqx.nn.MLP(in_size, out_size, width_size=200, depth=2,
-                     activation=jax.nn.relu, key=jax.random.key(seed))
+    mlp = eqx.nn.MLP(
+        in_size,
+        out_size,
+        width_size=200,
+        depth=2,
+        activation=jax.nn.relu,
+        key=jax.random.key(seed),
+    )
     return jax.tree_util.tree_map(
         lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, mlp
     )
@@ -42,9 +54,7 @@ def optimiser(config: dict, total_steps: int) -> optax.GradientTransformation:
     if schedule == "cosine":
         decay = optax.cosine_decay_schedule(config["lr"], max(total_steps, 1), 0.01)
         return optax.adam(decay)
-    raise ValueError(
-        f"`lr_schedule` must be 'constant' or 'cosine', got {schedule!r}."
-    )
+    raise ValueError(f"`lr_schedule` must be 'constant' or 'cosine', got {schedule!r}.")
 
 
 def fit_network(

@@ -1,0 +1,393 @@
+"""The paper's ablation studies, run with our library (App. H.3, H.4, I.3, F.3).
+
+    python -m benchmarks.dc3 ablations --size small [--which config ...] [--quick]
+
+Studies (`--which`, repeatable; all by default):
+
+- `config`: Default (sigma 1, 100 iterations, no equilibration) / Auto
+  (`autotune`, no equilibration) / Auto+equilibration, trained end to end
+  (App. H.3); results in `OUT/runs`, so `report OUT/runs` draws and tabulates them.
+- `inf`: soft-penalty training with the projection only at inference, next to
+  training through the projection (App. H.4); also in `OUT/runs`.
+- `n_iter_test`: one network trained with 50 iterations, evaluated with other
+  test-time iteration counts.
+- `sigma_omega`: violation and suboptimality of the projection after 50 iterations
+  over the sigma grid, for several omega (the scores `autotune` ranks).
+- `vjp`: error of the implicit VJP against float64 central differences as
+  `n_iter_bwd` grows (App. I.3); always run in float64.
+- `cv_iters`: constraint violation against forward iterations (App. F.3), with
+  and without equilibration.
+
+Each study writes `OUT/{study}.json` and `OUT/{study}.png`, and `OUT/ablations.md`
+collects their tables.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import pinet_eqx as pe
+
+from . import _data, _harness, _pinet
+from ._train import train
+
+STUDIES = ("config", "inf", "n_iter_test", "sigma_omega", "vjp", "cv_iters")
+CONFIGS = {
+    "pinet-default": {
+        "sigma": 1.0,
+        "n_iter": 100,
+        "n_iter_test": 100,
+        "equilibrate": False,
+    },
+    "pinet-auto": {"equilibrate": False, "autotune": True},
+    "pinet-auto-eq": {"equilibrate": True, "autotune": True},
+}
+
+
+def _figure(ncols=1, width=5.0):
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, 3.8), squeeze=False)
+    return plt, fig, axes[0]
+
+
+def _save(plt, fig, path: pathlib.Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _points(data: _data.Dataset, n: int, seed: int, dtype):
+    """The App. H.2 tuning points: validation contexts and standard-normal y."""
+    X = jnp.asarray(data.X_valid[:n], dtype)
+    Y = jax.random.normal(jax.random.key(seed), (X.shape[0], data.problem.n_var), dtype)
+    return X, Y
+
+
+def study_config(args, data, out):
+    rows = []
+    epochs = {"epochs": 5} if args.quick else {}
+    for label, overrides in CONFIGS.items():
+        record, _, _ = train(
+            args.problem,
+            args.size,
+            "pinet",
+            label=label,
+            overrides={**overrides, **epochs},
+            out=out / "runs",
+            repeats=5 if args.quick else 20,
+        )
+        rows.append(_row(label, record))
+    return {"rows": rows}
+
+
+def study_inf(args, data, out):
+    rows = []
+    epochs = {"epochs": 5} if args.quick else {}
+    for method in ("pinet", "soft"):
+        record, _, _ = train(
+            args.problem,
+            args.size,
+            method,
+            overrides=epochs,
+            out=out / "runs",
+            repeats=5 if args.quick else 20,
+        )
+        rows.append(_row(method, record))
+    return {"rows": rows}
+
+
+def _row(label, record):
+    m, t = record["metrics"], record["timing"]
+    return {
+        "label": label,
+        "rs_mean": m["rs_mean"],
+        "cv_max": m["cv_max"],
+        "optimal_pct": m["optimal_pct"],
+        "train_s": t["train_s"],
+        "batch_s": t["inference"]["batch"]["median"],
+        "info": record["info"],
+    }
+
+
+def study_n_iter_test(args, data, out):
+    overrides = {"epochs": 5} if args.quick else {}
+    _, _, trained = train(
+        args.problem,
+        args.size,
+        "pinet",
+        label="pinet-n-iter-50",
+        overrides={"n_iter": 50, "n_iter_test": 50, **overrides},
+        out=out / "runs",
+        repeats=5,
+    )
+    net = trained.model
+    dtype = jnp.result_type(float)
+    X = jnp.asarray(data.X_test, dtype)
+    predict = eqx.filter_jit(lambda m, X: jax.vmap(lambda x: m(x, b=x))(X))
+    rows = []
+    for k in (10, 20, 30, 40, 50, 75, 100, 200):
+        model = eqx.tree_at(
+            lambda n: n.projector, net, net.projector.with_settings(n_iter_test=k)
+        )
+        Y = predict(model, X)
+        metrics, _, _ = _harness.test_metrics(data, Y)
+        timing = _harness.time_calls(
+            lambda: jax.block_until_ready(predict(model, X)), 5 if args.quick else 20
+        )
+        rows.append({"n_iter_test": k, **metrics, "batch_s": timing["median"]})
+    plt, fig, (ax1, ax2) = _figure(2)
+    ks = [r["n_iter_test"] for r in rows]
+    ax1.semilogy(ks, [r["rs_mean"] for r in rows], "o-")
+    ax1.set(xlabel="n_iter_test (trained with 50)", ylabel="test mean RS")
+    ax2.semilogy(ks, [r["cv_max"] for r in rows], "o-", color="C1")
+    ax2.set(xlabel="n_iter_test (trained with 50)", ylabel="test max CV")
+    _save(plt, fig, out / "n_iter_test.png")
+    return {"rows": rows}
+
+
+def study_sigma_omega(args, data, out):
+    dtype = jnp.result_type(float)
+    X, Y = _points(data, 150, 0, dtype)
+    config = _pinet.default_config(data)
+    base = _pinet.make_projector(data, config)
+    grid = np.geomspace(1e-3, 5.05, 25 if args.quick else 50)
+    rows = []
+    plt, fig, (ax1, ax2) = _figure(2)
+    for i, omega in enumerate((1.0, 1.3, 1.5, 1.7, 1.9)):
+        result = pe.autotune(
+            base.with_settings(omega=omega),
+            Y,
+            {"b": X},
+            sigmas=grid,
+            n_iters=(50,),
+            tune_iter=50,
+        )
+        rows.append(
+            {
+                "omega": omega,
+                "sigma": grid.tolist(),
+                "violation": result.sigma_violation.tolist(),
+                "suboptimality": result.sigma_suboptimality.tolist(),
+                "chosen_sigma": result.sigma,
+                "seconds": result.seconds,
+            }
+        )
+        ax1.loglog(grid, result.sigma_violation, color=f"C{i}", label=f"ω={omega}")
+        ax2.loglog(grid, result.sigma_suboptimality, color=f"C{i}")
+    ax1.set(xlabel="σ", ylabel="max CV after 50 iterations")
+    ax2.set(xlabel="σ", ylabel="mean |dist/dist* − 1| after 50 iterations")
+    ax1.legend(fontsize=8)
+    _save(plt, fig, out / "sigma_omega.png")
+    return {"rows": rows, "points": 150, "n_iter": 50}
+
+
+def study_vjp(args, data, out):
+    if not jax.config.jax_enable_x64:
+        # x64 is global in JAX; run this study in a float64 process of its own.
+        command = [
+            sys.executable,
+            "-m",
+            "benchmarks.dc3",
+            "ablations",
+            "--which",
+            "vjp",
+            "--precision",
+            "64",
+            "--size",
+            args.size,
+            "--problem",
+            args.problem,
+            "--out",
+            str(out),
+        ] + (["--quick"] if args.quick else [])
+        subprocess.run(command, check=True)
+        return json.loads((out / "vjp.json").read_text())
+    config = _pinet.default_config(data)
+    x = jnp.asarray(data.X_valid[0])
+    y_raw = jax.random.normal(jax.random.key(1), (data.problem.n_var,)) * 2
+    v = jax.random.normal(jax.random.key(2), (data.problem.n_var,))
+    exact = _pinet.make_projector(data, config).with_settings(
+        tol=1e-13, n_iter=20000, n_iter_test=20000
+    )
+    # Central differences of <v, Pi(y)> along each coordinate, on the converged map.
+    f = jax.jit(lambda y: jnp.dot(v, exact(y, b=x)))
+    eps = 1e-6
+    eye = jnp.eye(data.problem.n_var)
+    n_dirs = 20 if args.quick else data.problem.n_var
+    fd = np.array(
+        [
+            (f(y_raw + eps * eye[i]) - f(y_raw - eps * eye[i])) / (2 * eps)
+            for i in range(n_dirs)
+        ]
+    )
+    rows = []
+    for k in (1, 2, 5, 10, 25, 50, 100, 200):
+        proj = exact.with_settings(
+            n_iter_bwd=k, bwd_failure="ignore", bwd_rtol=1e-12, bwd_atol=1e-14
+        )
+        g = jax.grad(lambda y: jnp.dot(v, proj(y, b=x)))(y_raw)
+        g = np.asarray(g)[:n_dirs]
+        rows.append(
+            {
+                "n_iter_bwd": k,
+                "rel_error": float(np.linalg.norm(g - fd) / np.linalg.norm(fd)),
+            }
+        )
+    plt, fig, (ax,) = _figure(1)
+    ax.loglog([r["n_iter_bwd"] for r in rows], [r["rel_error"] for r in rows], "o-")
+    ax.set(xlabel="n_iter_bwd (BiCGStab steps)", ylabel="‖VJP − FD‖ / ‖FD‖ (float64)")
+    _save(plt, fig, out / "vjp.png")
+    result = {"rows": rows, "fd_step": eps, "directions": n_dirs}
+    (out / "vjp.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def study_cv_iters(args, data, out):
+    dtype = jnp.result_type(float)
+    X, Y = _points(data, 150, 0, dtype)
+    config = _pinet.default_config(data)
+    ks = (1, 2, 5, 10, 20, 50, 100, 200, 500)
+    rows = []
+    plt, fig, (ax,) = _figure(1)
+    for i, (name, overrides) in enumerate(
+        (
+            ("equilibrated, paper sigma", {}),
+            ("not equilibrated, sigma 1", {"equilibrate": False, "sigma": 1.0}),
+        )
+    ):
+        proj = _pinet.make_projector(data, {**config, **overrides})
+        project = eqx.filter_jit(lambda p, Y, X: jax.vmap(lambda y, x: p(y, b=x))(Y, X))
+        cv = []
+        for k in ks:
+            Yk = project(proj.with_settings(n_iter=k, n_iter_test=k), Y, X)
+            cv.append(float(data.violation(Yk, np.asarray(X, np.float64)).max()))
+        rows.append({"setting": name, "n_iter": list(ks), "cv_max": cv})
+        ax.loglog(ks, cv, "o-", color=f"C{i}", label=name)
+    ax.set(xlabel="forward iterations", ylabel="max CV (150 points)")
+    ax.legend(fontsize=8)
+    _save(plt, fig, out / "cv_iters.png")
+    return {"rows": rows}
+
+
+def _markdown(results: dict, args, machine: dict) -> str:
+    lines = [
+        f"# Ablations on DC3 {args.problem}-{args.size}",
+        "",
+        f"`{_harness.command_line()}` on {machine['cpu']} "
+        f"({machine['cpu_count']} CPUs), JAX {machine['jax']} "
+        f"({machine['jax_backend']}), float{args.precision}, git "
+        f"{machine['git']}.",
+        "",
+    ]
+    for study in ("config", "inf"):
+        if study in results:
+            lines += [
+                f"## {study}",
+                "",
+                "| Label | Mean RS | Max CV | Optimal [%] | "
+                "Training [s] | Batch-1024 [s] | sigma / n_iter |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+            ]
+            for r in results[study]["rows"]:
+                info = r["info"]
+                tuned = (
+                    f"{info.get('sigma_used', ''):.4g} / {info.get('n_iter_used', '')}"
+                    if "sigma_used" in info
+                    else ""
+                )
+                lines.append(
+                    f"| `{r['label']}` | {r['rs_mean']:.2e} | "
+                    f"{r['cv_max']:.1e} | {r['optimal_pct']:.1f} | "
+                    f"{r['train_s']:.1f} | {r['batch_s']:.4f} | {tuned} |"
+                )
+            lines.append("")
+    if "n_iter_test" in results:
+        lines += [
+            "## n_iter_test (trained with 50)",
+            "",
+            "| n_iter_test | Mean RS | Max CV | Optimal [%] | Batch-1024 [s] |",
+            "| ---: | ---: | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| {r['n_iter_test']} | {r['rs_mean']:.2e} | {r['cv_max']:.1e} | "
+            f"{r['optimal_pct']:.1f} | {r['batch_s']:.4f} |"
+            for r in results["n_iter_test"]["rows"]
+        ]
+        lines.append("")
+    if "sigma_omega" in results:
+        lines += [
+            "## sigma and omega (projection only, 50 iterations)",
+            "",
+            "| omega | best sigma | its max CV | sweep time [s] |",
+            "| ---: | ---: | ---: | ---: |",
+        ]
+        for r in results["sigma_omega"]["rows"]:
+            best = int(np.argmin(r["violation"]))
+            lines.append(
+                f"| {r['omega']} | {r['sigma'][best]:.3g} | "
+                f"{r['violation'][best]:.1e} | {r['seconds']:.1f} |"
+            )
+        lines.append("")
+    if "vjp" in results:
+        lines += [
+            "## VJP error against float64 central differences",
+            "",
+            "| n_iter_bwd | relative error |",
+            "| ---: | ---: |",
+        ]
+        lines += [
+            f"| {r['n_iter_bwd']} | {r['rel_error']:.1e} |"
+            for r in results["vjp"]["rows"]
+        ]
+        lines.append("")
+    if "cv_iters" in results:
+        rows = results["cv_iters"]["rows"]
+        lines += [
+            "## Max CV against forward iterations",
+            "",
+            "| iterations | " + " | ".join(r["setting"] for r in rows) + " |",
+            "| ---: |" + " ---: |" * len(rows),
+        ]
+        for j, k in enumerate(rows[0]["n_iter"]):
+            lines.append(
+                f"| {k} | " + " | ".join(f"{r['cv_max'][j]:.1e}" for r in rows) + " |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def run_ablations(args) -> dict:
+    """Run the studies named in `args.which` (all by default); see the module doc."""
+    studies = args.which or list(STUDIES)
+    unknown = set(studies) - set(STUDIES)
+    if unknown:
+        raise SystemExit(
+            f"Unknown ablation(s) {sorted(unknown)}; choose from {STUDIES}."
+        )
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = _data.load(args.problem, args.size)
+    results = {}
+    for study in studies:
+        start = time.perf_counter()
+        print(f"== ablation {study} on {data.name}")
+        results[study] = globals()[f"study_{study}"](args, data, out)
+        results[study]["seconds"] = time.perf_counter() - start
+        (out / f"{study}.json").write_text(json.dumps(results[study], indent=2))
+    machine = _harness.machine()
+    (out / "ablations.md").write_text(_markdown(results, args, machine))
+    print(f"-> {out / 'ablations.md'}")
+    return results
