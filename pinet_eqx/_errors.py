@@ -58,3 +58,9 @@ RANK_DEFICIENT = (
     "full row rank; remove the redundant rows (or make the matrix fixed, where "
     "dependent rows are dropped automatically)."
 )
+
+REFINE_NEEDS_FIXED_EQUALITY = (
+    "Projector(refine=True) refines the equality constraints with a precomputed "
+    "pseudo-inverse, so it needs at least one Equality constraint and fixed (not "
+    "Parameter) equality and inequality matrices. Drop `refine=True` otherwise."
+)

@@ -30,9 +30,11 @@ from ._errors import (
     NOT_A_CONSTRAINT,
     PARAM_BOUNDS_CROSSED,
     RANK_DEFICIENT,
+    REFINE_NEEDS_FIXED_EQUALITY,
 )
 from ._implicit import fixed_point
 from ._parameter import Parameter
+from ._refine import EqualityRefinement
 from ._solution import RESULTS, ProjectionSolution
 
 # A vector or matrix assembled at call time from fixed pieces and named parameters.
@@ -109,6 +111,12 @@ class Projector(eqx.Module):
         parameterised bounds are ordered (`eqx.error_if`).
     - `dim`: the output dimension $d$, only needed when no constraint implies it.
     - `inference`: start in inference mode.
+    - `refine`: finish with one step of iterative refinement of the equality
+        constraints, $y \\leftarrow y - E^+ (E y - q)$, with the residual computed
+        in compensated arithmetic. In float32 this brings $\\|E y - q\\|_\\infty$
+        from a few $\\sqrt{d}\\,\\varepsilon$ down to the rounding of $y$ itself
+        (DC3 small: 4e-6 to 9e-7), for one extra matrix-vector product. Needs
+        fixed equality matrices; gradients are those of the unrefined map.
     """
 
     dim: int = eqx.field(static=True)
@@ -136,6 +144,7 @@ class Projector(eqx.Module):
     n_column_groups: int = eqx.field(static=True)
     inference: bool
     op: AbstractAffineProjection | None
+    refinement: EqualityRefinement | None
     column_groups: Int[Array, " n"] | None
     E: _Segments
     C: _Segments
@@ -171,6 +180,7 @@ class Projector(eqx.Module):
         check_inputs: bool = True,
         dim: int | None = None,
         inference: bool = False,
+        refine: bool = False,
     ):
         if isinstance(constraints, AbstractConstraint):
             constraints = [constraints]
@@ -326,6 +336,9 @@ class Projector(eqx.Module):
         self.n_column_groups = int(n_col_groups)
         self.inference = inference
         self.op = op
+        if refine and (per_instance or not E_items):
+            raise ValueError(REFINE_NEEDS_FIXED_EQUALITY)
+        self.refinement = EqualityRefinement.build(E_fixed) if refine else None
         self.column_groups = jnp.asarray(col_groups) if per_instance else None
         self.E = segments(E_items, cols=dim)
         self.C = segments(C_items, cols=dim)
@@ -466,6 +479,11 @@ class Projector(eqx.Module):
         # feeds the infeasibility certificate.
         z, t = dr.z_and_t(s, P, op)
         y = op.d_y * z[: self.dim]
+        if self.refinement is not None:
+            # The correction is at rounding level, so the implicit VJP of the
+            # unrefined map is kept (stop_gradient).
+            fix = self.refinement(jax.lax.stop_gradient(y), data["E"], data["q"])
+            y = y + jax.lax.stop_gradient(fix - y)
         viol = jax.lax.stop_gradient(self._violation(y, data))
         fp = jax.lax.stop_gradient(fp)
         tol = 1e-5 if self.tol is None else self.tol

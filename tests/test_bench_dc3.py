@@ -1,0 +1,164 @@
+"""End-to-end check of the DC3 benchmark suite on the tiny problem.
+
+Every method that installs with the `test` extras trains for two epochs (the
+reference only where `pinet-hcnn` is installed: it cannot be a pip extra, see
+`benchmarks/_reference.py`), then the report renders. The heavy paper-scale runs
+are benchmarks (`python -m benchmarks.dc3`), not tests.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks._reference import reference_available
+from benchmarks.dc3 import _data, _harness, _methods
+from benchmarks.dc3._report import report
+from benchmarks.dc3._train import train
+
+EPOCHS = {"epochs": 2}
+METHODS = [
+    ("pinet", EPOCHS),
+    ("soft", EPOCHS),
+    ("dc3", EPOCHS),
+    ("jaxopt", EPOCHS),
+    ("cvxpylayers", {"epochs": 1}),
+    ("solver", {}),
+    pytest.param(
+        "reference",
+        EPOCHS,
+        marks=pytest.mark.skipif(
+            not reference_available(),
+            reason="pinet-hcnn is not installed (pip install --no-deps "
+            "pinet-hcnn==0.2.0 beartype); it cannot be a pip extra",
+        ),
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("dc3_cache")
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return tmp_path_factory.mktemp("dc3_results")
+
+
+@pytest.fixture(scope="module")
+def instances(tmp_path_factory, cache):
+    """The tiny problem's validation and test sets written in the DC3 file layout
+    (keys Q p A G h X Ystar), as the paper's files are."""
+    folder = tmp_path_factory.mktemp("instances")
+    data = _data.load("convex", "tiny", cache_dir=cache, verbose=False)
+    P = data.problem
+    for label, X, Y in (
+        ("valid", data.X_valid, data.Y_valid),
+        ("test", data.X_test, data.Y_test),
+    ):
+        np.savez(
+            folder / f"dc3_random_simple_dataset_var20_ineq10_eq10_ex600{label}.npz",
+            Q=P.Q[None],
+            p=P.p[None, :, None],
+            A=P.A[None],
+            G=P.G[None],
+            h=P.h[None, :, None],
+            X=X[..., None],
+            Ystar=Y[..., None],
+        )
+    return folder
+
+
+@pytest.mark.parametrize("method, overrides", METHODS)
+def test_method_end_to_end(method, overrides, results, cache, instances):
+    record, folder, _ = train(
+        "convex",
+        "tiny",
+        method,
+        overrides=overrides,
+        out=results,
+        repeats=2,
+        quiet=True,
+        cache_dir=cache,
+        instances=instances if method == "pinet" else None,
+    )
+    saved = json.loads((folder / "results.json").read_text())
+    assert saved["config"] == record["config"]
+    assert set(_harness.METRICS) <= set(saved["metrics"])
+    assert all(np.isfinite(v) for v in saved["metrics"].values())
+    inference = saved["timing"]["inference"]
+    for kind in ("single", "batch"):
+        assert set(_harness.TIMING_STATS) <= set(inference[kind])
+        stats = inference[kind]
+        assert 0 < stats["min"] <= stats["lq"] <= stats["median"] <= stats["uq"]
+        assert stats["uq"] <= stats["max"]
+    assert saved["timing"]["train_s"] > 0
+    assert saved["machine"]["jax"] and saved["command"].startswith("python -m")
+    if method != "solver":
+        assert len(saved["curve"]) == overrides["epochs"]
+        times = [point["time_s"] for point in saved["curve"]]
+        assert times == sorted(times) and times[0] > 0
+    table = np.loadtxt(folder / "per_instance.csv", delimiter=",", skiprows=1)
+    assert table.shape == (100, 3)
+    np.testing.assert_allclose(table[:, 2].max(), saved["metrics"]["cv_max"], rtol=1e-5)
+    if method in ("pinet", "soft", "solver"):
+        # Feasible by construction (ours) or by the solver.
+        assert saved["metrics"]["cv_max"] <= 1e-5
+    if method == "pinet":
+        # The instance files hold the same test contexts: the same metrics.
+        paper = saved["metrics_paper_instances"]
+        for key, value in saved["metrics"].items():
+            np.testing.assert_allclose(paper[key], value, rtol=1e-9, atol=1e-12)
+
+
+def test_nonconvex_pinet_feasible(results, cache):
+    # The non-convex optima come from IPOPT (casadi), independently of us.
+    record, _, _ = train(
+        "nonconvex",
+        "tiny",
+        "pinet",
+        overrides=EPOCHS,
+        out=results,
+        repeats=2,
+        quiet=True,
+        cache_dir=cache,
+    )
+    assert record["metrics"]["cv_max"] <= 1e-5
+    assert 0 <= record["metrics"]["rs_mean"] < 1
+
+
+def test_report_renders(results):
+    # Runs after the trainings above (pytest keeps file order).
+    written = report(results)
+    pngs = [p for p in written if p.suffix == ".png"]
+    assert {p.name for p in pngs} >= {
+        "scatter_convex-tiny.png",
+        "curves_convex-tiny.png",
+        "scatter_nonconvex-tiny.png",
+        "curves_nonconvex-tiny.png",
+    }
+    for png in pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    tables = (results / "tables.md").read_text()
+    for method in ("pinet", "dc3", "jaxopt", "solver"):
+        assert f"`{method}`" in tables
+
+
+def test_unknown_hyperparameter_is_an_error(results, cache):
+    with pytest.raises(ValueError, match="no hyperparameter"):
+        train(
+            "convex",
+            "tiny",
+            "pinet",
+            overrides={"n_iters": 3},
+            out=results,
+            quiet=True,
+            cache_dir=cache,
+        )
+
+
+def test_methods_registry_is_complete():
+    for name in _methods.METHODS:
+        module = _methods.get(name)
+        assert callable(module.default_config) and callable(module.fit)

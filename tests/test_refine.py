@@ -1,0 +1,121 @@
+"""`Projector(refine=True)`: compensated equality refinement."""
+
+import subprocess
+import sys
+import textwrap
+from fractions import Fraction
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pinet_eqx as pe
+from pinet_eqx._refine import compensated_residual
+from pinet_eqx.problems import make_dc3
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_compensated_residual_is_nearly_exact(dtype):
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(30, 200))
+    hi = np.asarray(M.astype(dtype), np.float64)
+    y = rng.normal(size=200).astype(dtype)
+    rhs = (hi @ y.astype(np.float64)).astype(dtype)  # a nearly cancelling residual
+    # Exact rational arithmetic on the floats involved, as the ground truth.
+    lo = np.asarray((M - hi).astype(dtype), np.float64)
+    exact = np.array(
+        [
+            float(
+                sum(Fraction(a) * Fraction(float(b)) for a, b in zip(row, y))
+                + sum(Fraction(a) * Fraction(float(b)) for a, b in zip(row_lo, y))
+                - Fraction(float(c))
+            )
+            for row, row_lo, c in zip(hi, lo, rhs)
+        ]
+    )
+    r = compensated_residual(
+        jnp.asarray(hi, dtype),
+        jnp.asarray(lo, dtype),
+        jnp.asarray(y),
+        jnp.asarray(rhs),
+    )
+    plain = jnp.asarray(hi, dtype) @ jnp.asarray(y) - jnp.asarray(rhs)
+    eps = float(jnp.finfo(dtype).eps)
+    scale = np.abs(hi) @ np.abs(y.astype(np.float64))
+    # Dot2's bound: about eps * |exact| + n * eps^2 * sum |m_j y_j|.
+    assert np.all(
+        np.abs(np.asarray(r, np.float64) - exact)
+        <= 2 * eps * np.abs(exact) + 4 * 200 * eps**2 * scale
+    )
+    # ...where the plain product is off by much more.
+    assert (
+        np.abs(np.asarray(plain, np.float64) - exact).max()
+        > 10 * np.abs(np.asarray(r, np.float64) - exact).max()
+    )
+
+
+def _dc3_projector(refine, n=64):
+    problem = make_dc3(100, 50, 50, n_examples=n, seed=3)
+    return problem, pe.Projector(
+        [
+            pe.Equality(problem.A, pe.Parameter("b")),
+            pe.AffineInequality(problem.G, upper=problem.h),
+        ],
+        n_iter=200,
+        refine=refine,
+    )
+
+
+def test_refine_keeps_the_float64_projection_and_its_gradient():
+    problem, plain = _dc3_projector(False)
+    _, refined = _dc3_projector(True)
+    X = jnp.asarray(problem.X)
+    Y = jax.random.normal(jax.random.key(0), (X.shape[0], 100)) * 3
+
+    def project(proj, Y):
+        return jax.vmap(lambda y, x: proj(y, b=x))(Y, X)
+
+    Y0, Y1 = project(plain, Y), project(refined, Y)
+    np.testing.assert_allclose(Y1, Y0, atol=1e-10)
+    assert float(jnp.abs(Y1 @ problem.A.T - X).max()) <= 1e-12
+    g0 = jax.grad(lambda Y: jnp.sum(jnp.sin(project(plain, Y))))(Y)
+    g1 = jax.grad(lambda Y: jnp.sum(jnp.sin(project(refined, Y))))(Y)
+    np.testing.assert_allclose(g1, g0, rtol=1e-9, atol=1e-12)
+
+
+def test_refine_reaches_the_float32_rounding_floor():
+    # x64 is global and on in the test process, so float32 runs in a subprocess.
+    script = textwrap.dedent("""
+        import jax, jax.numpy as jnp, numpy as np
+        from tests.test_refine import _dc3_projector
+        assert not jax.config.jax_enable_x64
+        for refine in (False, True):
+            problem, proj = _dc3_projector(refine, n=256)
+            X = problem.X
+            Y = jax.random.normal(jax.random.key(0), (X.shape[0], 100)) * 3
+            Y = jax.vmap(lambda y, x: proj(y, b=x))(Y, jnp.asarray(X, jnp.float32))
+            assert Y.dtype == jnp.float32
+            Y = np.asarray(Y, np.float64)
+            print(np.abs(Y @ problem.A.T - X).max())
+    """)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=".",
+    )
+    plain, refined = (float(v) for v in out.stdout.split())
+    assert refined < 0.5 * plain
+    assert refined < 2e-6
+
+
+def test_refine_needs_fixed_equalities():
+    A = np.ones((1, 3))
+    with pytest.raises(ValueError, match="refine=True"):
+        pe.Projector(pe.AffineInequality(A, upper=np.ones(1)), refine=True)
+    with pytest.raises(ValueError, match="refine=True"):
+        pe.Projector(
+            pe.Equality(pe.Parameter("A", shape=(1, 3)), np.ones(1)), refine=True
+        )
