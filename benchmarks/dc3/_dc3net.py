@@ -1,0 +1,456 @@
+r"""DC3 (Donti, Rolnick and Kolter, ICLR 2021), a clean-room JAX reimplementation.
+
+Written from the paper's description of the method, not from any code. For the
+problem $\min_y J(y)$ subject to $A y = x$ and $G y \le h$, DC3 splits the
+variables into $n_\text{var} - n_\text{eq}$ *partial* variables $z$, which the
+network predicts, and $n_\text{eq}$ *dependent* ones, which the equality
+constraints determine:
+
+- **equality completion**: $y_\text{dep} = A_\text{dep}^{-1}(x - A_\text{part} z)$,
+    for a random, well-conditioned choice of dependent columns of $A$;
+- **inequality correction**: a few gradient steps with momentum on
+    $\|\max(G y - h, 0)\|^2$ with respect to $z$, through the completion, each
+    followed by the completion again, so that $A y = x$ holds throughout;
+- **soft loss**: $J(y) + \lambda((1 - f)\|\max(G y - h, 0)\|^2 + f\|A y - x\|^2)$,
+    differentiated through the correction and the completion.
+
+The network is DC3's MLP: two hidden layers of 200 units, each a linear layer,
+batch normalisation, ReLU and dropout. The defaults are DC3's hyperparameters.
+One addition: the dependent columns are redrawn until the correction is stable at
+its fixed step size (see `make_completion`); without it DC3's step of 1e-8 makes
+the correction diverge for some draws on the 1000-variable problem.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pinet_eqx.problems import DC3Problem
+
+from ._data import Dataset
+from ._harness import Run, Trained
+from ._training import optimiser
+
+
+def default_config(data: Dataset) -> dict:
+    """DC3's hyperparameters for `data` (every one of them, JSON-serialisable).
+
+    The correction's step size is 1e-7, as in DC3, except for problems with 1000
+    or more variables, for which the paper tuned it to 1e-8.
+    """
+    epochs = 1000
+    return {
+        "hidden": 200,
+        "n_hidden_layers": 2,
+        "dropout": 0.2,
+        "batch_norm_momentum": 0.1,  # PyTorch's BatchNorm1d defaults, as in DC3
+        "batch_norm_eps": 1e-5,
+        "soft_weight": 10.0,
+        "soft_weight_eq_frac": 0.5,
+        "corr_train_steps": 10,
+        "corr_test_max_steps": 10,
+        "corr_eps": 1e-4,
+        "corr_lr": 1e-8 if data.problem.n_var >= 1000 else 1e-7,
+        "corr_momentum": 0.5,
+        # A random n_eq x n_eq submatrix of a Gaussian A has a condition number of
+        # a few times n_eq; redraw only the rare ill-conditioned tail.
+        "completion_max_cond": 100.0 * data.problem.n_eq,
+        "completion_max_tries": 100,
+        # Redraw the columns until the correction is stable at `corr_lr` (see
+        # `make_completion`): DC3's fixed step diverges for some draws.
+        "completion_stable_correction": True,
+        "epochs": epochs,
+        "batch_size": 200,
+        "lr": 1e-4,
+        "lr_schedule": "constant",
+        "validate_every": max(1, epochs // 50),
+        "max_time_s": None,
+    }
+
+
+class Completion(eqx.Module):
+    r"""The equality completion $y(x, z)$ and the data the correction needs.
+
+    With $D = A_\text{dep}^{-1}$, the completed point is $y_\text{part} = z$,
+    $y_\text{dep} = D(x - A_\text{part} z)$, so $A y = x$ for every $z$, and the
+    inequality slack is $G y - h = G_z z + G_x x - h$ with
+    $G_z = G_\text{part} - G_\text{dep} D A_\text{part}$ and $G_x = G_\text{dep} D$.
+
+    **Fields:**
+
+    - `A_part`: $A_\text{part}$, shape `(n_eq, n_part)`.
+    - `D`: $A_\text{dep}^{-1}$, shape `(n_eq, n_eq)`.
+    - `order`: the permutation that puts `[z, y_dep]` back in variable order.
+    - `A`: $A$, for the equality residual of the loss.
+    - `G_z`, `G_x`, `h`: the slack's data, as above.
+    """
+
+    A_part: jax.Array
+    D: jax.Array
+    order: jax.Array
+    A: jax.Array
+    G_z: jax.Array
+    G_x: jax.Array
+    h: jax.Array
+
+
+def make_completion(
+    problem: DC3Problem,
+    rng: np.random.Generator,
+    dtype=None,
+    max_cond: float | None = None,
+    max_tries: int = 100,
+    corr_lr: float | None = None,
+    corr_momentum: float = 0.0,
+) -> tuple[Completion, dict]:
+    r"""Draw the dependent columns of $A$ and precompute the completion.
+
+    The $n_\text{eq}$ dependent columns are the first ones of a random permutation
+    of the variables, redrawn until $A_\text{dep}$ has a condition number at most
+    `max_cond` and, if `corr_lr` is given, the correction is stable at that step
+    size: $\gamma \|G_z\|_2^2 < 1 + \mu$. (Heavy ball with step $\gamma$ and
+    momentum $\mu$ on a quadratic of Hessian $H$ converges iff
+    $\gamma \lambda_\max(H) < 2(1 + \mu)$, and the violation's Hessian is at most
+    $2 G_z^\top G_z$.) $\|G_z\|$ grows with the conditioning of $A_\text{dep}$:
+    on the 1000-variable problem it ranges over 1e4 to 1e5 between draws, so a
+    fixed step such as DC3's 1e-8 diverges for some draws and not for others.
+    The inverse and the products are formed once, in float64, then cast to
+    `dtype`.
+
+    **Arguments:**
+
+    - `problem`: the `DC3Problem`.
+    - `rng`: the NumPy generator that draws the permutations.
+    - `dtype`: the dtype of the arrays (default JAX's default float dtype).
+    - `max_cond`: the largest accepted condition number (default `100 * n_eq`).
+    - `max_tries`: how many permutations to draw before giving up.
+    - `corr_lr`, `corr_momentum`: the correction's step size and momentum, for
+        the stability check; `None` skips it.
+
+    **Returns:** the `Completion` and a dict of facts about it (the condition
+    number, $\gamma\|G_z\|^2/(1 + \mu)$, the number of draws, the dependent
+    columns).
+    """
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    A, G, h = problem.A, problem.G, problem.h
+    n_eq, n_var = A.shape
+    max_cond = 100.0 * n_eq if max_cond is None else max_cond
+    best_cond = best_ratio = np.inf
+    for tries in range(1, max_tries + 1):
+        perm = rng.permutation(n_var)
+        dep, part = np.sort(perm[:n_eq]), np.sort(perm[n_eq:])
+        cond = np.linalg.cond(A[:, dep])
+        best_cond = min(best_cond, cond)
+        if cond > max_cond:
+            continue
+        D = np.linalg.inv(A[:, dep])
+        A_part = A[:, part]
+        G_x = G[:, dep] @ D
+        G_z = G[:, part] - G_x @ A_part
+        ratio = 0.0
+        if corr_lr is not None and G_z.size:
+            ratio = corr_lr * np.linalg.norm(G_z, 2) ** 2 / (1 + corr_momentum)
+        best_ratio = min(best_ratio, ratio)
+        if ratio < 1:
+            break
+    else:
+        raise ValueError(
+            f"No choice of {n_eq} dependent columns of A out of {max_tries} draws "
+            f"has a condition number <= {max_cond:g} (the best: {best_cond:.3g}) "
+            "and a stable correction, corr_lr * ||G_z||^2 / (1 + corr_momentum) "
+            f"< 1 (the best: {best_ratio:.3g}); raise `completion_max_cond` or "
+            "`completion_max_tries`, or lower `corr_lr`."
+        )
+    order = np.argsort(np.concatenate([part, dep]))
+    cast = lambda a: jnp.asarray(a, dtype)  # noqa: E731
+    completion = Completion(
+        A_part=cast(A_part),
+        D=cast(D),
+        order=jnp.asarray(order),
+        A=cast(A),
+        G_z=cast(G_z),
+        G_x=cast(G_x),
+        h=cast(h),
+    )
+    info = {
+        "completion_cond": float(cond),
+        "correction_stability": float(ratio),
+        "completion_draws": tries,
+        "dependent_columns": dep.tolist(),
+        "n_partial": int(n_var - n_eq),
+    }
+    return completion, info
+
+
+def complete(c: Completion, X: jax.Array, Z: jax.Array) -> jax.Array:
+    """The completed points $Y$ of shape `(n, n_var)` from contexts and partials.
+
+    $y_\\text{dep} = A_\\text{dep}^{-1}(x - A_\\text{part} z)$ for each row, and the
+    rows of `Z` fill the partial variables. Differentiable in `Z` and `X`.
+    """
+    dep = (X - Z @ c.A_part.T) @ c.D.T
+    return jnp.concatenate([Z, dep], axis=1)[:, c.order]
+
+
+def slack(c: Completion, X: jax.Array, Z: jax.Array) -> jax.Array:
+    """$G y - h$ for the completed points, of shape `(n, n_ineq)`."""
+    return Z @ c.G_z.T + X @ c.G_x.T - c.h[None, :]
+
+
+def correct(
+    c: Completion,
+    X: jax.Array,
+    Z: jax.Array,
+    *,
+    steps: int,
+    lr: float,
+    momentum: float,
+    eps: float | None = None,
+) -> jax.Array:
+    r"""DC3's inequality correction of the partial variables.
+
+    Gradient descent with momentum on $\|\max(G y(x, z) - h, 0)\|^2$ in $z$,
+    through the completion: the gradient is $2 G_z^\top \max(G y - h, 0)$, the
+    step $d \leftarrow \mu d + \gamma \nabla$, $z \leftarrow z - d$. With `eps`
+    it stops early once the largest violation in the batch is at most `eps` (as
+    DC3 does at test time; not differentiable), else it takes exactly `steps`
+    steps (differentiable, for training).
+
+    **Arguments:**
+
+    - `c`: the `Completion`.
+    - `X`, `Z`: contexts `(n, n_eq)` and partial variables `(n, n_part)`.
+    - `steps`: the (largest) number of steps.
+    - `lr`, `momentum`: the step size $\gamma$ and the momentum $\mu$.
+    - `eps`: the violation at which to stop, or `None`.
+
+    **Returns:** the corrected partial variables; complete them for $y$.
+    """
+    offset = X @ c.G_x.T - c.h[None, :]  # the slack's part that z does not change
+
+    def violation(Z):
+        return jax.nn.relu(Z @ c.G_z.T + offset)
+
+    def step(Z, d, r):
+        d = momentum * d + lr * (2.0 * r @ c.G_z)
+        return Z - d, d
+
+    if eps is None:
+
+        def body(carry, _):
+            Z, d = carry
+            return step(Z, d, violation(Z)), None
+
+        (Z, _), _ = jax.lax.scan(body, (Z, jnp.zeros_like(Z)), None, length=steps)
+        return Z
+
+    def cond(carry):
+        i, _, _, r = carry
+        return (i < steps) & (jnp.max(r, initial=0.0) > eps)
+
+    def body_eps(carry):
+        i, Z, d, r = carry
+        Z, d = step(Z, d, r)
+        return i + 1, Z, d, violation(Z)
+
+    init = (jnp.asarray(0), Z, jnp.zeros_like(Z), violation(Z))
+    return jax.lax.while_loop(cond, body_eps, init)[1]
+
+
+class Network(eqx.Module):
+    """DC3's MLP: each hidden layer is linear, batch norm, ReLU and dropout.
+
+    Batch normalisation uses the batch's statistics in training and the running
+    ones at inference, which are kept outside the module (see `init_network`), so
+    that the module holds only trainable arrays.
+    """
+
+    weights: tuple[jax.Array, ...]
+    biases: tuple[jax.Array, ...]
+    scales: tuple[jax.Array, ...]
+    shifts: tuple[jax.Array, ...]
+    dropout: float = eqx.field(static=True)
+    momentum: float = eqx.field(static=True)
+    eps: float = eqx.field(static=True)
+
+    def __call__(self, X, stats, *, train: bool, key=None):
+        """The partial variables for a batch `X`, and the updated running stats.
+
+        **Arguments:**
+
+        - `X`: contexts, shape `(n, n_eq)`.
+        - `stats`: per hidden layer, the running `(mean, variance)`.
+        - `train`: batch statistics and dropout (needs `key`), or running
+            statistics and no dropout.
+        - `key`: the dropout key.
+
+        **Returns:** `(Z, stats)`, with `stats` unchanged at inference.
+        """
+        H = X
+        new_stats = []
+        if train and self.dropout > 0:
+            # One draw for every layer's mask: on CPU each random call site adds
+            # about a second of compilation.
+            keep = jax.random.bernoulli(
+                key, 1 - self.dropout, (len(stats), X.shape[0], self.scales[0].size)
+            )
+        for i, (mean, var) in enumerate(stats):
+            H = H @ self.weights[i].T + self.biases[i][None]
+            if train:
+                batch_mean, batch_var = jnp.mean(H, axis=0), jnp.var(H, axis=0)
+                n = H.shape[0]
+                # PyTorch's convention: the running variance is the unbiased one.
+                unbiased = batch_var * (n / max(n - 1, 1))
+                mean = (1 - self.momentum) * mean + self.momentum * batch_mean
+                var = (1 - self.momentum) * var + self.momentum * unbiased
+                H = (H - batch_mean[None]) * jax.lax.rsqrt(batch_var + self.eps)[None]
+            else:
+                H = (H - mean[None]) * jax.lax.rsqrt(var + self.eps)[None]
+            new_stats.append((mean, var))
+            H = jax.nn.relu(H * self.scales[i][None] + self.shifts[i][None])
+            if train and self.dropout > 0:  # inverted dropout
+                H = jnp.where(keep[i], H / (1 - self.dropout), 0.0)
+        return H @ self.weights[-1].T + self.biases[-1][None], tuple(new_stats)
+
+
+def init_network(n_in: int, n_out: int, config: dict, key, dtype):
+    r"""A `Network` and its initial running statistics.
+
+    The linear layers have PyTorch's (and Equinox's) default initialisation: the
+    weights and biases of a layer with fan-in $m$ are uniform on
+    $[-1/\sqrt m, 1/\sqrt m]$. They come from one draw, as on CPU each random
+    call site costs about a second of compilation. Batch norm starts as the
+    identity, with running mean 0 and variance 1.
+    """
+    width, depth = config["hidden"], config["n_hidden_layers"]
+    sizes = [n_in, *[width] * depth, n_out]
+    shapes = [((b, a), (b,)) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
+    total = sum(b * a + b for (b, a), _ in shapes)
+    u = jax.random.uniform(key, (total,), dtype, minval=-1.0, maxval=1.0)
+    weights, biases, at = [], [], 0
+    for (out, fan_in), _ in shapes:
+        bound = 1 / math.sqrt(fan_in)
+        weights.append(bound * u[at : at + out * fan_in].reshape(out, fan_in))
+        at += out * fan_in
+        biases.append(bound * u[at : at + out])
+        at += out
+    net = Network(
+        weights=tuple(weights),
+        biases=tuple(biases),
+        scales=tuple(jnp.ones(width, dtype) for _ in range(depth)),
+        shifts=tuple(jnp.zeros(width, dtype) for _ in range(depth)),
+        dropout=float(config["dropout"]),
+        momentum=float(config["batch_norm_momentum"]),
+        eps=float(config["batch_norm_eps"]),
+    )
+    stats = tuple(
+        (jnp.zeros(width, dtype), jnp.ones(width, dtype)) for _ in range(depth)
+    )
+    return net, stats
+
+
+def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
+    """Draw the completion, train DC3's network on the soft loss, return it.
+
+    Each step draws a batch, predicts $z$, corrects it (`corr_train_steps` steps,
+    differentiated through), completes it and takes an Adam step on the soft loss.
+    Inference runs in eval mode (running batch-norm statistics, no dropout) with
+    up to `corr_test_max_steps` correction steps, stopping at `corr_eps`.
+    """
+    dtype = jnp.result_type(float)
+    P = data.problem
+    rng = np.random.default_rng(seed)  # draws the completion, then the shuffles
+    start = time.perf_counter()
+    comp, info = make_completion(
+        P,
+        rng,
+        dtype,
+        config["completion_max_cond"],
+        config["completion_max_tries"],
+        config["corr_lr"] if config["completion_stable_correction"] else None,
+        config["corr_momentum"],
+    )
+    info["setup_s"] = time.perf_counter() - start
+    net, stats = init_network(
+        P.n_eq, P.n_var - P.n_eq, config, jax.random.key(seed), dtype
+    )
+    # Row by row, as the batched objective broadcasts a vector against a matrix,
+    # which the tests' strict rank promotion forbids.
+    objective = jax.vmap(data.objective_jax(dtype))
+    weight, frac = config["soft_weight"], config["soft_weight_eq_frac"]
+    corr = {"lr": config["corr_lr"], "momentum": config["corr_momentum"]}
+
+    def soft_loss(net, stats, comp, X, key):
+        Z, stats = net(X, stats, train=True, key=key)
+        Z = correct(comp, X, Z, steps=config["corr_train_steps"], **corr)
+        Y = complete(comp, X, Z)
+        ineq = jnp.sum(jax.nn.relu(slack(comp, X, Z)) ** 2, axis=1)
+        eq = jnp.sum((Y @ comp.A.T - X) ** 2, axis=1)
+        penalty = weight * ((1 - frac) * ineq + frac * eq)
+        return jnp.mean(objective(Y) + penalty), stats
+
+    X_train = jnp.asarray(data.X_train, dtype)
+    n = X_train.shape[0]
+    batch = min(config["batch_size"], n)
+    per_epoch = -(-n // batch)  # the last, partial batch is used too
+    epochs = config["epochs"]
+    run.set_total(epochs * per_epoch)
+    every = config.get("validate_every") or max(1, epochs // 50)
+    max_time = config.get("max_time_s")
+    optim = optimiser(config, epochs * per_epoch)
+    opt_state = optim.init(net)
+
+    # Everything is an argument, not a closed-over constant, so that no array is
+    # folded into the compiled program.
+    @eqx.filter_jit
+    def train_step(net, stats, opt_state, key, comp, X):
+        key, sub = jax.random.split(key)
+        (value, stats), grads = jax.value_and_grad(soft_loss, has_aux=True)(
+            net, stats, comp, X, sub
+        )
+        updates, opt_state = optim.update(grads, opt_state, net)
+        return eqx.apply_updates(net, updates), stats, opt_state, key, value
+
+    @eqx.filter_jit
+    def infer(net, stats, comp, X):
+        Z, _ = net(X, stats, train=False)
+        Z = correct(
+            comp,
+            X,
+            Z,
+            steps=config["corr_test_max_steps"],
+            eps=config["corr_eps"],
+            **corr,
+        )
+        return complete(comp, X, Z)
+
+    def predictor(net, stats):
+        return lambda X: infer(net, stats, comp, jnp.asarray(np.asarray(X), dtype))
+
+    key = jax.random.fold_in(jax.random.key(seed), 1)  # the init used key(seed)
+    epoch = 0
+    for epoch in range(1, epochs + 1):
+        order = jnp.asarray(rng.permutation(n))
+        for i in range(per_epoch):
+            X = X_train[order[i * batch : (i + 1) * batch]]
+            net, stats, opt_state, key, value = train_step(
+                net, stats, opt_state, key, comp, X
+            )
+            run.step(value)
+        done = max_time is not None and run.elapsed() >= max_time
+        if epoch % every == 0 or epoch == epochs or done:
+            run.validate(predictor(net, stats), epoch)
+        if done:
+            break
+    info["epochs_run"] = epoch
+    info["steps_per_epoch"] = per_epoch
+    info["n_parameters"] = int(
+        sum(math.prod(a.shape) for a in jax.tree.leaves(eqx.filter(net, eqx.is_array)))
+    )
+    return Trained(predict=predictor(net, stats), info=info)
