@@ -1,0 +1,458 @@
+r"""Reference solvers for the DC3 problems: OSQP (convex) and IPOPT (non-convex).
+
+The non-convex problem $\min_y \tfrac12 y^\top Q y + p^\top \sin y$ subject to
+$A y = x$, $G y \le h$ is solved by IPOPT (through casadi, an optional dependency)
+with the exact Hessian, from the minimum-norm feasible point $A^+ x$. The NLP is
+built once with the context $x$ as its parameter, so each solve only changes it.
+
+Two equivalent formulations are available:
+
+- `"full"`: the variables $y$ and the constraints as written; the Hessian of the
+    Lagrangian is the diagonal $Q - \mathrm{diag}(p \odot \sin y)$, and IPOPT
+    factorises a KKT system with the dense $A$ and $G$ (about 8 s of CPU per
+    instance on the 1000/500/500 problem, 30 ms on the 100/50/50 one).
+- `"slack"`: when $G$ has as many rows as the null space of $A$ has dimensions
+    (as in every DC3 problem) and $K = [A; G]$ is invertible, the inequality values
+    $w = G y$ are the variables: $y = K^{-1} [x; w]$ is an affine bijection between
+    $w \in \mathbb{R}^{n_{ineq}}$ and the feasible affine subspace, the equality
+    constraints hold by construction and the inequalities become the bounds
+    $w \le h$, which IPOPT keeps strictly (it never needs slack variables or a
+    constraint Jacobian). The NLP and its local minima are the same; only IPOPT's
+    linear algebra shrinks to a dense system of size $n_{ineq}$ (about 0.6 s of
+    CPU per instance on the large problem, 12 ms on the small one). Its dense
+    Hessian $B^\top D B$, with $B = K^{-1}[0; I]$ and
+    $D = \mathrm{diag}(q - p \odot \sin y)$, is computed by two symmetric rank-k
+    updates in a casadi callback.
+
+`"auto"` (the default) takes `"slack"` where it applies and `"full"` elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import time
+
+import numpy as np
+import scipy.linalg
+
+from pinet_eqx.problems import DC3Problem, solve_dc3_convex
+
+FORMULATIONS = ("auto", "full", "slack")
+_CASADI_MISSING = (
+    "The non-convex DC3 solver needs the optional dependency `casadi` (it ships "
+    'IPOPT). Install it with `pip install "pinet_eqx[bench]"` or `pip install '
+    "casadi`."
+)
+# Largest condition number of K = [A; G] for which the "slack" change of variables
+# is trusted; the DC3 problems have 5e5 (large), 1.5e3 (small) and 50 (tiny).
+_SLACK_MAX_COND = 1e10
+
+
+def solve_convex(problem: DC3Problem, X: np.ndarray) -> np.ndarray:
+    """Optimal solutions of the convex problem for each row of `X` (OSQP, 1e-9)."""
+    return solve_dc3_convex(problem, X)
+
+
+def _import_casadi():
+    try:
+        import casadi
+    except ImportError as e:
+        raise ImportError(_CASADI_MISSING) from e
+    return casadi
+
+
+def _hessian_callback(casadi, B: np.ndarray, C: np.ndarray, q, p):
+    """A casadi `Function` for the Hessian of the Lagrangian in the slack variables.
+
+    With $y = B w + C x$ it returns the upper triangle of
+    $\\sigma B^\\top \\mathrm{diag}(q - p \\odot \\sin y) B$ ($\\sigma$ is IPOPT's
+    objective factor; there are no constraint rows). casadi differentiating the
+    dense products itself costs ten times more (measured: 4.8 s per large solve).
+    """
+    from scipy.linalg.blas import dsyrk
+
+    k, m = B.shape[1], C.shape[1]
+    # casadi stores the upper triangle column by column, which is the lower
+    # triangle row by row: a boolean mask over the transposed product.
+    lower = np.tril(np.ones((k, k), dtype=bool))
+
+    class _Hessian(casadi.Callback):
+        def __init__(self):
+            casadi.Callback.__init__(self)
+            self.construct("dc3_slack_hessian", {})
+
+        def get_n_in(self):
+            return 4
+
+        def get_n_out(self):
+            return 1
+
+        def get_name_in(self, i):
+            return ("x", "p", "lam_f", "lam_g")[i]
+
+        def get_name_out(self, i):
+            return "hess_gamma_x_x"
+
+        def get_sparsity_in(self, i):
+            return casadi.Sparsity.dense((k, m, 1, 0)[i], 1)
+
+        def get_sparsity_out(self, i):
+            return casadi.Sparsity.upper(k)
+
+        def has_eval_buffer(self):
+            # Buffers avoid converting 1e5 Hessian entries to a casadi DM (9 ms).
+            return True
+
+        def eval_buffer(self, arg, res):
+            w = np.frombuffer(arg[0], dtype=np.float64)
+            x = np.frombuffer(arg[1], dtype=np.float64)
+            sigma = np.frombuffer(arg[2], dtype=np.float64)[0]
+            out = np.frombuffer(res[0], dtype=np.float64)
+            d = sigma * (q - p * np.sin(B @ w + C @ x))
+            # B^T D B as syrk(positive rows) - syrk(negative rows): half the flops
+            # of a general product, and exactly symmetric.
+            # (Transposed rows are Fortran-ordered: BLAS reads them without a copy.)
+            pos, neg = d > 0, d <= 0
+            H = dsyrk(1.0, (B[pos] * np.sqrt(d[pos])[:, None]).T)
+            rows = (B[neg] * np.sqrt(-d[neg])[:, None]).T
+            H = dsyrk(-1.0, rows, beta=1.0, c=H, overwrite_c=1)
+            out[:] = H.T[lower]
+            return 0
+
+    return _Hessian()
+
+
+def pick_formulation(problem: DC3Problem, formulation: str = "auto") -> str:
+    """The formulation `NonconvexIpopt` uses: `"auto"` resolved, the others checked."""
+    if formulation not in FORMULATIONS:
+        raise ValueError(
+            f"`formulation` must be one of {FORMULATIONS}, got {formulation!r}."
+        )
+    if formulation == "full":
+        return formulation
+    P = problem
+    if P.n_ineq == P.n_var - P.n_eq:
+        fits = np.linalg.cond(np.concatenate([P.A, P.G], axis=0)) < _SLACK_MAX_COND
+        if fits:
+            return "slack"
+    if formulation == "slack":
+        raise ValueError(
+            f"The 'slack' formulation needs n_ineq = n_var - n_eq and an "
+            f"invertible [A; G]; got n_var={P.n_var}, n_eq={P.n_eq}, "
+            f"n_ineq={P.n_ineq}. Use formulation='full'."
+        )
+    return "full"
+
+
+@dataclasses.dataclass
+class IpoptResult:
+    """One IPOPT solve.
+
+    **Fields:**
+
+    - `y`: the point IPOPT returned, shape `(n_var,)`.
+    - `lam_eq`, `lam_ineq`: multipliers of $A y = x$ and $G y \\le h$ such that
+        $\\nabla J(y) + A^\\top \\lambda + G^\\top \\mu = 0$ at a KKT point (with the
+        `"slack"` formulation, $\\lambda$ is recovered from that equation by least
+        squares, and $\\mu$ is IPOPT's bound multiplier of $w \\le h$).
+    - `success`: IPOPT's success flag; `status`: its return status.
+    - `iterations`: IPOPT's iteration count; `seconds`: wall time of the solve.
+    - `kkt`: the KKT residuals of `y` and the multipliers (`kkt_residuals`).
+    """
+
+    y: np.ndarray
+    lam_eq: np.ndarray
+    lam_ineq: np.ndarray
+    success: bool
+    status: str
+    iterations: int
+    seconds: float
+    kkt: dict
+
+
+class NonconvexIpopt:
+    r"""IPOPT for the non-convex DC3 problem, built once and solved per context.
+
+    Solves $\min_y \tfrac12 y^\top Q y + p^\top \sin y$ subject to $A y = x$,
+    $G y \le h$ with the exact Hessian, with $x$ as the NLP's parameter. See the
+    module docstring for the formulations.
+
+    **Arguments:**
+
+    - `problem`: the `DC3Problem`.
+    - `tol`: IPOPT's `tol`; `None` keeps IPOPT's default (1e-8).
+    - `formulation`: `"auto"`, `"full"` or `"slack"`.
+    - `exact_bounds`: set IPOPT's `bound_relax_factor` to 0, so that the returned
+        points satisfy $G y \le h$ to rounding (by default IPOPT relaxes each bound
+        by 1e-8 relative, which leaves violations of about 1e-7).
+    - `ipopt_options`: further IPOPT options, e.g. `{"mu_strategy": "adaptive"}`.
+    """
+
+    def __init__(
+        self,
+        problem: DC3Problem,
+        *,
+        tol: float | None = 1e-10,
+        formulation: str = "auto",
+        exact_bounds: bool = True,
+        ipopt_options: dict | None = None,
+    ):
+        self.formulation = pick_formulation(problem, formulation)
+        casadi = _import_casadi()
+        self.problem = problem
+        P = problem
+        self._q = np.ascontiguousarray(np.diag(P.Q))
+        self._pinv = np.linalg.pinv(P.A)
+        options = {"print_level": 0, "sb": "yes"}
+        if tol is not None:
+            options["tol"] = tol
+        if tol is not None and self.formulation == "slack":
+            # In the slack variables IPOPT measures dual infeasibility as
+            # B^T grad J + mu, whose rounding floor is about 1e-9 on the large
+            # problem (cond K ~ 5e5): with tol 1e-10 it stalls there, and ends
+            # "acceptable" only after 15 further iterations. Accept after two
+            # iterations at 1e-8 instead, but with complementarity at `tol`; the
+            # KKT residuals in y (see `kkt_residuals`) then stay below 1e-9 and
+            # the points agree with the "full" formulation to 4e-8 (measured).
+            options.update(
+                acceptable_tol=max(1e-8, tol),
+                acceptable_iter=2,
+                acceptable_compl_inf_tol=tol,
+            )
+        if exact_bounds:
+            options["bound_relax_factor"] = 0.0
+        options.update(ipopt_options or {})
+        self.options = options
+        opts = {"print_time": False, "ipopt": options}
+        if self.formulation == "full":
+            self._build_full(casadi, opts)
+        else:
+            self._build_slack(casadi, opts, np.concatenate([P.A, P.G], axis=0))
+
+    def _objective(self, casadi, y):
+        q, p = casadi.DM(self._q), casadi.DM(self.problem.p)
+        return 0.5 * casadi.dot(q, y * y) + casadi.dot(p, casadi.sin(y))
+
+    def _build_full(self, casadi, opts):
+        P = self.problem
+        # MX with the matrices as constants: one matrix-vector node each, where SX
+        # would expand every product into scalar expressions.
+        y = casadi.MX.sym("y", P.n_var)
+        x = casadi.MX.sym("x", P.n_eq)
+        g = casadi.vertcat(
+            casadi.mtimes(casadi.DM(P.A), y) - x, casadi.mtimes(casadi.DM(P.G), y)
+        )
+        nlp = {"x": y, "p": x, "f": self._objective(casadi, y), "g": g}
+        self._solver = casadi.nlpsol("dc3_ipopt_full", "ipopt", nlp, opts)
+        self._bounds = {
+            "lbg": np.concatenate([np.zeros(P.n_eq), np.full(P.n_ineq, -np.inf)]),
+            "ubg": np.concatenate([np.zeros(P.n_eq), P.h]),
+        }
+
+    def _build_slack(self, casadi, opts, K):
+        P = self.problem
+        self._lu = scipy.linalg.lu_factor(K)
+        inverse = scipy.linalg.lu_solve(self._lu, np.eye(P.n_var))
+        C = np.ascontiguousarray(inverse[:, : P.n_eq])  # y = B w + C x
+        B = np.ascontiguousarray(inverse[:, P.n_eq :])
+        w = casadi.MX.sym("w", P.n_ineq)
+        x = casadi.MX.sym("x", P.n_eq)
+        y = casadi.mtimes(casadi.DM(B), w) + casadi.mtimes(casadi.DM(C), x)
+        # The callback must outlive the solver, which only holds a reference.
+        self._hessian = _hessian_callback(casadi, B, C, self._q, P.p)
+        nlp = {"x": w, "p": x, "f": self._objective(casadi, y)}
+        opts = {**opts, "hess_lag": self._hessian}
+        self._solver = casadi.nlpsol("dc3_ipopt_slack", "ipopt", nlp, opts)
+        self._bounds = {"lbx": -np.inf, "ubx": P.h}
+
+    def gradient(self, y: np.ndarray) -> np.ndarray:
+        """The objective's gradient $Q y + p \\odot \\cos y$."""
+        return self._q * y + self.problem.p * np.cos(y)
+
+    def solve(self, x: np.ndarray, y0: np.ndarray | None = None) -> IpoptResult:
+        """Solve for context `x` from `y0` (default $A^+ x$); see `IpoptResult`."""
+        P = self.problem
+        x = np.asarray(x, dtype=np.float64)
+        y0 = self._pinv @ x if y0 is None else np.asarray(y0, dtype=np.float64)
+        start = time.perf_counter()
+        if self.formulation == "full":
+            out = self._solver(x0=y0, p=x, **self._bounds)
+        else:
+            out = self._solver(x0=P.G @ y0, p=x, **self._bounds)
+        seconds = time.perf_counter() - start
+        stats = self._solver.stats()
+        if self.formulation == "full":
+            y = np.asarray(out["x"]).ravel()
+            lam = np.asarray(out["lam_g"]).ravel()
+            lam_eq, lam_ineq = lam[: P.n_eq], lam[P.n_eq :]
+        else:
+            w = np.asarray(out["x"]).ravel()
+            # A backward-stable solve of [A; G] y = [x; w], rather than B w + C x,
+            # keeps A y - x at rounding level whatever the conditioning of K.
+            y = scipy.linalg.lu_solve(self._lu, np.concatenate([x, w]))
+            lam_ineq = np.asarray(out["lam_x"]).ravel()
+            lam_eq = -self._pinv.T @ (self.gradient(y) + P.G.T @ lam_ineq)
+        return IpoptResult(
+            y=y,
+            lam_eq=lam_eq,
+            lam_ineq=lam_ineq,
+            success=bool(stats["success"]),
+            status=str(stats["return_status"]),
+            iterations=int(stats["iter_count"]),
+            seconds=seconds,
+            kkt=kkt_residuals(P, y, x, lam_eq, lam_ineq),
+        )
+
+
+def kkt_residuals(problem: DC3Problem, y, x, lam_eq, lam_ineq) -> dict:
+    r"""The KKT residuals of one point of the non-convex problem, in the $\infty$-norm.
+
+    With the Lagrangian $J(y) + \lambda^\top (A y - x) + \mu^\top (G y - h)$ these
+    are the stationarity $\|\nabla J(y) + A^\top \lambda + G^\top \mu\|$, the
+    primal violation, the dual violation $\|\max(-\mu, 0)\|$ and the
+    complementarity $\|\mu \odot (G y - h)\|$.
+
+    **Returns:** a dict with keys `stationarity`, `primal`, `dual`,
+    `complementarity`.
+    """
+    P = problem
+    y, x = np.asarray(y, np.float64), np.asarray(x, np.float64)
+    grad = np.diag(P.Q) * y + P.p * np.cos(y)
+    slack = P.G @ y - P.h
+    return {
+        "stationarity": float(np.abs(grad + P.A.T @ lam_eq + P.G.T @ lam_ineq).max()),
+        "primal": float(
+            max(np.abs(P.A @ y - x).max(), np.maximum(slack, 0.0).max(initial=0.0))
+        ),
+        "dual": float(np.maximum(-lam_ineq, 0.0).max(initial=0.0)),
+        "complementarity": float(np.abs(lam_ineq * slack).max(initial=0.0)),
+    }
+
+
+# One solver per worker process, built by `_init_worker` (casadi objects do not
+# pickle, and building once per worker keeps the setup out of each solve).
+_WORKER: NonconvexIpopt | None = None
+
+
+def _init_worker(problem, kwargs):
+    global _WORKER
+    try:  # one BLAS thread per process, so that processes do not oversubscribe
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
+    except ImportError:
+        pass
+    _WORKER = NonconvexIpopt(problem, **kwargs)
+
+
+def _solve_in_worker(item):
+    i, x = item
+    return i, _WORKER.solve(x)
+
+
+def _solved(result: IpoptResult, kkt_tol: float) -> bool:
+    return result.success and result.kkt["stationarity"] <= kkt_tol
+
+
+def solve_nonconvex(
+    problem: DC3Problem,
+    X: np.ndarray,
+    *,
+    tol: float = 1e-10,
+    progress: bool = True,
+    processes: int = 1,
+    formulation: str = "auto",
+    ipopt_options: dict | None = None,
+    kkt_tol: float = 1e-6,
+) -> np.ndarray:
+    r"""Local optima of the non-convex problem for each row of `X` (IPOPT).
+
+    Each context $x$ is solved by IPOPT with the exact Hessian from the feasible
+    point $A^+ x$, with bounds honoured exactly (see `NonconvexIpopt`). A solve
+    counts only if IPOPT reports success and the KKT stationarity residual in $y$
+    (`kkt_residuals`, independent of the formulation) is at most `kkt_tol`. A
+    context the `"slack"` formulation does not solve is solved again with the
+    `"full"` one, so that one hard context does not lose a long run.
+
+    **Arguments:**
+
+    - `problem`: the `DC3Problem`.
+    - `X`: the contexts, shape `(n, n_eq)`.
+    - `tol`: IPOPT's tolerance.
+    - `progress`: show a progress bar and a one-line summary.
+    - `processes`: solve in this many worker processes (each builds its solver).
+    - `formulation`: `"auto"`, `"full"` or `"slack"` (see the module docstring).
+    - `ipopt_options`: further IPOPT options.
+    - `kkt_tol`: the largest accepted stationarity residual.
+
+    **Returns:** the solutions, a float64 array of shape `(n, n_var)`.
+
+    **Raises:** `ImportError` without casadi, and `RuntimeError` naming the first
+    context that is not solved.
+    """
+    from tqdm.auto import tqdm
+
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != problem.n_eq:
+        raise ValueError(
+            f"`solve_nonconvex` got `X` with shape {X.shape}, but expected shape "
+            f"(n, {problem.n_eq}): one context per row."
+        )
+    _import_casadi()
+    kwargs = {"tol": tol, "formulation": formulation, "ipopt_options": ipopt_options}
+    Y = np.empty((len(X), problem.n_var))
+    iterations, statuses, stationarity = [], {}, 0.0
+    retried: list[int] = []
+    full_solver = None
+    bar = tqdm(total=len(X), desc="IPOPT", unit="ctx", disable=not progress)
+
+    def record(i, result: IpoptResult):
+        nonlocal stationarity, full_solver
+        if not _solved(result, kkt_tol) and chosen != "full":
+            if full_solver is None:
+                full_solver = NonconvexIpopt(
+                    problem, **{**kwargs, "formulation": "full"}
+                )
+            retried.append(i)
+            result = full_solver.solve(X[i])
+        if not _solved(result, kkt_tol):
+            raise RuntimeError(
+                f"IPOPT stopped with status '{result.status}' and KKT stationarity "
+                f"{result.kkt['stationarity']:.1e} on context {i} (row {i} of `X`) "
+                "in `solve_nonconvex`. Try a larger `tol`."
+            )
+        Y[i] = result.y
+        iterations.append(result.iterations)
+        statuses[result.status] = statuses.get(result.status, 0) + 1
+        stationarity = max(stationarity, result.kkt["stationarity"])
+        bar.update()
+
+    chosen = pick_formulation(problem, formulation)
+    start = time.perf_counter()
+    try:
+        if processes <= 1:
+            solver = NonconvexIpopt(problem, **kwargs)
+            for i, x in enumerate(X):
+                record(i, solver.solve(x))
+        else:
+            # "spawn": the parent may hold JAX's threads, which do not survive fork.
+            context = multiprocessing.get_context("spawn")
+            with context.Pool(
+                processes, initializer=_init_worker, initargs=(problem, kwargs)
+            ) as pool:
+                for i, result in pool.imap_unordered(
+                    _solve_in_worker, enumerate(X), chunksize=4
+                ):
+                    record(i, result)
+    finally:
+        bar.close()
+    if progress and len(X):
+        again = f", re-solved with the full formulation: {retried}" if retried else ""
+        print(
+            f"IPOPT ({chosen} formulation, tol {tol:g}): {len(X)} "
+            f"contexts in {time.perf_counter() - start:.1f} s, "
+            f"{np.mean(iterations):.1f} iterations on average, statuses {statuses}, "
+            f"KKT stationarity <= {stationarity:.1e}{again}"
+        )
+    return Y
