@@ -3,10 +3,12 @@
 The projection is onto $\\{y : A y = x,\\ G y \\le h\\}$ with the context $x$ as the
 `Parameter` `"b"`. The defaults are the paper's configuration (App. B.2): the
 tuned $\\sigma$, 50 iterations, Ruiz equilibration, $\\omega = 1.7$, 25 backward
-iterations, Adam at 1e-2, batch 2048, 50 epochs, and on top of it our two
-changes, each measured in `benchmarks/RESULTS.md`: more iterations at inference
-(`n_iter_test`, App. H.4 shows more test iterations are safe) and a cosine decay
-of the learning rate.
+iterations, Adam at 1e-2 and 50 epochs, with our changes, each measured in
+`benchmarks/RESULTS.md`: batches of 256 instead of 2048 (eight times the steps for
+the same epochs), 100 iterations at inference (App. H.4 shows more test
+iterations are safe), the equality refinement (`Projector(refine=True)`) and, in
+float32, a 1e-5 margin on the inequalities, so that float32 outputs are feasible
+to the rounding of $y$ itself.
 """
 
 from __future__ import annotations
@@ -38,12 +40,16 @@ def default_config(data: Dataset) -> dict:
         "n_iter_test": 100,
         "n_iter_bwd": 25,
         "equilibrate": True,
+        "refine": True,
+        # In float32 the arithmetic noise of y reaches a few 1e-6 on the active
+        # inequalities; projecting onto G y <= h - margin keeps them satisfied.
+        "ineq_margin": 1e-5 if jnp.result_type(float) == jnp.float32 else 0.0,
         "autotune": False,
         "autotune_points": 150,
         "epochs": 50,
-        "batch_size": 2048,
+        "batch_size": 256,
         "lr": 1e-2,
-        "lr_schedule": "cosine",
+        "lr_schedule": "constant",
         "validate_every": 1,
         "max_time_s": None,
     }
@@ -53,13 +59,17 @@ def make_projector(data: Dataset, config: dict) -> pe.Projector:
     """The projection layer onto $\\{y : A y = x, G y \\le h\\}$ for `config`."""
     P = data.problem
     return pe.Projector(
-        [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)],
+        [
+            pe.Equality(P.A, pe.Parameter("b")),
+            pe.AffineInequality(P.G, upper=P.h - config["ineq_margin"]),
+        ],
         sigma=config["sigma"],
         omega=config["omega"],
         n_iter=config["n_iter"],
         n_iter_test=config["n_iter_test"],
         n_iter_bwd=config["n_iter_bwd"],
         equilibrate=config["equilibrate"],
+        refine=config["refine"],
     )
 
 
