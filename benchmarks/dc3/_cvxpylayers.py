@@ -1,0 +1,232 @@
+r"""cvxpylayers (JAX interface) as the projection layer: the paper's baseline.
+
+The backbone is the shared MLP (`_training.backbone`). Its output
+$y_{\text{raw}}$ is projected by a `cvxpylayers.jax.CvxpyLayer` around the DPP
+problem $\min_y \tfrac12\|y - y_{\text{raw}}\|^2$ s.t. $Ay = x$, $Gy \le h$, with
+$y_{\text{raw}}$ and $x$ as parameters. cvxpylayers canonicalises it to a cone
+program, solves each instance on the CPU through diffcp and differentiates it with
+diffcp's adjoint. Training is self-supervised: the loss is the mean objective.
+
+The solver is Python-side, so the layer cannot be jitted: each step runs the
+jitted MLP, the layer eagerly, and the jitted MLP backward and Adam update.
+diffcp's default cone solver, ECOS, is not installed; Clarabel (also an
+interior-point method, to high accuracy) is used instead.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ._data import Dataset
+from ._harness import Run, Trained, time_calls
+from ._training import backbone, optimiser
+
+MAX_N_VAR = 200  # beyond this, one epoch takes hours on a CPU
+_SOLVE_METHOD = "Clarabel"
+
+
+def default_config(data: Dataset) -> dict:
+    """The hyperparameters of the cvxpylayers baseline.
+
+    25 epochs is the paper's budget for this baseline; batch size and learning
+    rate are the paper's Pinet configuration (as for the reference method).
+    `max_time_s` (seconds of training time, `None` for no limit) stops it after the
+    step that reaches it. `solve_method` is diffcp's cone solver.
+    `timing_repeats` caps the timed batch inferences (each takes tens of seconds).
+    """
+    del data
+    return {
+        "epochs": 25,
+        "batch_size": 2048,
+        "lr": 1e-2,
+        "lr_schedule": "constant",
+        "validate_every": 1,
+        "max_time_s": None,
+        "solve_method": _SOLVE_METHOD,
+        "timing_repeats": 3,
+    }
+
+
+def make_projection(A, G, h, solve_method: str = _SOLVE_METHOD):
+    r"""A differentiable projection onto $\{y : Ay = x, Gy \le h\}$ by cvxpylayers.
+
+    Solves $\min_y \tfrac12\|y - r\|^2$ s.t. $Ay = x$, $Gy \le h$ for each row of
+    a batch $(R, X)$ with diffcp; the vector-Jacobian product comes from diffcp's
+    adjoint of the cone program. It runs eagerly (not under `jax.jit`).
+
+    **Arguments:**
+
+    - `A`, `G`, `h`: the constraint data (NumPy, float64).
+    - `solve_method`: diffcp's cone solver.
+
+    **Returns:** `project(R, X) -> Y` for batches `(B, n)`, `(B, n_eq)`, or single
+    vectors.
+    """
+    import cvxpy as cp
+    from cvxpylayers.jax import CvxpyLayer
+
+    A, G, h = (np.asarray(M, np.float64) for M in (A, G, h))
+    y = cp.Variable(A.shape[1])
+    r = cp.Parameter(A.shape[1])
+    x = cp.Parameter(A.shape[0])
+    problem = cp.Problem(
+        cp.Minimize(0.5 * cp.sum_squares(y - r)), [A @ y == x, G @ y <= h]
+    )
+    assert problem.is_dpp()  # cvxpylayers needs a DPP problem
+    layer = CvxpyLayer(
+        problem,
+        parameters=[r, x],
+        variables=[y],
+        solver_args={"solve_method": solve_method},
+    )
+
+    def project(R, X):
+        return layer(R, X)[0]
+
+    return project
+
+
+def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
+    """Train the shared backbone through the cvxpylayers projection with Adam.
+
+    The loop follows `_training.fit_network` (shuffling, last partial batch,
+    validation points) but cannot jit the step, and it checks `max_time_s` after
+    every step rather than every epoch, since one epoch takes many minutes.
+
+    **Arguments:**
+
+    - `data`: the `Dataset`; at most `MAX_N_VAR` variables.
+    - `config`: `default_config(data)`, possibly overridden.
+    - `seed`: seeds the initialisation (`jax.random.key`) and the batch order
+        (`np.random.default_rng`).
+    - `run`: the harness's `Run` (steps, validation, clock).
+
+    **Returns:** a `Trained` whose `predict` runs the jitted MLP, then the layer's
+    CPU solves (diffcp's thread pool) without the derivative set-up.
+    """
+    P = data.problem
+    if P.n_var > MAX_N_VAR:
+        raise ValueError(
+            f"cvxpylayers is limited to problems with at most {MAX_N_VAR} variables "
+            f"(this one has {P.n_var}): it solves and differentiates every instance "
+            "one at a time with a CPU cone solver, so an epoch would take hours."
+        )
+    dtype = jnp.result_type(float)
+    project = make_projection(P.A, P.G, P.h, config["solve_method"])
+    # Row by row: the batched form broadcasts (n,) against (B, n), which
+    # jax_numpy_rank_promotion='raise' (our tests' setting) rejects.
+    objective = jax.vmap(data.objective_jax(dtype))
+    params, static = eqx.partition(
+        backbone(P.n_eq, P.n_var, seed, dtype), eqx.is_inexact_array
+    )
+
+    X_train = jnp.asarray(data.X_train, dtype)
+    n = X_train.shape[0]
+    batch = min(config["batch_size"], n)
+    per_epoch = -(-n // batch)  # the last, partial batch is used too
+    epochs = config["epochs"]
+    every = config.get("validate_every") or max(1, epochs // 50)
+    max_time = config.get("max_time_s")
+    optim = optimiser(config, epochs * per_epoch)
+    opt_state = optim.init(params)
+
+    @jax.jit
+    def raw(params, X):
+        return jax.vmap(eqx.combine(params, static))(X)
+
+    @jax.jit
+    def loss_and_grad(Y):
+        return jax.value_and_grad(lambda Y: jnp.mean(objective(Y)))(Y)
+
+    @jax.jit
+    def update(params, opt_state, X, g_raw):
+        # The backbone's VJP is recomputed here: cheaper than carrying it out of jit.
+        _, pullback = jax.vjp(lambda p: raw(p, X), params)
+        (grads,) = pullback(g_raw)
+        updates, opt_state = optim.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    def step(params, opt_state, X):
+        # The chain rule by hand around the eager layer: MLP (jit), layer (diffcp
+        # solves), loss (jit), the layer's adjoint (diffcp), the MLP's VJP (jit).
+        Y, layer_vjp = jax.vjp(lambda R: project(R, X), raw(params, X))
+        loss, g_Y = loss_and_grad(Y)
+        (g_raw,) = layer_vjp(g_Y)
+        params, opt_state = update(params, opt_state, X, g_raw)
+        return params, opt_state, loss
+
+    def predictor(params):
+        def predict(X):
+            X = jnp.asarray(X, dtype)
+            return project(raw(params, X), X)
+
+        return predict
+
+    run.set_total(epochs * per_epoch)
+    rng = np.random.default_rng(seed)
+    epochs_done, stopped = 0, False
+    for epoch in range(1, epochs + 1):
+        order = jnp.asarray(rng.permutation(n))
+        for i in range(per_epoch):
+            X = X_train[order[i * batch : (i + 1) * batch]]
+            params, opt_state, loss = step(params, opt_state, X)
+            run.step(loss)
+            stopped = max_time is not None and run.elapsed() >= max_time
+            if stopped:
+                break
+        epochs_done = epoch if not stopped else epoch - 1 + (i + 1) / per_epoch
+        if epoch % every == 0 or epoch == epochs or stopped:
+            run.validate(predictor(params), epochs_done)
+        if stopped:
+            break
+
+    predict = predictor(params)
+    return Trained(
+        predict=predict,
+        predict_single=lambda x: predict(np.asarray(x)[None])[0],
+        info={
+            "solver": f"cvxpylayers (diffcp, {config['solve_method']})",
+            "inference": "jitted MLP, then one CPU cone solve per instance "
+            "(diffcp thread pool, no derivative set-up)",
+            "epochs_done": epochs_done,
+            "stopped_by_max_time": stopped,
+            "timing_repeats": config["timing_repeats"],
+        },
+        model=eqx.combine(params, static),
+    )
+
+
+def time_inference(
+    trained: Trained,
+    data: Dataset,
+    repeats: int = 20,
+    batch_size: int = 1024,
+    single_repeats: int | None = None,
+) -> dict:
+    """Single-instance and batch inference times, as `_harness.time_inference`.
+
+    A batch of 1024 takes tens of seconds of CPU solves, so the batch is timed
+    `min(repeats, timing_repeats)` times and the single instance five times as
+    often, each after one warm-up (which compiles the layer's eager JAX glue for
+    the batch shape).
+    """
+    repeats = min(repeats, trained.info["timing_repeats"])
+    X = data.X_test[:batch_size]
+    if len(X) < batch_size:  # tiny data: tile to a full batch
+        X = np.resize(X, (batch_size, X.shape[1]))
+    x = data.X_test[0]
+    return {
+        "single": time_calls(
+            lambda: jax.block_until_ready(trained.predict_single(x)),
+            single_repeats or 5 * repeats,
+            warmup=1,
+        ),
+        "batch": time_calls(
+            lambda: jax.block_until_ready(trained.predict(X)), repeats, warmup=1
+        ),
+        "batch_size": batch_size,
+    }
