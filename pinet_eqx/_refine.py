@@ -1,21 +1,69 @@
-"""Iterative refinement of the equality constraints with compensated residuals.
+"""Iterative refinement of the equality constraints with an exact residual.
 
 In float32 the projection's output satisfies $E y = q$ only to about
 $\\sqrt{d}\\,\\varepsilon \\|E\\|\\,|y|$: each entry of $y$ carries the rounding of
 the matrix products that made it, and $E$ sums those errors. Storing $y$ itself
 costs only $\\varepsilon |y|$ per entry. One step of iterative refinement,
 $y \\leftarrow y - E^+ (E y - q)$, closes the gap when the residual is computed
-far more accurately than $y$: here with error-free transformations (Dekker's
-product and Knuth's sum, Ogita-Rump-Oishi "Dot2") and the rounding error of $E$
-itself ($E = E_{hi} + E_{lo}$, both in the working precision).
+far more accurately than $y$.
+
+The residual is computed with Ozaki's error-free splitting: $E$ (on the host, from
+its float64 values) and $y$ (per call) are cut into slices of $b$ significant bits
+on a common scale per row, with $2b + \\log_2 d \\le$ the working precision's
+significand, so that every slice product $E_a y_c$ is computed exactly by an
+ordinary matrix-vector product, in any summation order. The few exact partial
+products are then added with compensated (Knuth two-sum) arithmetic. The cost is
+about ten matrix-vector products.
 """
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
+
+# Slices are kept while a + c < _N_SLICES (a, c: slice indices of E and y), which
+# leaves the residual's relative error near 2^-(_N_SLICES * b).
+_N_SLICES = 4
+
+
+def slice_bits(d: int, dtype) -> int:
+    """Bits per slice so that a length-`d` sum of slice products is exact."""
+    significand = jnp.finfo(dtype).nmant + 1
+    return (significand - math.ceil(math.log2(max(d, 2)))) // 2
+
+
+def split_rows(E: np.ndarray, bits: int, n_slices: int = _N_SLICES) -> np.ndarray:
+    """Slices $E = \\sum_a E_a$ + a tiny remainder, each with `bits` bits per row.
+
+    Computed in float64 on the host; every slice is exact in float32.
+    """
+    _, exponent = np.frexp(np.abs(E).max(axis=1, keepdims=True))
+    remainder = np.asarray(E, np.float64)
+    slices = []
+    for a in range(n_slices):
+        unit = np.ldexp(1.0, exponent - (a + 1) * bits)
+        piece = np.round(remainder / unit) * unit
+        slices.append(piece)
+        remainder = remainder - piece
+    return np.stack(slices)
+
+
+def _split_vector(y, bits: int, n_slices: int):
+    """Slices $y = \\sum_c y_c$, each with `bits` bits on the scale of $\\max|y|$."""
+    _, exponent = jnp.frexp(jnp.max(jnp.abs(y)))
+    slices = []
+    remainder = y
+    for c in range(n_slices):
+        unit = jnp.ldexp(jnp.ones((), y.dtype), exponent - (c + 1) * bits)
+        piece = jnp.round(remainder / unit) * unit
+        slices.append(piece)
+        remainder = remainder - piece
+    return slices
 
 
 def _two_sum(a, b):
@@ -25,46 +73,27 @@ def _two_sum(a, b):
     return s, (a - (s - b_virtual)) + (b - b_virtual)
 
 
-def _split(a):
-    """Veltkamp's split $a = hi + lo$ into halves of the significand."""
-    bits = jnp.finfo(a.dtype).nmant + 1
-    c = (2.0 ** ((bits + 1) // 2) + 1.0) * a
-    hi = c - (c - a)
-    return hi, a - hi
-
-
-def _two_product(a, b):
-    """$(p, e)$ with $p = \\mathrm{fl}(a b)$ and $p + e = a b$ exactly."""
-    p = a * b
-    a_hi, a_lo = _split(a)
-    b_hi, b_lo = _split(b)
-    return p, ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
-
-
-def compensated_residual(M_hi, M_lo, y, rhs):
-    """$(M_{hi} + M_{lo}) y - \\mathrm{rhs}$, as if computed in twice the precision.
-
-    The products $M_{hi} y$ are split exactly into values and errors, the values
-    are summed pairwise with exact error terms, and the errors (and the small
-    $M_{lo} y$) are added at the end in the working precision.
+def exact_residual(E_slices, y, rhs, bits: int):
+    """$E y - \\mathrm{rhs}$ for $E = \\sum_a E_a$, nearly exactly.
 
     **Arguments:**
 
-    - `M_hi`, `M_lo`: the matrix and its rounding error, shape `(m, d)`.
+    - `E_slices`: the slices of $E$ from `split_rows`, shape `(k, m, d)`.
     - `y`: the point, shape `(d,)`.
     - `rhs`: the right-hand side, shape `(m,)`.
+    - `bits`: the slices' width, from `slice_bits`.
 
     **Returns:** the residual, shape `(m,)`.
     """
-    products, errors = _two_product(M_hi, y[None, :])
-    terms = jnp.concatenate([products, -rhs[:, None]], axis=1)
-    error_terms = [errors.sum(axis=1), M_lo @ y]
-    while terms.shape[1] > 1:
-        if terms.shape[1] % 2:
-            terms = jnp.concatenate([terms, jnp.zeros_like(terms[:, :1])], axis=1)
-        terms, e = _two_sum(terms[:, 0::2], terms[:, 1::2])
-        error_terms.append(e.sum(axis=1))
-    return terms[:, 0] + sum(error_terms)
+    n = E_slices.shape[0]
+    y_slices = _split_vector(y, bits, n)
+    total, compensation = -rhs, jnp.zeros_like(rhs)
+    for a in range(n):
+        for c in range(n - a):
+            # Exact: each product has at most 2 * bits bits on a common scale.
+            total, error = _two_sum(total, E_slices[a] @ y_slices[c])
+            compensation = compensation + error
+    return total + compensation
 
 
 class EqualityRefinement(eqx.Module):
@@ -72,23 +101,32 @@ class EqualityRefinement(eqx.Module):
 
     **Fields:**
 
-    - `E_lo`: the rounding error of $E$ in the working precision,
-        $E - \\mathrm{fl}(E)$ (zero when $E$ is stored in float64).
+    - `E_slices`: Ozaki slices of $E$ (see `split_rows`), shape `(k, m, d)`.
     - `pinv`: the pseudo-inverse $E^+$, shape `(d, m)`.
+    - `bits`: the slices' width.
     """
 
-    E_lo: Float[Array, "m d"]
+    E_slices: Float[Array, "k m d"]
     pinv: Float[Array, "d m"]
+    bits: int = eqx.field(static=True)
 
     @classmethod
     def build(cls, E: np.ndarray) -> EqualityRefinement:
-        """From the float64 matrix $E$, on the host."""
+        """From the float64 matrix $E$, on the host, for JAX's default float."""
         E = np.asarray(E, np.float64)
-        stored = np.asarray(jnp.asarray(E), np.float64)
-        return cls(E_lo=jnp.asarray(E - stored), pinv=jnp.asarray(np.linalg.pinv(E)))
+        bits = slice_bits(E.shape[1], jnp.result_type(float))
+        return cls(
+            E_slices=jnp.asarray(split_rows(E, bits)),
+            pinv=jnp.asarray(np.linalg.pinv(E)),
+            bits=bits,
+        )
 
-    def __call__(self, y, E, q):
-        """The refined $y$, given $E$ and $q$ as the projector holds them."""
+    def __call__(self, y, q):
+        """The refined $y$, for the right-hand side $q$."""
         dtype = y.dtype
-        r = compensated_residual(E.astype(dtype), self.E_lo.astype(dtype), y, q)
+        # The slices must add up to the stored y: without the barrier XLA may
+        # fuse the computation of y into them, unrounded (fused multiply-adds).
+        y = jax.lax.optimization_barrier(y)
+        E_slices = self.E_slices.astype(dtype)
+        r = exact_residual(E_slices, y, q.astype(dtype), self.bits)
         return y - self.pinv.astype(dtype) @ r

@@ -1,4 +1,4 @@
-"""`Projector(refine=True)`: compensated equality refinement."""
+"""`Projector(refine=True)`: equality refinement with an exact residual."""
 
 import subprocess
 import sys
@@ -11,48 +11,42 @@ import numpy as np
 import pytest
 
 import pinet_eqx as pe
-from pinet_eqx._refine import compensated_residual
+from pinet_eqx._refine import exact_residual, slice_bits, split_rows
 from pinet_eqx.problems import make_dc3
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-def test_compensated_residual_is_nearly_exact(dtype):
+def test_exact_residual_is_nearly_exact(dtype):
     rng = np.random.default_rng(0)
-    M = rng.normal(size=(30, 200))
-    hi = np.asarray(M.astype(dtype), np.float64)
-    y = rng.normal(size=200).astype(dtype)
-    rhs = (hi @ y.astype(np.float64)).astype(dtype)  # a nearly cancelling residual
-    # Exact rational arithmetic on the floats involved, as the ground truth.
-    lo = np.asarray((M - hi).astype(dtype), np.float64)
+    d = 200
+    E = rng.normal(size=(30, d))
+    y = rng.normal(size=d).astype(dtype)
+    rhs = (E @ y.astype(np.float64)).astype(dtype)  # a nearly cancelling residual
+    # Exact rational arithmetic on the float64 E and the working-precision y, rhs.
     exact = np.array(
         [
             float(
                 sum(Fraction(a) * Fraction(float(b)) for a, b in zip(row, y))
-                + sum(Fraction(a) * Fraction(float(b)) for a, b in zip(row_lo, y))
                 - Fraction(float(c))
             )
-            for row, row_lo, c in zip(hi, lo, rhs)
+            for row, c in zip(E, rhs)
         ]
     )
-    r = compensated_residual(
-        jnp.asarray(hi, dtype),
-        jnp.asarray(lo, dtype),
-        jnp.asarray(y),
-        jnp.asarray(rhs),
+    bits = slice_bits(d, dtype)
+    slices = split_rows(E, bits)
+    assert np.array_equal(slices.astype(dtype).astype(np.float64), slices)
+    r = jax.jit(lambda S, y, q: exact_residual(S, y, q, bits))(
+        jnp.asarray(slices, dtype), jnp.asarray(y), jnp.asarray(rhs)
     )
-    plain = jnp.asarray(hi, dtype) @ jnp.asarray(y) - jnp.asarray(rhs)
+    plain = jnp.asarray(E, dtype) @ jnp.asarray(y) - jnp.asarray(rhs)
     eps = float(jnp.finfo(dtype).eps)
-    scale = np.abs(hi) @ np.abs(y.astype(np.float64))
-    # Dot2's bound: about eps * |exact| + n * eps^2 * sum |m_j y_j|.
-    assert np.all(
-        np.abs(np.asarray(r, np.float64) - exact)
-        <= 2 * eps * np.abs(exact) + 4 * 200 * eps**2 * scale
-    )
+    scale = np.abs(E) @ np.abs(y.astype(np.float64))
+    # Rounding of the result, plus the neglected slices (below 2^-(4 bits)).
+    bound = eps * np.abs(exact) + 4 * d * 2.0 ** (-4 * bits) * scale
+    error = np.abs(np.asarray(r, np.float64) - exact)
+    assert np.all(error <= bound)
     # ...where the plain product is off by much more.
-    assert (
-        np.abs(np.asarray(plain, np.float64) - exact).max()
-        > 10 * np.abs(np.asarray(r, np.float64) - exact).max()
-    )
+    assert np.abs(np.asarray(plain, np.float64) - exact).max() > 10 * error.max()
 
 
 def _dc3_projector(refine, n=64):
