@@ -16,13 +16,13 @@ from benchmarks.dc3 import _data, _harness, _methods
 from benchmarks.dc3._report import report
 from benchmarks.dc3._train import train
 
-EPOCHS = {"epochs": 2}
+EPOCHS = {"epochs": 2, "validate_every": 1}
 METHODS = [
     ("pinet", EPOCHS),
     ("soft", EPOCHS),
     ("dc3", EPOCHS),
     ("jaxopt", EPOCHS),
-    ("cvxpylayers", {"epochs": 1}),
+    ("cvxpylayers", {"epochs": 1, "validate_every": 1}),
     ("solver", {}),
     pytest.param(
         "reference",
@@ -102,9 +102,13 @@ def test_method_end_to_end(method, overrides, results, cache, instances):
     table = np.loadtxt(folder / "per_instance.csv", delimiter=",", skiprows=1)
     assert table.shape == (100, 3)
     np.testing.assert_allclose(table[:, 2].max(), saved["metrics"]["cv_max"], rtol=1e-5)
-    if method in ("pinet", "soft", "solver"):
-        # Feasible by construction (ours) or by the solver.
+    if method in ("pinet", "soft"):
+        # Feasible by construction: our projection.
         assert saved["metrics"]["cv_max"] <= 1e-5
+    if method == "solver":
+        # OSQP at its benchmark tolerance (eps 1e-5), well within "optimal".
+        assert saved["metrics"]["cv_max"] <= 1e-3
+        assert saved["metrics"]["rs_max"] <= 1e-3
     if method == "pinet":
         # The instance files hold the same test contexts: the same metrics.
         paper = saved["metrics_paper_instances"]

@@ -36,6 +36,7 @@ METRICS = (
     "eq_cv_max",
     "ineq_cv_max",
     "optimal_pct",
+    "test_rows",
 )
 TIMING_STATS = ("median", "lq", "uq", "min", "max", "repeats")
 
@@ -179,6 +180,7 @@ def test_metrics(data: Dataset, Y) -> tuple[dict, np.ndarray, np.ndarray]:
         "eq_cv_max": float(eq.max()),
         "ineq_cv_max": float(ineq.max()),
         "optimal_pct": float(100 * np.mean((cv <= CV_OPTIMAL) & (rs <= RS_OPTIMAL))),
+        "test_rows": n,
     }
     return metrics, rs, cv
 

@@ -87,7 +87,6 @@ def train(
     n_test = config.get("test_rows") or len(data.X_test)
     Y = trained.predict(data.X_test[:n_test])
     metrics, rs, cv = _harness.test_metrics(data, Y)
-    metrics["test_rows"] = int(n_test)
     timer = getattr(module, "time_inference", _harness.time_inference)
     inference = timer(trained, data, repeats=repeats)
     record = {
