@@ -534,6 +534,55 @@ def _provenance(series: dict[tuple, list[_Run]]) -> list[str]:
     return lines + ["", "Commands:", "", *commands]
 
 
+def _time_to_reach(run: _Run, rs: float, cv: float) -> float | None:
+    """Training seconds until the validation mean RS is at most `rs` and the
+    validation max CV at most `cv` (the first such curve point), or None."""
+    for point in run.record.get("curve") or []:
+        if point["rs_mean"] <= rs and point["cv_max"] <= cv:
+            return float(point["time_s"])
+    return None
+
+
+def _head_to_head_table(series: dict[tuple, list[_Run]]) -> list[str]:
+    """Each network's training time to reach the reference's final validation
+    RS and CV, against the reference's whole training time, seed by seed."""
+    references = {
+        r.seed: r for k, runs in series.items() for r in runs if r.method == "reference"
+    }
+    rows = []
+    for key, runs in series.items():
+        for run in runs:
+            ref = references.get(run.seed)
+            if ref is None or run is ref or not run.record.get("curve"):
+                continue
+            if run.precision != ref.precision:
+                continue
+            final = ref.record["curve"][-1]
+            reached = _time_to_reach(run, final["rs_mean"], final["cv_max"])
+            ref_time = ref.record["timing"]["train_s"]
+            rows.append(
+                [
+                    f"`{_display(key, series)}`",
+                    run.seed,
+                    f"{_fmt(final['rs_mean'])} / {_fmt(final['cv_max'])}",
+                    "not reached" if reached is None else _fmt(reached),
+                    _fmt(ref_time),
+                    "" if reached is None else f"{reached / ref_time:.2f}",
+                ]
+            )
+    if not rows:
+        return []
+    header = [
+        "Method",
+        "Seed",
+        "Reference's final val RS / CV",
+        "Time to reach it [s]",
+        "Reference's training [s]",
+        "Ratio",
+    ]
+    return _table(header, rows, "lrrrrr")
+
+
 def markdown(datasets: dict[str, dict[tuple, list[_Run]]], results_dir) -> str:
     """The Markdown tables of every data set, with their provenance."""
     lines = [
@@ -553,6 +602,17 @@ def markdown(datasets: dict[str, dict[tuple, list[_Run]]], results_dir) -> str:
         if description:
             lines += [description, ""]
         lines += ["### Accuracy (test set)", "", *_accuracy_table(series)]
+        head_to_head = _head_to_head_table(series)
+        if head_to_head:
+            lines += [
+                "",
+                "### Training time to reach the reference's accuracy",
+                "",
+                "Validation curves, training time with setup and JIT "
+                "(validation excluded).",
+                "",
+                *head_to_head,
+            ]
         lines += ["", "### Inference time", "", *_inference_table(series)]
         lines += ["", "### Produced by", "", *_provenance(series)]
     return "\n".join(lines) + "\n"
