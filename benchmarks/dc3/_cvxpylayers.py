@@ -23,7 +23,7 @@ import optax
 
 from ._data import Dataset
 from ._harness import Run, Trained, time_calls
-from ._training import backbone, optimiser
+from ._training import backbone, optimiser, plan
 
 MAX_N_VAR = 200  # beyond this, one epoch takes hours on a CPU
 _SOLVE_METHOD = "Clarabel"
@@ -124,13 +124,7 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
         backbone(P.n_eq, P.n_var, seed, dtype), eqx.is_inexact_array
     )
 
-    X_train = jnp.asarray(data.X_train, dtype)
-    n = X_train.shape[0]
-    batch = min(config["batch_size"], n)
-    per_epoch = -(-n // batch)  # the last, partial batch is used too
-    epochs = config["epochs"]
-    every = config.get("validate_every") or max(1, epochs // 50)
-    max_time = config.get("max_time_s")
+    X_train, n, batch, per_epoch, epochs, every, max_time = plan(data, config)
     optim = optimiser(config, epochs * per_epoch)
     opt_state = optim.init(params)
 

@@ -35,7 +35,7 @@ from pinet_eqx.problems import DC3Problem
 
 from ._data import Dataset
 from ._harness import Run, Trained
-from ._training import optimiser
+from ._training import optimiser, plan
 
 
 def default_config(data: Dataset) -> dict:
@@ -395,14 +395,8 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
         penalty = weight * ((1 - frac) * ineq + frac * eq)
         return jnp.mean(objective(Y) + penalty), stats
 
-    X_train = jnp.asarray(data.X_train, dtype)
-    n = X_train.shape[0]
-    batch = min(config["batch_size"], n)
-    per_epoch = -(-n // batch)  # the last, partial batch is used too
-    epochs = config["epochs"]
+    X_train, n, batch, per_epoch, epochs, every, max_time = plan(data, config)
     run.set_total(epochs * per_epoch)
-    every = config.get("validate_every") or max(1, epochs // 50)
-    max_time = config.get("max_time_s")
     optim = optimiser(config, epochs * per_epoch)
     opt_state = optim.init(net)
 

@@ -9,6 +9,7 @@ backbone and the loss differ, so they are the arguments here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -57,6 +58,38 @@ def optimiser(config: dict, total_steps: int) -> optax.GradientTransformation:
     raise ValueError(f"`lr_schedule` must be 'constant' or 'cosine', got {schedule!r}.")
 
 
+class Plan(NamedTuple):
+    """The minibatch schedule every training loop follows.
+
+    **Fields:** the training contexts `X_train` (a JAX array of JAX's default
+    float), their number `n`, the `batch` size, the number of batches per epoch
+    `per_epoch` (the last, partial batch is used too), `epochs`, `every` (epochs
+    between validation points; default about 50 points in all) and `max_time`
+    (stop after the epoch in which training time exceeds it; `None`: no limit).
+    """
+
+    X_train: jax.Array
+    n: int
+    batch: int
+    per_epoch: int
+    epochs: int
+    every: int
+    max_time: float | None
+
+
+def plan(data: Dataset, config: dict) -> Plan:
+    """The `Plan` for `data` and `config` (`batch_size`, `epochs`,
+    `validate_every`, `max_time_s`)."""
+    X_train = jnp.asarray(data.X_train, jnp.result_type(float))
+    n = X_train.shape[0]
+    batch = min(config["batch_size"], n)
+    epochs = config["epochs"]
+    every = config.get("validate_every") or max(1, epochs // 50)
+    return Plan(
+        X_train, n, batch, -(-n // batch), epochs, every, config.get("max_time_s")
+    )
+
+
 def fit_network(
     model,
     data: Dataset,
@@ -85,15 +118,8 @@ def fit_network(
 
     **Returns:** the trained model.
     """
-    dtype = jnp.result_type(float)
-    X_train = jnp.asarray(data.X_train, dtype)
-    n = X_train.shape[0]
-    batch = min(config["batch_size"], n)
-    per_epoch = -(-n // batch)  # the last, partial batch is used too
-    epochs = config["epochs"]
+    X_train, n, batch, per_epoch, epochs, every, max_time = plan(data, config)
     run.set_total(epochs * per_epoch)
-    every = config.get("validate_every") or max(1, epochs // 50)
-    max_time = config.get("max_time_s")
 
     spec = pe.trainable_filter(model) if filter_spec is None else filter_spec
     params, static = eqx.partition(model, spec)
