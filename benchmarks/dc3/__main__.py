@@ -119,6 +119,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     ablations.add_argument("--precision", type=int, choices=(32, 64), default=32)
     ablations.add_argument("--quick", action="store_true", help="fewer epochs/points")
+    ablations.add_argument(
+        "--epochs", type=int, help="epochs of the studies that train a network"
+    )
     return parser
 
 

@@ -78,7 +78,7 @@ def _points(data: _data.Dataset, n: int, seed: int, dtype):
 
 def study_config(args, data, out):
     rows = []
-    epochs = {"epochs": 5} if args.quick else {}
+    epochs = _epochs(args)
     for label, overrides in CONFIGS.items():
         record, _, _ = train(
             args.problem,
@@ -95,7 +95,7 @@ def study_config(args, data, out):
 
 def study_inf(args, data, out):
     rows = []
-    epochs = {"epochs": 5} if args.quick else {}
+    epochs = _epochs(args)
     for method in ("pinet", "soft"):
         record, _, _ = train(
             args.problem,
@@ -107,6 +107,13 @@ def study_inf(args, data, out):
         )
         rows.append(_row(method, record))
     return {"rows": rows}
+
+
+def _epochs(args) -> dict:
+    """The epochs override of the training studies (`--epochs`, `--quick`)."""
+    if getattr(args, "epochs", None):
+        return {"epochs": args.epochs}
+    return {"epochs": 5} if args.quick else {}
 
 
 def _row(label, record):
@@ -123,7 +130,7 @@ def _row(label, record):
 
 
 def study_n_iter_test(args, data, out):
-    overrides = {"epochs": 5} if args.quick else {}
+    overrides = _epochs(args)
     _, _, trained = train(
         args.problem,
         args.size,
@@ -387,6 +394,11 @@ def run_ablations(args) -> dict:
         results[study] = globals()[f"study_{study}"](args, data, out)
         results[study]["seconds"] = time.perf_counter() - start
         (out / f"{study}.json").write_text(json.dumps(results[study], indent=2))
+    # Studies run earlier into the same folder stay in the summary.
+    for study in STUDIES:
+        path = out / f"{study}.json"
+        if study not in results and path.exists():
+            results[study] = json.loads(path.read_text())
     machine = _harness.machine()
     (out / "ablations.md").write_text(_markdown(results, args, machine))
     print(f"-> {out / 'ablations.md'}")
