@@ -51,8 +51,6 @@ for stage in $stages; do
   if [ "$size" = small ]; then
     if [ "$problem" = nonconvex ]; then
       train "${common[@]}" --method jaxopt --seed 0 --set max_time_s=300
-    fi
-    if [ "$problem" = nonconvex ]; then
       # cvxpylayers solves every instance on the CPU: one step of a 2048 batch
       # took 279 s and 24 GB of memory here, so batches of 128.
       train "${common[@]}" --method cvxpylayers --seed 0 --set max_time_s=300 \
