@@ -38,7 +38,6 @@ import datetime
 import json
 import os
 import pathlib
-import sys
 import time
 import warnings
 
@@ -54,10 +53,10 @@ from benchmarks.projection import (
     _backward_stats,
     _fmt_t,
     _log,
-    _machine,
     _rel_err,
     _run_workers,
     _search,
+    _start,
     _time_interleaved,
 )
 
@@ -754,12 +753,7 @@ def main(args, argv) -> None:
                 json.dump(results, f)
         return
 
-    command = "python -m benchmarks.projection " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    _log(f"command: {command.strip()}")
-    _log(f"load average at start: {os.getloadavg()}")
-    machine = _machine()
+    command, machine = _start(argv)
     worker_args = ["--family", family, "--repeats", str(args.repeats)]
     worker_args += ["--repeats-large-f64", str(args.repeats_large_f64)]
     worker_args += ["--sigma", str(sigma), "--sizes", *sizes]

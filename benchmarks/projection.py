@@ -49,6 +49,8 @@ import warnings
 
 import numpy as np
 
+from benchmarks._machine import cpu_model, git_commit
+
 SIZES = {
     # name: (n_var, n_eq, n_ineq, sigma), sigma from the paper's tuned configs.
     "small": (100, 50, 50, 0.068068),
@@ -371,31 +373,24 @@ def _worker(args) -> None:
 # ---------------------------------------------------------------- reporting
 
 
+def _start(argv) -> tuple[str, dict]:
+    """The command line and machine of this run, both logged."""
+    command = "python -m benchmarks.projection " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    _log(f"command: {command.strip()}")
+    _log(f"load average at start: {os.getloadavg()}")
+    return command, _machine()
+
+
 def _machine() -> dict:
     import jax
 
-    cpu = "unknown"
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        commit = subprocess.run(
-            ["git", "describe", "--always", "--dirty"],
-            capture_output=True,
-            text=True,
-            cwd=pathlib.Path(__file__).parent,
-        ).stdout.strip()
-    except OSError:
-        commit = ""
     return dict(
-        commit=commit or "unknown",
+        commit=git_commit(),
         platform=platform.platform(),
         cpus=os.cpu_count(),
-        cpu=cpu,
+        cpu=cpu_model(),
         python=platform.python_version(),
         jax=jax.__version__,
         backend=jax.default_backend(),
@@ -625,12 +620,7 @@ def main(argv=None) -> None:
         _worker(args)
         return
 
-    command = "python -m benchmarks.projection " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    _log(f"command: {command.strip()}")
-    _log(f"load average at start: {os.getloadavg()}")
-    machine = _machine()
+    command, machine = _start(argv)
     _log(f"machine: {machine}")
     results = _run_workers(
         args.precision,

@@ -21,8 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from . import _harness
 from ._data import Dataset
-from ._harness import Run, Trained, time_calls
+from ._harness import Run, Trained
 from ._training import backbone, optimiser, plan
 
 MAX_N_VAR = 200  # beyond this, one epoch takes hours on a CPU
@@ -209,18 +210,6 @@ def time_inference(
     the batch shape).
     """
     repeats = min(repeats, trained.info["timing_repeats"])
-    X = data.X_test[:batch_size]
-    if len(X) < batch_size:  # tiny data: tile to a full batch
-        X = np.resize(X, (batch_size, X.shape[1]))
-    x = data.X_test[0]
-    return {
-        "single": time_calls(
-            lambda: jax.block_until_ready(trained.predict_single(x)),
-            single_repeats or 5 * repeats,
-            warmup=1,
-        ),
-        "batch": time_calls(
-            lambda: jax.block_until_ready(trained.predict(X)), repeats, warmup=1
-        ),
-        "batch_size": batch_size,
-    }
+    return _harness.time_inference(
+        trained, data, repeats, batch_size, single_repeats, warmup=1
+    )

@@ -14,7 +14,6 @@ import json
 import os
 import pathlib
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from collections.abc import Callable
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._machine import cpu_model, git_commit
 from ._data import Dataset
 
 CV_OPTIMAL = 1e-3  # the paper's thresholds for an "optimal" instance
@@ -209,6 +209,14 @@ def time_calls(call: Callable, repeats: int, warmup: int = 2) -> dict:
     }
 
 
+def timing_batch(data: Dataset, batch_size: int) -> np.ndarray:
+    """The first `batch_size` test contexts, tiled when there are fewer."""
+    X = data.X_test[:batch_size]
+    if len(X) < batch_size:
+        X = np.resize(X, (batch_size, X.shape[1]))
+    return X
+
+
 def _blocking(fn: Callable) -> Callable:
     import jax
 
@@ -221,18 +229,19 @@ def time_inference(
     repeats: int = 20,
     batch_size: int = 1024,
     single_repeats: int | None = None,
+    warmup: int = 2,
 ) -> dict:
-    """Single-instance and batch inference times, each after warm-up."""
+    """Single-instance and batch inference times, each after `warmup` calls."""
     predict = _blocking(trained.predict)
     single = trained.predict_single
     single = (lambda x: predict(x[None])) if single is None else _blocking(single)
-    X = data.X_test[:batch_size]
-    if len(X) < batch_size:  # tiny data: tile to a full batch
-        X = np.resize(X, (batch_size, X.shape[1]))
+    X = timing_batch(data, batch_size)
     x = data.X_test[0]
     return {
-        "single": time_calls(lambda: single(x), single_repeats or 5 * repeats),
-        "batch": time_calls(lambda: predict(X), repeats),
+        "single": time_calls(
+            lambda: single(x), single_repeats or 5 * repeats, warmup=warmup
+        ),
+        "batch": time_calls(lambda: predict(X), repeats, warmup=warmup),
         "batch_size": batch_size,
     }
 
@@ -241,32 +250,14 @@ def machine() -> dict:
     """The machine and software that produced a result."""
     import jax
 
-    try:
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in open("/proc/cpuinfo")
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        cpu = platform.processor()
-    try:
-        git = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            cwd=pathlib.Path(__file__).parent,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        git = "unknown"
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "jax": jax.__version__,
         "jax_backend": jax.default_backend(),
-        "git": git,
+        "git": git_commit(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 

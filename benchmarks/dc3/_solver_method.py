@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from ._data import Dataset
-from ._harness import Run, Trained, time_calls
+from ._harness import Run, Trained, time_calls, timing_batch
 from ._solvers import NonconvexIpopt
 
 MODES = ("normal", "parametric")
@@ -193,9 +193,7 @@ def time_inference(
     """
     config = trained.info["config"]
     repeats = min(repeats, config["timing_repeats"])
-    X = data.X_test[:batch_size]
-    if len(X) < batch_size:  # tiny data: tile to a full batch
-        X = np.resize(X, (batch_size, X.shape[1]))
+    X = timing_batch(data, batch_size)
     rows = config["timing_batch_rows"]
     if rows is None:
         if "solve_s_mean" not in trained.info:
