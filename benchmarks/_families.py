@@ -106,6 +106,36 @@ def soc_project(Z):
     return out
 
 
+def soc_projector(pe, E, d1: int, **settings):
+    """Our projector onto $\\{y : E y = b,\\ \\|y_{d_1:-1}\\| \\le y_{-1}\\}$, with
+    `b` the `Parameter` `"b"` (`pe` is the `pinet_eqx` module; `settings` go to
+    `pe.Projector`)."""
+    d = E.shape[1]
+    S = np.eye(d)[d1 : d - 1]
+    e = np.eye(d)[d - 1]
+    return pe.Projector(
+        [pe.Equality(E, pe.Parameter("b")), pe.SecondOrderCone(S, f=e)], **settings
+    )
+
+
+def soc_truth(E, b, y, d1: int):
+    """The projection of `y` onto $\\{z : E z = b,\\ \\|z_{d_1:-1}\\| \\le z_{-1}\\}$
+    (float64): cvxpy + Clarabel, then Newton's method on the KKT system.
+
+    **Returns:** the projection, its KKT residual and its VJP (see `_polish_soc`).
+    """
+    import cvxpy as cp
+
+    d = E.shape[1]
+    z = cp.Variable(d)
+    prob = cp.Problem(
+        cp.Minimize(cp.sum_squares(z - y)),
+        [E @ z == b, cp.SOC(z[d - 1], z[d1 : d - 1])],
+    )
+    _clarabel(prob)
+    return _polish_soc(E, b, y, z.value, d1)
+
+
 class SocFamily:
     """The App. B.4 SOC set, data and checks; see the module docstring."""
 
@@ -135,12 +165,7 @@ class SocFamily:
         return v if per_instance else float(v.max())
 
     def ours(self, pe, **settings):
-        S = np.eye(self.d)[self.d1 : self.d - 1]
-        e = np.eye(self.d)[self.d - 1]
-        return pe.Projector(
-            [pe.Equality(self.E, pe.Parameter("b")), pe.SecondOrderCone(S, f=e)],
-            **settings,
-        )
+        return soc_projector(pe, self.E, self.d1, **settings)
 
     def reference(self, sigma, omega, dtype):
         from benchmarks._reference import ReferenceSOCProjector
@@ -149,17 +174,7 @@ class SocFamily:
 
     def truth(self, y, i):
         """The projection of `y` for instance `i`: Clarabel, then Newton polish."""
-        import cvxpy as cp
-
-        d1, d = self.d1, self.d
-        b = self.P["b"][i]
-        z = cp.Variable(d)
-        prob = cp.Problem(
-            cp.Minimize(cp.sum_squares(z - y)),
-            [self.E @ z == b, cp.SOC(z[d - 1], z[d1 : d - 1])],
-        )
-        _clarabel(prob)
-        return _polish_soc(self.E, b, y, z.value, d1)
+        return soc_truth(self.E, self.P["b"][i], y, self.d1)
 
 
 class AxFamily:

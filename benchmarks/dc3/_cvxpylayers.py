@@ -15,6 +15,8 @@ interior-point method, to high accuracy) is used instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -24,7 +26,7 @@ import optax
 from . import _harness
 from ._data import Dataset
 from ._harness import Run, Trained
-from ._training import backbone, optimiser, plan
+from ._training import backbone, epoch_batches, optimiser, plan
 
 MAX_N_VAR = 200  # beyond this, one epoch takes hours on a CPU
 _SOLVE_METHOD = "Clarabel"
@@ -94,10 +96,6 @@ def make_projection(A, G, h, solve_method: str = _SOLVE_METHOD):
 def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
     """Train the shared backbone through the cvxpylayers projection with Adam.
 
-    The loop follows `_training.fit_network` (shuffling, last partial batch,
-    validation points) but cannot jit the step, and it checks `max_time_s` after
-    every step rather than every epoch, since one epoch takes many minutes.
-
     **Arguments:**
 
     - `data`: the `Dataset`; at most `MAX_N_VAR` variables.
@@ -121,11 +119,56 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
     # Row by row: the batched form broadcasts (n,) against (B, n), which
     # jax_numpy_rank_promotion='raise' (our tests' setting) rejects.
     objective = jax.vmap(data.objective_jax(dtype))
-    params, static = eqx.partition(
-        backbone(P.n_eq, P.n_var, seed, dtype), eqx.is_inexact_array
+    model = backbone(P.n_eq, P.n_var, seed, dtype)
+    return fit_eager(
+        model,
+        project,
+        lambda Y, X: jnp.mean(objective(Y)),
+        data,
+        config,
+        seed,
+        run,
+        info={"solver": f"cvxpylayers (diffcp, {config['solve_method']})"},
     )
 
-    X_train, n, batch, per_epoch, epochs, every, max_time = plan(data, config)
+
+def fit_eager(
+    model,
+    project: Callable,
+    loss: Callable,
+    data,
+    config: dict,
+    seed: int,
+    run: Run,
+    info: dict | None = None,
+) -> Trained:
+    """Train `model` through a projection layer that cannot be jitted, with Adam.
+
+    The loop follows `_training.fit_network` (same `plan`, batches and
+    validation points) but cannot jit the step, and it checks `max_time_s` after
+    every step rather than every epoch, since one epoch can take many minutes.
+
+    **Arguments:**
+
+    - `model`: the backbone (an Equinox model mapping a context to `y_raw`).
+    - `project`: `project(R, X) -> Y`, the eager layer on a batch of raw outputs
+        `R` and contexts `X`, differentiable by `jax.vjp`.
+    - `loss`: `loss(Y, X) -> scalar`, jit-able.
+    - `data`: the data set (see `_training.plan`).
+    - `config`: `epochs`, `batch_size`, `lr`, `lr_schedule`, `validate_every`,
+        `max_time_s` and `timing_repeats` (recorded for `time_inference`).
+    - `seed`: seeds the batch order or the fresh batches.
+    - `run`: the harness's `Run`.
+    - `info`: recorded in the returned `Trained.info`.
+
+    **Returns:** a `Trained` whose `predict` runs the jitted backbone, then the
+    layer.
+    """
+    dtype = jnp.result_type(float)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    schedule = plan(data, config)
+    epochs, every, max_time = schedule.epochs, schedule.every, schedule.max_time
+    per_epoch = schedule.per_epoch
     optim = optimiser(config, epochs * per_epoch)
     opt_state = optim.init(params)
 
@@ -134,8 +177,8 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
         return jax.vmap(eqx.combine(params, static))(X)
 
     @jax.jit
-    def loss_and_grad(Y):
-        return jax.value_and_grad(lambda Y: jnp.mean(objective(Y)))(Y)
+    def loss_and_grad(Y, X):
+        return jax.value_and_grad(loss)(Y, X)
 
     @jax.jit
     def update(params, opt_state, X, g_raw):
@@ -146,10 +189,10 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
         return optax.apply_updates(params, updates), opt_state
 
     def step(params, opt_state, X):
-        # The chain rule by hand around the eager layer: MLP (jit), layer (diffcp
-        # solves), loss (jit), the layer's adjoint (diffcp), the MLP's VJP (jit).
+        # The chain rule by hand around the eager layer: MLP (jit), layer (CPU
+        # solves), loss (jit), the layer's adjoint (CPU), the MLP's VJP (jit).
         Y, layer_vjp = jax.vjp(lambda R: project(R, X), raw(params, X))
-        loss, g_Y = loss_and_grad(Y)
+        loss, g_Y = loss_and_grad(Y, X)
         (g_raw,) = layer_vjp(g_Y)
         params, opt_state = update(params, opt_state, X, g_raw)
         return params, opt_state, loss
@@ -165,9 +208,7 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
     rng = np.random.default_rng(seed)
     epochs_done, stopped = 0, False
     for epoch in range(1, epochs + 1):
-        order = jnp.asarray(rng.permutation(n))
-        for i in range(per_epoch):
-            X = X_train[order[i * batch : (i + 1) * batch]]
+        for i, X in enumerate(epoch_batches(schedule, data, rng)):
             params, opt_state, loss = step(params, opt_state, X)
             run.step(loss)
             stopped = max_time is not None and run.elapsed() >= max_time
@@ -184,7 +225,7 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
         predict=predict,
         predict_single=lambda x: predict(np.asarray(x)[None])[0],
         info={
-            "solver": f"cvxpylayers (diffcp, {config['solve_method']})",
+            **(info or {}),
             "inference": "jitted MLP, then one CPU cone solve per instance "
             "(diffcp thread pool, no derivative set-up)",
             "epochs_done": epochs_done,

@@ -86,8 +86,13 @@ class Dataset:
         P = self.problem
         return dc3_violation(np.asarray(Y, np.float64), X, P.A, P.G, P.h)
 
-    def relative_suboptimality(self, Y, J_star) -> np.ndarray:
-        """RS of each row, $\\max(0, (J(\\hat y) - J^\\star)/|J^\\star|)$, float64."""
+    def relative_suboptimality(self, Y, J_star, X=None) -> np.ndarray:
+        """RS of each row, $\\max(0, (J(\\hat y) - J^\\star)/|J^\\star|)$, float64.
+
+        `X` (the contexts) is accepted for the harness's sake and unused: the
+        DC3 objective does not depend on the context.
+        """
+        del X
         return np.maximum(0.0, (self.objective(Y) - J_star) / np.abs(J_star))
 
     @property

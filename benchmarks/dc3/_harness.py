@@ -72,7 +72,8 @@ class Run:
 
     **Arguments:**
 
-    - `data`: the `Dataset`.
+    - `data`: the `Dataset`, or any object with `X_valid`, `J_valid` (optimal
+        values), `relative_suboptimality(Y, J_star, X)` and `violation(Y, X)`.
     - `total_steps`: the number of optimiser steps, for the progress bar.
     - `description`: the bar's label.
     - `n_valid`: how many validation contexts to evaluate at each `validate`.
@@ -135,7 +136,7 @@ class Run:
         time_s = pause - self._start - self._paused
         X = self.data.X_valid[: self.n_valid]
         Y = np.asarray(predict(X), np.float64)
-        rs = self.data.relative_suboptimality(Y, self.data.J_valid[: self.n_valid])
+        rs = self.data.relative_suboptimality(Y, self.data.J_valid[: self.n_valid], X)
         cv = self.data.violation(Y, X)
         point = {
             "time_s": time_s,
@@ -247,7 +248,11 @@ def time_inference(
 
 
 def machine() -> dict:
-    """The machine and software that produced a result."""
+    """The machine and software that produced a result, and how busy it was.
+
+    `load_avg` is `os.getloadavg()` (1, 5 and 15 minutes) when the record is
+    made: other jobs on the machine inflate every time in the record.
+    """
     import jax
 
     return {
@@ -259,6 +264,7 @@ def machine() -> dict:
         "jax_backend": jax.default_backend(),
         "git": git_commit(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "load_avg": list(os.getloadavg()),
     }
 
 
@@ -279,6 +285,6 @@ def write_results(folder: pathlib.Path, record: dict, rs, cv) -> pathlib.Path:
     return folder
 
 
-def command_line() -> str:
-    """The command that is running, for the record."""
-    return " ".join(["python -m benchmarks.dc3", *sys.argv[1:]])
+def command_line(prog: str = "python -m benchmarks.dc3") -> str:
+    """The command that is running (`prog` and the arguments), for the record."""
+    return " ".join([prog, *sys.argv[1:]])

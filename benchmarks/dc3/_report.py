@@ -39,6 +39,20 @@ _REQUIRED_METRICS = ("rs_mean", "cv_max", "optimal_pct")
 _CURVE_POINTS = 200  # common time grid on which seeds are averaged
 
 
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """What a report is about: its `title`, the command `prog` that makes its runs
+    (for messages) and the order of its `methods` in figures and tables (methods
+    not listed come last)."""
+
+    title: str
+    prog: str
+    methods: tuple[str, ...]
+
+
+DC3 = Suite("DC3 benchmark results", "python -m benchmarks.dc3", tuple(METHODS))
+
+
 @dataclasses.dataclass
 class _Run:
     """One training run: its record and its per-instance test RS and CV."""
@@ -60,7 +74,9 @@ class _Run:
 
 
 def report(
-    results_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None
+    results_dir: str | pathlib.Path,
+    out_dir: str | pathlib.Path | None = None,
+    suite: Suite = DC3,
 ) -> list[pathlib.Path]:
     """Write the figures and tables of every data set in `results_dir`.
 
@@ -70,6 +86,7 @@ def report(
         (any nesting: every `results.json` below it is read, and the data set and
         label come from the file, not the path).
     - `out_dir`: where to write; `results_dir` by default.
+    - `suite`: the benchmark suite (title, command, method order); DC3 by default.
 
     **Returns:**
 
@@ -84,9 +101,9 @@ def report(
     """
     results_dir = pathlib.Path(results_dir)
     out_dir = results_dir if out_dir is None else pathlib.Path(out_dir)
-    runs = load_runs(results_dir)
-    datasets = _group(runs)
-    styles = _styles(runs)
+    runs = load_runs(results_dir, suite.prog)
+    datasets = _group(runs, suite.methods)
+    styles = _styles(runs, suite.methods)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, series in datasets.items():
@@ -96,7 +113,7 @@ def report(
         if curves is not None:
             written.append(curves)
     tables = out_dir / "tables.md"
-    tables.write_text(markdown(datasets, results_dir))
+    tables.write_text(markdown(datasets, results_dir, suite))
     written.append(tables)
     return written
 
@@ -105,8 +122,11 @@ def report(
 # Reading
 
 
-def load_runs(results_dir: pathlib.Path) -> list[_Run]:
-    """Every readable run below `results_dir`; unreadable ones are warned about."""
+def load_runs(results_dir: pathlib.Path, prog: str = DC3.prog) -> list[_Run]:
+    """Every readable run below `results_dir`; unreadable ones are warned about.
+
+    `prog` is the command that makes runs, named in the error when there are none.
+    """
     if not results_dir.is_dir():
         raise FileNotFoundError(f"Results folder {str(results_dir)!r} does not exist.")
     # Shallowest first, so that of two copies of a run the one in the standard
@@ -115,7 +135,7 @@ def load_runs(results_dir: pathlib.Path) -> list[_Run]:
     if not paths:
         raise FileNotFoundError(
             f"No results.json found under {str(results_dir)!r}: run "
-            "`python -m benchmarks.dc3 train ...` first, or point at its output."
+            f"`{prog} train ...` first, or point at its output."
         )
     runs: list[_Run] = []
     seen: dict[tuple, pathlib.Path] = {}
@@ -180,17 +200,18 @@ def _read_run(path: pathlib.Path) -> _Run:
     )
 
 
-def _group(runs: list[_Run]) -> dict[str, dict[tuple, list[_Run]]]:
+def _group(
+    runs: list[_Run], methods: tuple[str, ...] = DC3.methods
+) -> dict[str, dict[tuple, list[_Run]]]:
     """Runs by data set, then by series (label, precision), each sorted by seed."""
     datasets: dict[str, dict[tuple, list[_Run]]] = {}
-    for run in sorted(runs, key=_order):
+    for run in sorted(runs, key=lambda run: _order(run, methods)):
         datasets.setdefault(run.dataset, {}).setdefault(run.key, []).append(run)
     return dict(sorted(datasets.items()))
 
 
-def _order(run: _Run) -> tuple:
-    """Sort key: methods in registry order, then label, precision and seed."""
-    methods = list(METHODS)
+def _order(run: _Run, methods: tuple[str, ...] = DC3.methods) -> tuple:
+    """Sort key: methods in `methods` order, then label, precision and seed."""
     rank = methods.index(run.method) if run.method in methods else len(methods)
     return (rank, run.method, run.label, run.precision or 0, run.seed)
 
@@ -213,13 +234,14 @@ def _file_stem(name: str) -> str:
 # Figures
 
 
-def _styles(runs: list[_Run]) -> dict[tuple, dict]:
+def _styles(runs: list[_Run], methods: tuple[str, ...] = DC3.methods) -> dict:
     """A colour and marker per series, the same in every data set's figures."""
     import matplotlib
 
     colours = matplotlib.colormaps["tab10"].colors
     markers = "o^sDv<>ph*"
-    keys = list(dict.fromkeys(run.key for run in sorted(runs, key=_order)))
+    ordered = sorted(runs, key=lambda run: _order(run, methods))
+    keys = list(dict.fromkeys(run.key for run in ordered))
     return {
         key: {"color": colours[i % len(colours)], "marker": markers[i % len(markers)]}
         for i, key in enumerate(keys)
@@ -583,12 +605,14 @@ def _head_to_head_table(series: dict[tuple, list[_Run]]) -> list[str]:
     return _table(header, rows, "lrrrrr")
 
 
-def markdown(datasets: dict[str, dict[tuple, list[_Run]]], results_dir) -> str:
+def markdown(
+    datasets: dict[str, dict[tuple, list[_Run]]], results_dir, suite: Suite = DC3
+) -> str:
     """The Markdown tables of every data set, with their provenance."""
     lines = [
-        "# DC3 benchmark results",
+        f"# {suite.title}",
         "",
-        f"From `{results_dir}` by `python -m benchmarks.dc3 report`. RS: relative "
+        f"From `{results_dir}` by `{suite.prog} report`. RS: relative "
         "suboptimality of the test predictions; CV: their largest constraint "
         f"violation; an instance is optimal when CV ≤ {CV_OPTIMAL:g} and RS ≤ "
         f"{RS_OPTIMAL:.0%}. With several seeds, an accuracy entry is the mean ± "

@@ -62,13 +62,14 @@ class Plan(NamedTuple):
     """The minibatch schedule every training loop follows.
 
     **Fields:** the training contexts `X_train` (a JAX array of JAX's default
-    float), their number `n`, the `batch` size, the number of batches per epoch
-    `per_epoch` (the last, partial batch is used too), `epochs`, `every` (epochs
-    between validation points; default about 50 points in all) and `max_time`
-    (stop after the epoch in which training time exceeds it; `None`: no limit).
+    float; `None` when each epoch draws a fresh batch), their number `n`, the
+    `batch` size, the number of batches per epoch `per_epoch` (the last, partial
+    batch is used too), `epochs`, `every` (epochs between validation points;
+    default about 50 points in all) and `max_time` (stop after the epoch in which
+    training time exceeds it; `None`: no limit).
     """
 
-    X_train: jax.Array
+    X_train: jax.Array | None
     n: int
     batch: int
     per_epoch: int
@@ -77,17 +78,39 @@ class Plan(NamedTuple):
     max_time: float | None
 
 
-def plan(data: Dataset, config: dict) -> Plan:
+def plan(data, config: dict) -> Plan:
     """The `Plan` for `data` and `config` (`batch_size`, `epochs`,
-    `validate_every`, `max_time_s`)."""
+    `validate_every`, `max_time_s`).
+
+    `data` is a DC3 `Dataset` (fixed training contexts `X_train`, shuffled each
+    epoch) or any object whose `X_train` is `None` and which has
+    `sample_train(rng, n)`: then each epoch is one fresh batch of `batch_size`
+    contexts (the protocol of the paper's App. B.4).
+    """
+    epochs = config["epochs"]
+    every = config.get("validate_every") or max(1, epochs // 50)
+    max_time = config.get("max_time_s")
+    if getattr(data, "X_train", None) is None:
+        batch = config["batch_size"]
+        return Plan(None, batch, batch, 1, epochs, every, max_time)
     X_train = jnp.asarray(data.X_train, jnp.result_type(float))
     n = X_train.shape[0]
     batch = min(config["batch_size"], n)
-    epochs = config["epochs"]
-    every = config.get("validate_every") or max(1, epochs // 50)
-    return Plan(
-        X_train, n, batch, -(-n // batch), epochs, every, config.get("max_time_s")
-    )
+    return Plan(X_train, n, batch, -(-n // batch), epochs, every, max_time)
+
+
+def epoch_batches(p: Plan, data, rng: np.random.Generator):
+    """Yield the training batches of one epoch of plan `p`, drawn with `rng`.
+
+    A permutation of `p.X_train` cut into batches, or, when `p.X_train` is
+    `None`, one fresh batch `data.sample_train(rng, p.batch)`.
+    """
+    if p.X_train is None:
+        yield jnp.asarray(data.sample_train(rng, p.batch), jnp.result_type(float))
+        return
+    order = jnp.asarray(rng.permutation(p.n))
+    for i in range(p.per_epoch):
+        yield p.X_train[order[i * p.batch : (i + 1) * p.batch]]
 
 
 def fit_network(
@@ -105,7 +128,8 @@ def fit_network(
     **Arguments:**
 
     - `model`: an Equinox model.
-    - `data`: the `Dataset`; training uses `data.X_train`.
+    - `data`: the `Dataset`; training uses `data.X_train` (or fresh batches from
+        `data.sample_train`, see `plan`).
     - `config`: needs `epochs`, `batch_size`, `lr`; optional `lr_schedule`
         (`"constant"` or `"cosine"`), `validate_every` (epochs between validation
         points, default about 50 points in all) and `max_time_s` (stop once the
@@ -118,12 +142,13 @@ def fit_network(
 
     **Returns:** the trained model.
     """
-    X_train, n, batch, per_epoch, epochs, every, max_time = plan(data, config)
-    run.set_total(epochs * per_epoch)
+    schedule = plan(data, config)
+    epochs, every, max_time = schedule.epochs, schedule.every, schedule.max_time
+    run.set_total(epochs * schedule.per_epoch)
 
     spec = pe.trainable_filter(model) if filter_spec is None else filter_spec
     params, static = eqx.partition(model, spec)
-    optim = optimiser(config, epochs * per_epoch)
+    optim = optimiser(config, epochs * schedule.per_epoch)
     opt_state = optim.init(params)
 
     @eqx.filter_jit
@@ -140,9 +165,7 @@ def fit_network(
 
     rng = np.random.default_rng(seed)
     for epoch in range(1, epochs + 1):
-        order = jnp.asarray(rng.permutation(n))
-        for i in range(per_epoch):
-            X = X_train[order[i * batch : (i + 1) * batch]]
+        for X in epoch_batches(schedule, data, rng):
             params, opt_state, value = step(params, opt_state, X)
             run.step(value)
         done = max_time is not None and run.elapsed() >= max_time
