@@ -1,0 +1,204 @@
+r"""The second-order-cone programs of the paper's App. B.4, with known optima.
+
+$$\min_{y = (y_1, y_2)} c^\top y_1 \quad\text{s.t.}\quad A y_1 + y_2 = b,\quad
+\|y_{2,:-1}\|_2 \le y_{2,-1},$$
+
+with $A \in \mathbb{R}^{d_2 \times d_1}$, generated as in O'Donoghue et al.
+(2016, §6.6): $A \sim U[-1, 1]^{d_2 \times d_1}$ is fixed for a data set; each
+instance draws $z \sim U[-1, 1]^{d_2}$ and $y_1^\star \sim U[-1, 1]^{d_1}$ and sets
+$y_2^\star = \Pi_{\mathcal{K}}(z)$, $b = A y_1^\star + y_2^\star$ and
+$c = -A^\top (y_2^\star - z)$. Then
+$\lambda = y_2^\star - z = -\Pi_{\mathcal{K}^\circ}(z)$ lies in the (self-dual)
+cone, is orthogonal to $y_2^\star$ and satisfies
+$c + A^\top \lambda = 0$: the KKT conditions hold at $y^\star$, whose objective
+$c^\top y_1^\star$ is the optimal value. The context (the network's input) is
+$x = (b, c)$, of size $d_2 + d_1$.
+
+The optima need no solver. A test checks them against cvxpy + Clarabel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .._families import soc_project
+
+# name: (d1, d2)
+SIZES = {"small": (25, 25), "large": (500, 500)}
+N_VALID = 1024  # validation contexts (learning curves)
+N_TEST = 1024  # held-out test contexts (the reported metrics)
+CV_OPTIMAL = 1e-3  # the paper's thresholds for an "optimal" instance
+RS_OPTIMAL = 0.05
+METRICS = (
+    "rs_mean",
+    "rs_median",
+    "rs_max",
+    "rs_signed_mean",
+    "rs_signed_min",
+    "cv_mean",
+    "cv_median",
+    "cv_max",
+    "eq_cv_max",
+    "cone_cv_max",
+    "optimal_pct",
+    "test_rows",
+)
+
+
+def generate(A: np.ndarray, rng: np.random.Generator, n: int):
+    """`n` instances for the matrix `A`, drawn with `rng`.
+
+    **Returns:** the contexts `X = (b, c)` of shape `(n, d2 + d1)`, the optimal
+    values `J` of shape `(n,)` and the optimal solutions `Y = (y1, y2)` of shape
+    `(n, d1 + d2)`, all float64.
+    """
+    d2, d1 = A.shape
+    z = rng.uniform(-1.0, 1.0, (n, d2))
+    y1 = rng.uniform(-1.0, 1.0, (n, d1))
+    y2 = soc_project(z)
+    b = y1 @ A.T + y2
+    c = -(y2 - z) @ A
+    return np.hstack([b, c]), np.sum(c * y1, axis=1), np.hstack([y1, y2])
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SocData:
+    """One App. B.4 data set: the matrix, validation and test instances.
+
+    There is no fixed training set (`X_train` is `None`): each training epoch
+    draws a fresh batch with `sample_train`, as in the paper.
+
+    **Fields:**
+
+    - `name`: e.g. `"soc-small"`.
+    - `A`: the matrix, shape `(d2, d1)`.
+    - `X_valid`, `J_valid`: validation contexts and optimal values.
+    - `X_test`, `J_test`, `Y_test`: test contexts, optimal values and solutions.
+    - `source`: how the data were made.
+    """
+
+    name: str
+    A: np.ndarray
+    X_valid: np.ndarray
+    J_valid: np.ndarray
+    X_test: np.ndarray
+    J_test: np.ndarray
+    Y_test: np.ndarray
+    source: dict
+    X_train = None
+
+    @property
+    def d1(self) -> int:
+        return self.A.shape[1]
+
+    @property
+    def d2(self) -> int:
+        return self.A.shape[0]
+
+    @property
+    def E(self) -> np.ndarray:
+        """The equality matrix $[A\\ I]$ of $E y = b$."""
+        return np.hstack([self.A, np.eye(self.d2)])
+
+    @property
+    def sizes(self) -> dict:
+        d1, d2 = self.d1, self.d2
+        return {"d1": d1, "d2": d2, "n_var": d1 + d2, "n_eq": d2, "n_context": d1 + d2}
+
+    def sample_train(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """`n` fresh training contexts drawn with `rng`."""
+        return generate(self.A, rng, n)[0]
+
+    def split(self, X):
+        """The parts `(b, c)` of contexts `X`."""
+        X = np.asarray(X, np.float64)
+        return X[..., : self.d2], X[..., self.d2 :]
+
+    def objective(self, Y, X) -> np.ndarray:
+        """$c^\\top y_1$ for each row, float64."""
+        _, c = self.split(X)
+        return np.sum(c * np.asarray(Y, np.float64)[:, : self.d1], axis=1)
+
+    def signed_rs(self, Y, J_star, X) -> np.ndarray:
+        """$(c^\\top \\hat y_1 - J^\\star) / |J^\\star|$ for each row, float64."""
+        return (self.objective(Y, X) - J_star) / np.abs(J_star)
+
+    def relative_suboptimality(self, Y, J_star, X) -> np.ndarray:
+        """RS of each row, clipped at 0 as in the DC3 suite (a slightly
+        infeasible output may beat the optimum; `signed_rs` keeps the sign)."""
+        return np.maximum(0.0, self.signed_rs(Y, J_star, X))
+
+    def violations(self, Y, X) -> tuple[np.ndarray, np.ndarray]:
+        """The equality and cone violations of each row:
+        $\\|A y_1 + y_2 - b\\|_\\infty$ and $(\\|y_{2,:-1}\\| - y_{2,-1})_+$."""
+        Y = np.asarray(Y, np.float64)
+        b, _ = self.split(X)
+        y1, y2 = Y[:, : self.d1], Y[:, self.d1 :]
+        eq = np.abs(y1 @ self.A.T + y2 - b).max(axis=1)
+        cone = np.maximum(np.linalg.norm(y2[:, :-1], axis=1) - y2[:, -1], 0.0)
+        return eq, cone
+
+    def violation(self, Y, X) -> np.ndarray:
+        """CV of each row: the larger of the two `violations`."""
+        return np.maximum(*self.violations(Y, X))
+
+    def test_metrics(self, Y) -> tuple[dict, np.ndarray, np.ndarray]:
+        """The test metrics of predictions `Y` for the first `len(Y)` test
+        contexts, in float64, and the per-instance RS and CV."""
+        Y = np.asarray(Y, np.float64)
+        n = len(Y)
+        X, J = self.X_test[:n], self.J_test[:n]
+        signed = self.signed_rs(Y, J, X)
+        rs = np.maximum(0.0, signed)
+        eq, cone = self.violations(Y, X)
+        cv = np.maximum(eq, cone)
+        optimal = (cv <= CV_OPTIMAL) & (rs <= RS_OPTIMAL)
+        metrics = {
+            "rs_mean": float(rs.mean()),
+            "rs_median": float(np.median(rs)),
+            "rs_max": float(rs.max()),
+            "rs_signed_mean": float(signed.mean()),
+            "rs_signed_min": float(signed.min()),
+            "cv_mean": float(cv.mean()),
+            "cv_median": float(np.median(cv)),
+            "cv_max": float(cv.max()),
+            "eq_cv_max": float(eq.max()),
+            "cone_cv_max": float(cone.max()),
+            "optimal_pct": float(100 * np.mean(optimal)),
+            "test_rows": n,
+        }
+        return metrics, rs, cv
+
+
+def load(size: str = "small", *, seed: int = 0) -> SocData:
+    """The `size` data set (`"small"`: 25/25, `"large"`: 500/500) for `seed`.
+
+    `A`, the validation and the test instances come from independent streams
+    (`np.random.default_rng([seed, k])`), so the network's seed (which draws the
+    training batches) never reproduces them.
+    """
+    if size not in SIZES:
+        raise ValueError(f"`size` must be one of {tuple(SIZES)}, got {size!r}.")
+    d1, d2 = SIZES[size]
+    A = np.random.default_rng([seed, 0]).uniform(-1.0, 1.0, (d2, d1))
+    X_valid, J_valid, _ = generate(A, np.random.default_rng([seed, 1]), N_VALID)
+    X_test, J_test, Y_test = generate(A, np.random.default_rng([seed, 2]), N_TEST)
+    return SocData(
+        f"soc-{size}",
+        A,
+        X_valid,
+        J_valid,
+        X_test,
+        J_test,
+        Y_test,
+        {
+            "generator": "O'Donoghue et al. 2016, sec. 6.6 (paper App. B.4)",
+            "size": size,
+            "seed": seed,
+            "n_valid": N_VALID,
+            "n_test": N_TEST,
+            "train": "a fresh batch every epoch, from the run's seed",
+        },
+    )

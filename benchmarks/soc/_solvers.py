@@ -1,0 +1,150 @@
+r"""The solver baselines: SCS through CVXPY, and SCS called directly.
+
+Both solve one instance at a time on the CPU, in float64, with SCS's defaults
+except the tolerances `eps_abs = eps_rel = eps` (default 1e-5; SCS's own default
+is 1e-4).
+
+- `cvxpy`, as most users would call it: one DPP-parametrised CVXPY problem with
+    `cp.Parameter`s for $b$ and $c$, built once ("training"); each instance sets
+    the parameters and calls `problem.solve(solver=cp.SCS)`, which re-uses the
+    cached canonicalisation but sets SCS up again.
+- `scs`, as an expert would: the cone program in SCS's own form (variables
+    $y = (y_1, y_2)$; a zero cone for $[A\ I] y = b$, and a second-order cone
+    for $y_2$ reordered with its last entry first) set up once with
+    `scs.SCS(data, cone)`, which factorises once; each instance calls
+    `solver.update(b=..., c=...)` and `solver.solve()`, warm-started from the
+    previous solution (SCS's default).
+
+Timing reuses the DC3 solver baseline's `time_inference`: the batch is timed on
+as many rows as take about `timing_budget_s` seconds and scaled to 1024 rows
+(recorded as `batch_extrapolated_from`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..dc3._harness import Run, Trained
+from ..dc3._solver_method import _Stats, time_inference
+from ._data import SocData
+
+
+def default_config(data: SocData) -> dict:
+    """The solver's tolerance and how to time it (see the DC3 solver baseline)."""
+    return {
+        "eps": 1e-5,
+        "timing_batch_rows": None,
+        "timing_budget_s": 20.0,
+        "timing_repeats": 3,
+        # On the large size a CVXPY solve takes seconds: score the first 256.
+        "test_rows": None if data.d1 < 500 else 256,
+    }
+
+
+def _cvxpy_solver(data: SocData, config: dict, stats: _Stats):
+    import cvxpy as cp
+
+    d1, d2 = data.d1, data.d2
+    y1, y2 = cp.Variable(d1), cp.Variable(d2)
+    b, c = cp.Parameter(d2), cp.Parameter(d1)
+    problem = cp.Problem(
+        cp.Minimize(c @ y1), [data.A @ y1 + y2 == b, cp.SOC(y2[-1], y2[:-1])]
+    )
+    assert problem.is_dpp()
+    settings = {"eps_abs": config["eps"], "eps_rel": config["eps"]}
+
+    def solve(x):
+        start = time.perf_counter()
+        b.value, c.value = x[:d2], x[d2:]
+        try:
+            problem.solve(solver=cp.SCS, **settings)
+            status = problem.status
+        except cp.error.SolverError:
+            status = "solver_error"
+        ok = status == "optimal"
+        iters = (problem.solver_stats.num_iters or 0) if ok else 0
+        stats.add(iters, time.perf_counter() - start, status, ok)
+        if y1.value is None:
+            return np.full(d1 + d2, np.nan)
+        return np.concatenate([y1.value, y2.value])
+
+    return solve
+
+
+def scs_data(A: np.ndarray):
+    """SCS's `(A, cone)` for the problem with matrix `A` (b and c set per solve)."""
+    import scipy.sparse as sp
+
+    d2, d1 = A.shape
+    # y2 reordered as (t, u) = (y2[-1], y2[:-1]), SCS's second-order-cone order.
+    order = np.r_[d2 - 1, 0 : d2 - 1]
+    cone_rows = -sp.eye(d2, format="csc")[order]
+    M = sp.vstack(
+        [
+            sp.hstack([sp.csc_matrix(A), sp.eye(d2)]),
+            sp.hstack([sp.csc_matrix((d2, d1)), cone_rows]),
+        ],
+        format="csc",
+    )
+    return M, {"z": d2, "q": [d2]}
+
+
+def _scs_solver(data: SocData, config: dict, stats: _Stats):
+    import scs
+
+    d1, d2 = data.d1, data.d2
+    M, cone = scs_data(data.A)
+    b_full, c_full = np.zeros(2 * d2), np.zeros(d1 + d2)
+    solver = scs.SCS(
+        {"A": M, "b": b_full, "c": c_full},
+        cone,
+        eps_abs=config["eps"],
+        eps_rel=config["eps"],
+        verbose=False,
+    )
+
+    def solve(x):
+        start = time.perf_counter()
+        b_full[:d2] = x[:d2]
+        c_full[:d1] = x[d2:]
+        solver.update(b=b_full, c=c_full)
+        sol = solver.solve()
+        status = sol["info"]["status"]
+        ok = status == "solved"
+        stats.add(sol["info"]["iter"], time.perf_counter() - start, status, ok)
+        return np.asarray(sol["x"], np.float64)
+
+    return solve
+
+
+class _Method:
+    """One solver baseline, with the interface of a method module."""
+
+    def __init__(self, name: str, description: str, make_solver):
+        self.name, self.description, self._make_solver = name, description, make_solver
+        self.default_config = default_config
+        self.time_inference = time_inference
+
+    def fit(self, data: SocData, config: dict, seed: int, run: Run) -> Trained:
+        """Set the solver up (the "training" time) and return its predictors,
+        which take and return float64 NumPy arrays, one row per instance."""
+        del seed  # deterministic
+        run.set_total(1)
+        info: dict = {"config": dict(config), "solver": self.description}
+        solve = self._make_solver(data, config, _Stats(info))
+        run.step()
+
+        def predict(X):
+            return np.stack([solve(x) for x in np.asarray(X, np.float64)])
+
+        return Trained(
+            predict=predict,
+            predict_single=lambda x: solve(np.asarray(x, np.float64)),
+            info=info,
+        )
+
+
+CVXPY = _Method("cvxpy", "SCS through CVXPY (DPP parameters b, c)", _cvxpy_solver)
+SCS = _Method("scs", "SCS directly (one factorisation, update(b, c))", _scs_solver)
