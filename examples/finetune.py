@@ -30,6 +30,7 @@ import json
 import os
 import pathlib
 import platform
+import shlex
 import sys
 import time
 
@@ -348,14 +349,19 @@ def main(argv=None):
         json.dump(
             {
                 "args": vars(args),
-                "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]])
-                if argv is None
-                else " ".join(["examples/finetune.py", *argv]),
+                "command": shlex.join(
+                    ["python", *sys.argv]
+                    if argv is None
+                    else ["python", __file__, *argv]
+                ),
                 "machine": {
                     "platform": platform.platform(),
                     "cpu_count": os.cpu_count(),
                     "jax": jax.__version__,
                     "backend": jax.default_backend(),
+                    # Load averages (1, 5, 15 min) at the end: the machine may be
+                    # shared, and the timings are only as good as its load allows.
+                    "load_average": os.getloadavg(),
                 },
                 "date": datetime.datetime.now(datetime.UTC).isoformat(
                     timespec="seconds"
@@ -387,12 +393,15 @@ def plot(results, path):
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ft = results["finetune_curve"]
-    ax.plot(ft["train_s"], ft["val_rs"], "o-", ms=3, label="fine-tuned (pretrained)")
+    ax.plot(ft["train_s"], ft["val_rs"], "o-", ms=3, label="pretrained, fine-tuned")
     if "scratch_curve" in results:
         sc = results["scratch_curve"]
-        ax.plot(sc["train_s"], sc["val_rs"], "s-", ms=3, label="from scratch")
+        ax.plot(sc["train_s"], sc["val_rs"], "s-", ms=3, label="trained from scratch")
     ax.axhline(
-        ft["val_rs"][0], color="k", ls="--", label="projection at inference only"
+        ft["val_rs"][0],
+        color="k",
+        ls="--",
+        label="pretrained, projection at inference only",
     )
     ax.set_yscale("log")
     ax.set_xlabel("training time through the projection [s]")

@@ -1,31 +1,22 @@
 """`examples/finetune.py`: a small run of the fine-tuning example."""
 
-import importlib.util
-import pathlib
-
 import equinox as eqx
 import jax
 import numpy as np
 import pytest
 
-_EXAMPLE = pathlib.Path(__file__).parents[1] / "examples" / "finetune.py"
-
-
-def _load_example():
-    spec = importlib.util.spec_from_file_location("finetune_example", _EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from examples import finetune
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("finetune")
     argv = [
-        "--pretrain-epochs=20",
+        "--pretrain-epochs=50",
         "--pretrain-batch-size=64",
+        "--pretrain-lr=3e-3",
         "--finetune-epochs=2",
-        "--n-train=256",
+        "--n-train=512",
         "--n-valid=32",
         "--n-test=64",
         "--no-scratch",
@@ -33,7 +24,7 @@ def run(tmp_path_factory):
     ]
     # In float32, as the example runs for users (conftest.py turns on float64).
     with jax.enable_x64(False):
-        results = _load_example().main(argv)
+        results = finetune.main(argv)
         X = results["X_test"].astype(np.float32)
         net = eqx.nn.inference_mode(results["finetuned"])
         results["Y_test"] = np.asarray(jax.vmap(net)(X, b=X))
@@ -67,7 +58,8 @@ def test_finetuned_output_is_feasible(run):
 
 def test_finetuning_beats_projection_at_inference(run):
     metrics = run[0]["metrics"]
-    assert metrics["finetuned"]["rs_mean"] < metrics["inf"]["rs_mean"]
+    # About 0.24 before and 0.03 after, in this small run.
+    assert metrics["finetuned"]["rs_mean"] < 0.5 * metrics["inf"]["rs_mean"]
     # The projection makes Pinet-inf feasible where the raw MLP was not.
     assert metrics["inf"]["cv_max"] <= 1e-5 < metrics["raw"]["cv_max"]
 

@@ -1,6 +1,5 @@
 """`examples/save_load.py`: save a trained network, load it in a fresh process."""
 
-import importlib.util
 import json
 import pathlib
 import subprocess
@@ -10,7 +9,9 @@ import jax
 import numpy as np
 import pytest
 
-_EXAMPLE = pathlib.Path(__file__).parents[1] / "examples" / "save_load.py"
+from examples import save_load
+
+_EXAMPLE = pathlib.Path(save_load.__file__)
 
 
 def _example(*args):
@@ -54,13 +55,6 @@ def test_comparison_sees_one_ulp(saved, tmp_path):
     assert "DIFFERENT" in result.stdout
 
 
-def _load_module():
-    spec = importlib.util.spec_from_file_location("save_load_example", _EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _with_header(saved, tmp_path, change):
     head, rest = (saved / "net.eqx").read_bytes().split(b"\n", 1)
     header = json.loads(head)
@@ -90,23 +84,21 @@ def _set(*keys, value):
     ],
 )
 def test_mismatched_header_is_a_clear_error(saved, tmp_path, change, message):
-    module = _load_module()
     path = _with_header(saved, tmp_path, change)
     # The file is float32: load it as the example does (conftest.py turns on x64).
     with (
         jax.enable_x64(False),
-        pytest.raises(module.HeaderMismatchError, match=message),
+        pytest.raises(save_load.HeaderMismatchError, match=message),
     ):
-        module.load(path)
+        save_load.load(path)
 
 
 def test_truncated_or_padded_file_is_a_clear_error(saved, tmp_path):
-    module = _load_module()
     data = (saved / "net.eqx").read_bytes()
     (tmp_path / "short.eqx").write_bytes(data[:-100])
     (tmp_path / "long.eqx").write_bytes(data + b"\0" * 8)
     with jax.enable_x64(False):
-        with pytest.raises(module.HeaderMismatchError, match="the file ends before"):
-            module.load(tmp_path / "short.eqx")
-        with pytest.raises(module.HeaderMismatchError, match="bytes are left after"):
-            module.load(tmp_path / "long.eqx")
+        with pytest.raises(save_load.HeaderMismatchError, match="the file ends before"):
+            save_load.load(tmp_path / "short.eqx")
+        with pytest.raises(save_load.HeaderMismatchError, match="bytes are left after"):
+            save_load.load(tmp_path / "long.eqx")
