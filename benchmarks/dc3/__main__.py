@@ -44,6 +44,39 @@ def _overrides(pairs: list[str]) -> dict:
     return out
 
 
+def add_train_arguments(train, methods: tuple[str, ...], default_out: pathlib.Path):
+    """The `train` options every suite shares: method, seeds, precision,
+    overrides, label, output folder, timing repeats, quiet."""
+    train.add_argument("--method", choices=methods, default=methods[0])
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--precision", type=int, choices=(32, 64), default=32)
+    train.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a hyperparameter (JSON value), repeatable",
+    )
+    train.add_argument("--epochs", type=int, help="shorthand for --set epochs=N")
+    train.add_argument("--label", help="results sub-folder (default: the method)")
+    train.add_argument("--out", type=pathlib.Path, default=default_out)
+    train.add_argument(
+        "--repeats",
+        type=int,
+        default=20,
+        help="timed repeats of batch inference (single: 5x)",
+    )
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def train_overrides(args) -> dict:
+    """The hyperparameters that `--set` and `--epochs` override."""
+    config = _overrides(args.set)
+    if args.epochs is not None:
+        config["epochs"] = args.epochs
+    return config
+
+
 def _add_data_arguments(parser):
     parser.add_argument(
         "--problem", choices=("convex", "nonconvex"), default="nonconvex"
@@ -68,29 +101,11 @@ def _parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train and evaluate one method")
     _add_data_arguments(train)
-    train.add_argument("--method", choices=tuple(METHODS), default="pinet")
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--precision", type=int, choices=(32, 64), default=32)
-    train.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a hyperparameter (JSON value), repeatable",
-    )
-    train.add_argument("--epochs", type=int, help="shorthand for --set epochs=N")
+    add_train_arguments(train, tuple(METHODS), DEFAULT_OUT)
     train.add_argument(
         "--autotune",
         action="store_true",
         help="pinet/soft: run pinet_eqx.autotune before training",
-    )
-    train.add_argument("--label", help="results sub-folder (default: the method)")
-    train.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
-    train.add_argument(
-        "--repeats",
-        type=int,
-        default=20,
-        help="timed repeats of batch inference (single: 5x)",
     )
     train.add_argument(
         "--instances",
@@ -98,7 +113,6 @@ def _parser() -> argparse.ArgumentParser:
         help="also evaluate on the paper's DC3 .npz test instances "
         "in this folder (small problem only)",
     )
-    train.add_argument("--quiet", action="store_true", help="no progress bar")
 
     report = sub.add_parser("report", help="figures and tables from a results folder")
     report.add_argument("results_dir", type=pathlib.Path)
@@ -142,9 +156,7 @@ def main(argv=None) -> int:
     elif args.command == "train":
         from ._train import train
 
-        config = _overrides(args.set)
-        if args.epochs is not None:
-            config["epochs"] = args.epochs
+        config = train_overrides(args)
         if args.autotune:
             config["autotune"] = True
         train(

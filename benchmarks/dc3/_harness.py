@@ -288,3 +288,107 @@ def write_results(folder: pathlib.Path, record: dict, rs, cv) -> pathlib.Path:
 def command_line(prog: str = "python -m benchmarks.dc3") -> str:
     """The command that is running (`prog` and the arguments), for the record."""
     return " ".join([prog, *sys.argv[1:]])
+
+
+def configure(module, data, method: str, overrides: dict | None) -> dict:
+    """`module.default_config(data)` updated with `overrides`.
+
+    **Raises:** `ValueError` naming the unknown keys if `overrides` has a key
+    that the method's configuration lacks.
+    """
+    config = module.default_config(data)
+    unknown = set(overrides or {}) - set(config)
+    if unknown:
+        raise ValueError(
+            f"Method {method!r} has no hyperparameter(s) {sorted(unknown)}; its "
+            f"hyperparameters are {sorted(config)}."
+        )
+    config.update(overrides or {})
+    return config
+
+
+def run_method(
+    module,
+    data,
+    config: dict,
+    *,
+    method: str,
+    label: str,
+    seed: int,
+    dataset: dict,
+    metrics: Callable,
+    repeats: int = 20,
+    quiet: bool = False,
+    prog: str = "python -m benchmarks.dc3",
+    start: float | None = None,
+) -> tuple[dict, np.ndarray, np.ndarray, Trained]:
+    """Train (or set up) a method, score it on the test set and time inference.
+
+    **Arguments:**
+
+    - `module`: the method (`default_config`, `fit`, optionally `time_inference`).
+    - `data`: the data set (`X_test`, and what `Run` and the method need).
+    - `config`: the method's configuration; `test_rows` (if set) limits the
+        test metrics to the first rows, `n_valid` the validation contexts.
+    - `method`, `label`, `seed`, `dataset`: recorded as such.
+    - `metrics`: `metrics(Y) -> (dict, rs, cv)` for predictions of the first
+        `len(Y)` test contexts.
+    - `repeats`: timed repeats of batch inference (single inference: 5x).
+    - `quiet`: hide the progress bar.
+    - `prog`: the command recorded with the arguments.
+    - `start`: `time.perf_counter()` when the run began (default: now).
+
+    **Returns:** the result record, the per-instance test RS and CV, and the
+    `Trained` model. `machine` holds the load average at the start and the end.
+    """
+    import jax
+
+    start = time.perf_counter() if start is None else start
+    load_start = list(os.getloadavg())
+    run = Run(
+        data,
+        description=f"{label} {data.name}",
+        n_valid=config.get("n_valid"),
+        disable=quiet,
+    )
+    trained = module.fit(data, config, seed, run)
+    train_s = run.close()
+    # Slow solvers may evaluate a prefix of the test set only.
+    n_test = config.get("test_rows") or len(data.X_test)
+    scores, rs, cv = metrics(trained.predict(data.X_test[:n_test]))
+    timer = getattr(module, "time_inference", time_inference)
+    inference = timer(trained, data, repeats=repeats)
+    record = {
+        "method": method,
+        "label": label,
+        "dataset": dataset,
+        "seed": seed,
+        "precision": 64 if jax.config.jax_enable_x64 else 32,
+        "config": config,
+        "info": trained.info,
+        "metrics": scores,
+        "timing": {
+            "train_s": train_s,
+            "total_s": time.perf_counter() - start,
+            "inference": inference,
+        },
+        "curve": run.curve,
+        "machine": {**machine(), "load_avg_start": load_start},
+        "command": command_line(prog),
+    }
+    return record, rs, cv, trained
+
+
+def save_run(folder: pathlib.Path, record: dict, rs, cv, quiet: bool = False) -> None:
+    """`write_results`, then (unless `quiet`) a one-line summary of the run."""
+    write_results(folder, record, rs, cv)
+    if quiet:
+        return
+    m, inference = record["metrics"], record["timing"]["inference"]
+    print(
+        f"{record['label']} on {record['dataset']['name']} (seed {record['seed']}): "
+        f"mean RS {m['rs_mean']:.2e}, max CV {m['cv_max']:.1e}, optimal "
+        f"{m['optimal_pct']:.1f}%, training {record['timing']['train_s']:.1f} s, "
+        f"batch-{inference['batch_size']} inference "
+        f"{1e3 * inference['batch']['median']:.1f} ms (median)\n-> {folder}"
+    )

@@ -19,7 +19,7 @@ import argparse
 import pathlib
 import sys
 
-from ..dc3.__main__ import _overrides
+from ..dc3.__main__ import add_train_arguments, train_overrides
 from ._methods import METHODS
 
 DEFAULT_OUT = pathlib.Path("results") / "soc"
@@ -33,29 +33,10 @@ def _parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train and evaluate one method")
     train.add_argument("--size", choices=("small", "large"), default="small")
-    train.add_argument("--method", choices=tuple(METHODS), default="pinet")
-    train.add_argument("--seed", type=int, default=0)
+    add_train_arguments(train, tuple(METHODS), DEFAULT_OUT)
     train.add_argument(
         "--data-seed", type=int, default=0, help="seed of A and the test instances"
     )
-    train.add_argument("--precision", type=int, choices=(32, 64), default=32)
-    train.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a hyperparameter (JSON value), repeatable",
-    )
-    train.add_argument("--epochs", type=int, help="shorthand for --set epochs=N")
-    train.add_argument("--label", help="results sub-folder (default: the method)")
-    train.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
-    train.add_argument(
-        "--repeats",
-        type=int,
-        default=20,
-        help="timed repeats of batch inference (single: 5x)",
-    )
-    train.add_argument("--quiet", action="store_true", help="no progress bar")
 
     report = sub.add_parser("report", help="figures and tables from a results folder")
     report.add_argument("results_dir", type=pathlib.Path)
@@ -72,14 +53,11 @@ def main(argv=None) -> int:
     if args.command == "train":
         from ._train import train
 
-        config = _overrides(args.set)
-        if args.epochs is not None:
-            config["epochs"] = args.epochs
         train(
             args.size,
             args.method,
             seed=args.seed,
-            overrides=config,
+            overrides=train_overrides(args),
             out=args.out,
             label=args.label,
             data_seed=args.data_seed,

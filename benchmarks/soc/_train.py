@@ -5,8 +5,6 @@ from __future__ import annotations
 import pathlib
 import time
 
-import jax
-
 from ..dc3 import _harness
 from . import _data, _methods
 
@@ -46,66 +44,28 @@ def train(
     start = time.perf_counter()
     data = _data.load(size, seed=data_seed)
     module = _methods.get(method)
-    config = module.default_config(data)
-    unknown = set(overrides or {}) - set(config)
-    if unknown:
-        raise ValueError(
-            f"Method {method!r} has no hyperparameter(s) {sorted(unknown)}; its "
-            f"hyperparameters are {sorted(config)}."
-        )
-    config.update(overrides or {})
+    config = _harness.configure(module, data, method, overrides)
     label = label or method
-    load_start = _harness.machine()["load_avg"]
-
-    run = _harness.Run(
+    record, rs, cv, trained = _harness.run_method(
+        module,
         data,
-        description=f"{label} {data.name}",
-        n_valid=config.get("n_valid"),
-        disable=quiet,
-    )
-    trained = module.fit(data, config, seed, run)
-    train_s = run.close()
-
-    # Slow solvers on the large size evaluate a prefix of the test set only.
-    n_test = config.get("test_rows") or len(data.X_test)
-    Y = trained.predict(data.X_test[:n_test])
-    metrics, rs, cv = data.test_metrics(Y)
-    timer = getattr(module, "time_inference", _harness.time_inference)
-    inference = timer(trained, data, repeats=repeats)
-    machine = _harness.machine()
-    machine["load_avg_start"] = load_start
-    record = {
-        "method": method,
-        "label": label,
-        "dataset": {
+        config,
+        method=method,
+        label=label,
+        seed=seed,
+        dataset={
             "name": data.name,
             "problem": "soc",
             "size": size,
             **data.sizes,
             "source": data.source,
         },
-        "seed": seed,
-        "precision": 64 if jax.config.jax_enable_x64 else 32,
-        "config": config,
-        "info": trained.info,
-        "metrics": metrics,
-        "timing": {
-            "train_s": train_s,
-            "total_s": time.perf_counter() - start,
-            "inference": inference,
-        },
-        "curve": run.curve,
-        "machine": machine,
-        "command": _harness.command_line(PROG),
-    }
+        metrics=data.test_metrics,
+        repeats=repeats,
+        quiet=quiet,
+        prog=PROG,
+        start=start,
+    )
     folder = pathlib.Path(out) / data.name / label / f"seed{seed}"
-    _harness.write_results(folder, record, rs, cv)
-    if not quiet:
-        m, b = metrics, inference["batch"]
-        print(
-            f"{label} on {data.name} (seed {seed}): mean RS {m['rs_mean']:.2e}, "
-            f"max CV {m['cv_max']:.1e}, optimal {m['optimal_pct']:.1f}%, "
-            f"training {train_s:.1f} s, batch-{inference['batch_size']} inference "
-            f"{1e3 * b['median']:.1f} ms (median)\n-> {folder}"
-        )
+    _harness.save_run(folder, record, rs, cv, quiet)
     return record, folder, trained
