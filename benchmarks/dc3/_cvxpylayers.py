@@ -69,16 +69,40 @@ def make_projection(A, G, h, solve_method: str = _SOLVE_METHOD):
     **Returns:** `project(R, X) -> Y` for batches `(B, n)`, `(B, n_eq)`, or single
     vectors.
     """
+    A, G, h = (np.asarray(M, np.float64) for M in (A, G, h))
+    return projection_layer(
+        A.shape[1], A.shape[0], lambda y, x: [A @ y == x, G @ y <= h], solve_method
+    )
+
+
+def projection_layer(
+    n_var: int, n_param: int, constraints: Callable, solve_method: str = _SOLVE_METHOD
+):
+    r"""A differentiable projection onto $\{y : 	ext{constraints}(y, x)\}$ by
+    cvxpylayers.
+
+    Solves $\min_y 	frac12\|y - r\|^2$ subject to `constraints(y, x)` (a list of
+    DPP-compliant CVXPY constraints in the variable `y` and the parameter `x`)
+    for each row of a batch $(R, X)$ with diffcp; the vector-Jacobian product
+    comes from diffcp's adjoint of the cone program. It runs eagerly (not under
+    `jax.jit`).
+
+    **Arguments:**
+
+    - `n_var`, `n_param`: the sizes of `y` and `x`.
+    - `constraints`: `constraints(y, x) -> list` of CVXPY constraints.
+    - `solve_method`: diffcp's cone solver.
+
+    **Returns:** `project(R, X) -> Y` for batches `(B, n_var)`, `(B, n_param)`,
+    or single vectors.
+    """
     import cvxpy as cp
     from cvxpylayers.jax import CvxpyLayer
 
-    A, G, h = (np.asarray(M, np.float64) for M in (A, G, h))
-    y = cp.Variable(A.shape[1])
-    r = cp.Parameter(A.shape[1])
-    x = cp.Parameter(A.shape[0])
-    problem = cp.Problem(
-        cp.Minimize(0.5 * cp.sum_squares(y - r)), [A @ y == x, G @ y <= h]
-    )
+    y = cp.Variable(n_var)
+    r = cp.Parameter(n_var)
+    x = cp.Parameter(n_param)
+    problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(y - r)), constraints(y, x))
     assert problem.is_dpp()  # cvxpylayers needs a DPP problem
     layer = CvxpyLayer(
         problem,

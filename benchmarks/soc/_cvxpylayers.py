@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..dc3 import _harness
-from ..dc3._cvxpylayers import fit_eager
+from ..dc3._cvxpylayers import fit_eager, projection_layer
 from ..dc3._harness import Run, Trained
 from ..dc3._training import backbone
 from ._data import SocData
@@ -51,47 +51,31 @@ def default_config(data: SocData) -> dict:
 
 
 def make_projection(A: np.ndarray, solve_method: str = _SOLVE_METHOD):
-    r"""A differentiable projection onto the App. B.4 set by cvxpylayers.
+    r"""A differentiable projection onto the App. B.4 set by cvxpylayers
+    (`benchmarks.dc3._cvxpylayers.projection_layer`).
 
     **Returns:** `project(R, B) -> Y` for batches of raw outputs `R` (B, d1 + d2)
     and right-hand sides `B` (B, d2); eager (not under `jax.jit`).
     """
     import cvxpy as cp
-    from cvxpylayers.jax import CvxpyLayer
 
     A = np.asarray(A, np.float64)
     d2, d1 = A.shape
     d = d1 + d2
-    y = cp.Variable(d)
-    r = cp.Parameter(d)
-    b = cp.Parameter(d2)
     E = np.hstack([A, np.eye(d2)])
-    problem = cp.Problem(
-        cp.Minimize(0.5 * cp.sum_squares(y - r)),
-        [E @ y == b, cp.SOC(y[d - 1], y[d1 : d - 1])],
+    return projection_layer(
+        d, d2, lambda y, b: [E @ y == b, cp.SOC(y[d - 1], y[d1 : d - 1])], solve_method
     )
-    assert problem.is_dpp()  # cvxpylayers needs a DPP problem
-    layer = CvxpyLayer(
-        problem,
-        parameters=[r, b],
-        variables=[y],
-        solver_args={"solve_method": solve_method},
-    )
-
-    def project(R, B):
-        return layer(R, B)[0]
-
-    return project
 
 
 def fit(data: SocData, config: dict, seed: int, run: Run) -> Trained:
     """Train the shared backbone through the cvxpylayers projection with Adam."""
     dtype = jnp.result_type(float)
     d1, d2 = data.d1, data.d2
-    layer = make_projection(data.A, config["solve_method"])
+    project_b = make_projection(data.A, config["solve_method"])
 
     def project(R, X):
-        return layer(R, X[:, :d2])
+        return project_b(R, X[:, :d2])
 
     def loss(Y, X):
         return jnp.mean(jnp.sum(X[:, d2:] * Y[:, :d1], axis=1))
