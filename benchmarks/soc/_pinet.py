@@ -111,6 +111,10 @@ def fit(data: SocData, config: dict, seed: int, run: Run) -> Trained:
 
     net = fit_network(net, data, config, seed, run, loss, predict)
     model = eqx.nn.inference_mode(net)
+    # The last validation point is the last epoch trained (`max_time_s` may stop
+    # the run early).
+    info["epochs_done"] = run.curve[-1]["epoch"] if run.curve else 0
+    info["stopped_by_max_time"] = info["epochs_done"] < config["epochs"]
 
     # The model is an argument, not a closed-over constant, so that its arrays are
     # not folded into the compiled program.
