@@ -261,6 +261,11 @@ def cmd_save(args):
     Y = np.asarray(predict(net, jnp.asarray(X)))
     np.savez(out / "reference.npz", X=X, Y=Y)
     save(out / "net.eqx", net, hp)
+    try:
+        pickle.dumps(net)
+        print("(the standard pickle can write this network too)")
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        print(f"the standard pickle cannot write this network: {e}")
     with open(out / "net.pkl", "wb") as f:
         cloudpickle.dump(net, f)
     for name in ("net.eqx", "net.pkl", "reference.npz"):
