@@ -15,8 +15,13 @@ train() { python -m benchmarks.soc train --out "$out" --quiet "$@"; }
 for size in $stages; do
   if [ "$size" = small ]; then
     # Ours: 1000 epochs of one fresh batch of 128; three seeds for the bands.
+    # Then the faster fixed-iteration variant (200 training, 500 inference).
     for seed in 0 1 2; do
-      train --size small --method pinet --seed "$seed" --repeats 20
+      train --size small --method pinet --seed "$seed" --repeats 10
+    done
+    for seed in 0 1 2; do
+      train --size small --method pinet --seed "$seed" --repeats 20 \
+        --label pinet-fixed --set tol=null --set n_iter=200 --set n_iter_test=500
     done
     train --size small --method scs --seed 0 --repeats 10
     train --size small --method cvxpy --seed 0 --repeats 3
