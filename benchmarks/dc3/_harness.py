@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import platform
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -339,7 +340,8 @@ def run_method(
     - `start`: `time.perf_counter()` when the run began (default: now).
 
     **Returns:** the result record, the per-instance test RS and CV, and the
-    `Trained` model. `machine` holds the load average at the start and the end.
+    `Trained` model. `machine` holds the load average at the start and the end
+    and the process's peak memory.
     """
     import jax
 
@@ -373,7 +375,12 @@ def run_method(
             "inference": inference,
         },
         "curve": run.curve,
-        "machine": {**machine(), "load_avg_start": load_start},
+        "machine": {
+            **machine(),
+            "load_avg_start": load_start,
+            # Peak resident memory of this process (Linux reports KiB).
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        },
         "command": command_line(prog),
     }
     return record, rs, cv, trained
