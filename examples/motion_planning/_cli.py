@@ -1,0 +1,310 @@
+"""The command line: `train`, `baseline`, `figures` and `suite` (all of them)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import sys
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._baseline import relative_suboptimality, solve_effort_qp
+from ._figures import plot_coverage, plot_preference, plot_trajectories
+from ._model import make_planner
+from ._objectives import coverage, effort, fleet_objective, preference
+from ._problem import Problem, context_features, sample_contexts, violations
+from ._train import predict, train
+
+WEIGHTINGS = ((0.0, 0.0), (1.0, 0.0), (1.0, 1.0))
+PROJECTOR = {"sigma": 0.02, "n_iter": 100, "n_iter_test": 1000, "refine": True}
+
+
+def run_name(problem: Problem, lam: float, nu: float) -> str:
+    return f"n{problem.n_vehicles}_T{problem.horizon}_lam{lam:g}_nu{nu:g}"
+
+
+def contexts(problem: Problem, n: int, data_seed: int, split: int):
+    """Contexts of one split (0 training, 1 test): the same for every weighting."""
+    rng = np.random.default_rng([data_seed, split])
+    return sample_contexts(rng, n, problem)
+
+
+def _machine() -> dict:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "jax": jax.__version__,
+        "device": str(jax.devices()[0]),
+        "x64": bool(jax.config.jax_enable_x64),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+    }
+
+
+def save_planner(path, model, header: dict) -> None:
+    """A leaves file with a JSON header (README, "Saving, loading and shipping")."""
+    with open(path, "wb") as f:
+        f.write((json.dumps(header) + "\n").encode())
+        eqx.tree_serialise_leaves(f, model)
+
+
+def load_planner(path):
+    """The planner saved by `save_planner`, rebuilt from its header."""
+    with open(path, "rb") as f:
+        header = json.loads(f.readline().decode())
+        skeleton = make_planner(
+            Problem(**header["problem"]),
+            key=jax.random.key(0),
+            **header["mlp"],
+            **header["projector"],
+        )
+        return eqx.tree_deserialise_leaves(f, skeleton), header
+
+
+def evaluate(model, problem: Problem, starts, goals, lam: float, nu: float) -> dict:
+    """Test metrics and trajectories of a trained planner.
+
+    The trajectories come from inference mode (`n_iter_test` iterations); the CV
+    is `violations` (float64, from the definitions), and the objective terms are
+    means over the test contexts.
+    """
+    S = jnp.asarray(starts, jnp.result_type(float))
+    G = jnp.asarray(goals, S.dtype)
+    X = context_features(S, G, problem)
+    tic = time.perf_counter()
+    Y = predict(model, X, S, G)
+    first = time.perf_counter() - tic
+    tic = time.perf_counter()
+    predict(model, X, S, G)
+    infer = time.perf_counter() - tic
+    cv = violations(Y, starts, goals, problem)
+    terms = {
+        "effort": jax.vmap(lambda y: effort(y, problem)),
+        "preference": jax.vmap(lambda y: preference(y, problem)),
+        "coverage": jax.vmap(lambda y: coverage(y, problem)),
+        "objective": jax.vmap(fleet_objective(problem, lam, nu)),
+    }
+    Yj = jnp.asarray(Y, S.dtype)
+    metrics = {k: float(jnp.mean(f(Yj))) for k, f in terms.items()}
+    metrics.update({f"cv_{k}_max": float(v.max()) for k, v in cv.items()})
+    metrics["cv_mean"] = float(cv["cv"].mean())
+    metrics["pct_cv_le_1e-5"] = float(100 * (cv["cv"] <= 1e-5).mean())
+    metrics["inference_s"] = infer
+    metrics["inference_first_call_s"] = first
+    return metrics, Y
+
+
+def cmd_train(args) -> dict:
+    """Train one planner and score it on the test contexts."""
+    if args.float64:
+        jax.config.update("jax_enable_x64", True)
+    problem = Problem(n_vehicles=args.vehicles, horizon=args.horizon, h=args.h)
+    name = run_name(problem, args.lam, args.nu)
+    out = os.path.join(args.out, name)
+    os.makedirs(out, exist_ok=True)
+    S_tr, G_tr = contexts(problem, args.n_train, args.data_seed, 0)
+    S_te, G_te = contexts(problem, args.n_test, args.data_seed, 1)
+    dtype = jnp.result_type(float)
+    S, G = jnp.asarray(S_tr, dtype), jnp.asarray(G_tr, dtype)
+    projector = {**PROJECTOR, "n_iter": args.n_iter, "n_iter_test": args.n_iter_test}
+    mlp = {"width": args.width, "depth": args.depth}
+    tic = time.perf_counter()
+    model = make_planner(problem, key=jax.random.key(args.seed), **mlp, **projector)
+    setup = time.perf_counter() - tic
+    model, info = train(
+        model,
+        (context_features(S, G, problem), S, G),
+        fleet_objective(problem, args.lam, args.nu),
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        time_budget=args.time_budget,
+        desc=name,
+    )
+    metrics, Y = evaluate(model, problem, S_te, G_te, args.lam, args.nu)
+    header = {
+        "problem": dataclasses.asdict(problem),
+        "mlp": mlp,
+        "projector": projector,
+    }
+    save_planner(os.path.join(out, "model.eqx"), model, header)
+    np.savez_compressed(os.path.join(out, "test.npz"), starts=S_te, goals=G_te, Y=Y)
+    summary = {
+        "command": "python -m examples.motion_planning " + " ".join(args.argv),
+        "args": {
+            k: v for k, v in vars(args).items() if k not in ("func", "argv", "extra")
+        },
+        "lam": args.lam,
+        "nu": args.nu,
+        **header,
+        "setup_s": setup,
+        "train": {k: v for k, v in info.items() if k != "history"},
+        "history": info["history"],
+        "test": metrics,
+        "machine": _machine(),
+    }
+    with open(os.path.join(out, "metrics.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(
+        f"{name}: trained {info['steps']} steps in {info['seconds']:.0f} s; test "
+        f"objective {metrics['objective']:.4g} (effort {metrics['effort']:.4g}, "
+        f"preference {metrics['preference']:.4g}, coverage {metrics['coverage']:.3f});"
+        f" CV max {metrics['cv_cv_max']:.1e} (float64, from the definitions)"
+    )
+    return {"summary": summary, "Y": Y, "starts": S_te, "goals": G_te, "out": out}
+
+
+def _load_run(run):
+    with open(os.path.join(run, "metrics.json")) as f:
+        summary = json.load(f)
+    data = np.load(os.path.join(run, "test.npz"))
+    problem = Problem(**summary["problem"])
+    return summary, problem, data["starts"], data["goals"], data["Y"]
+
+
+def cmd_baseline(args) -> dict:
+    """Effort-optimal trajectories by OSQP for a run's test contexts, and the RS of
+    the run's trajectories against them."""
+    summary, problem, starts, goals, Y = _load_run(args.run)
+    if summary["lam"] or summary["nu"]:
+        print(
+            f"note: {args.run} was trained with lambda = {summary['lam']}, nu = "
+            f"{summary['nu']}; the RS below is of its effort only."
+        )
+    Y_star, seconds = solve_effort_qp(starts, goals, problem, eps=args.eps)
+    result = relative_suboptimality(Y, Y_star, problem)
+    cv_star = violations(Y_star, starts, goals, problem)["cv"]
+    result.update(
+        {
+            "osqp_s": seconds,
+            "n_contexts": len(starts),
+            "qp_cv_max": float(cv_star.max()),
+            "cv_max": float(violations(Y, starts, goals, problem)["cv"].max()),
+            "command": "python -m examples.motion_planning " + " ".join(args.argv),
+            "machine": _machine(),
+        }
+    )
+    with open(os.path.join(args.run, "baseline.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    np.savez_compressed(os.path.join(args.run, "qp.npz"), Y=Y_star)
+    print(
+        f"RS of the effort against OSQP on {len(starts)} test contexts: mean "
+        f"{result['rs_mean']:.2e}, max {result['rs_max']:.2e} (OSQP {seconds:.1f} s)"
+    )
+    return result
+
+
+def cmd_figures(args) -> list[str]:
+    """The trajectory, preference and coverage figures from trained runs."""
+    os.makedirs(args.out, exist_ok=True)
+    runs = {}
+    problem = starts = goals = None
+    for run in args.runs:
+        summary, problem, starts, goals, Y = _load_run(run)
+        runs[f"λ = {summary['lam']:g}, ν = {summary['nu']:g}"] = Y
+    tag = args.tag or f"n{problem.n_vehicles}"
+    written = []
+    path = os.path.join(args.out, f"trajectories_{tag}.png")
+    plot_trajectories(path, problem, starts, goals, runs, contexts=args.contexts)
+    written.append(path)
+    last = list(runs.values())[-1]
+    i = args.contexts[0]
+    path = os.path.join(args.out, f"preference_{tag}.png")
+    plot_preference(path, problem, last[i], starts[i], goals[i])
+    written.append(path)
+    path = os.path.join(args.out, f"coverage_{tag}.png")
+    plot_coverage(path, problem, last[i], starts[i], goals[i])
+    written.append(path)
+    print("wrote " + ", ".join(written))
+    return written
+
+
+def cmd_suite(args) -> None:
+    """Every weighting for each fleet size, the baseline of the effort-only run and
+    the figures."""
+    for n in args.vehicles:
+        dirs = []
+        for lam, nu in WEIGHTINGS:
+            train_argv = [
+                "train", "--vehicles", str(n), "--lam", str(lam), "--nu", str(nu),
+                "--epochs", str(args.epochs), "--out", args.out,
+            ] + args.extra  # fmt: skip
+            dirs.append(main(train_argv)["out"])
+        main(["baseline", "--run", dirs[0]])
+        main(
+            ["figures", "--runs", *dirs, "--out", args.figures, "--contexts", "0", "1"]
+        )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m examples.motion_planning",
+        description="Multi-vehicle motion planning with hard constraints (paper "
+        "Sec. 3.2, App. B.3).",
+    )
+    sub = p.add_subparsers(required=True, metavar="command")
+
+    t = sub.add_parser("train", help="train a planner for one weighting")
+    t.add_argument("--vehicles", type=int, default=5, help="N")
+    t.add_argument("--horizon", type=int, default=25, help="T")
+    t.add_argument("--h", type=float, default=0.25, help="step length")
+    t.add_argument("--lam", type=float, default=0.0, help="preference weight λ")
+    t.add_argument("--nu", type=float, default=0.0, help="coverage weight ν")
+    t.add_argument("--epochs", type=int, default=10)
+    t.add_argument("--n-train", type=int, default=2048, help="training contexts")
+    t.add_argument("--n-test", type=int, default=256, help="test contexts")
+    t.add_argument("--batch-size", type=int, default=64)
+    t.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
+    t.add_argument("--width", type=int, default=256, help="MLP hidden width")
+    t.add_argument("--depth", type=int, default=2, help="MLP hidden layers")
+    t.add_argument("--n-iter", type=int, default=PROJECTOR["n_iter"])
+    t.add_argument("--n-iter-test", type=int, default=PROJECTOR["n_iter_test"])
+    t.add_argument("--time-budget", type=float, help="stop training after (s)")
+    t.add_argument("--seed", type=int, default=0, help="initialisation, shuffling")
+    t.add_argument("--data-seed", type=int, default=0, help="the contexts")
+    t.add_argument("--float64", action="store_true", help="train in float64")
+    t.add_argument("--out", default="results/motion_planning")
+    t.set_defaults(func=cmd_train)
+
+    b = sub.add_parser("baseline", help="RS of a run's effort against OSQP")
+    b.add_argument("--run", required=True, help="a folder written by `train`")
+    b.add_argument("--eps", type=float, default=1e-9, help="OSQP tolerance")
+    b.set_defaults(func=cmd_baseline)
+
+    f = sub.add_parser("figures", help="trajectory, preference and coverage PNGs")
+    f.add_argument("--runs", nargs="+", required=True, help="`train` folders")
+    f.add_argument("--out", default="results/motion_planning/figures")
+    f.add_argument("--contexts", type=int, nargs="+", default=[0, 1])
+    f.add_argument("--tag", help="file-name suffix (default n<N>)")
+    f.set_defaults(func=cmd_figures)
+
+    s = sub.add_parser(
+        "suite",
+        help="all weightings, the baseline and figures; other options go to `train`",
+    )
+    s.add_argument("--vehicles", type=int, nargs="+", default=[5, 15])
+    s.add_argument("--epochs", type=int, default=10)
+    s.add_argument("--out", default="results/motion_planning")
+    s.add_argument("--figures", default="results/motion_planning/figures")
+    s.set_defaults(func=cmd_suite)
+    return p
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # `suite` passes the options it does not know to `train`.
+    args, extra = parser().parse_known_args(argv)
+    if extra and args.func is not cmd_suite:
+        parser().error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
+    args.argv = argv
+    return args.func(args)

@@ -1,0 +1,97 @@
+"""The planner: a backbone predicts the fleet's accelerations jointly, the dynamics
+roll them out into raw trajectories, and one projector per vehicle makes them
+feasible (paper Sec. 3.2, Fig. 4)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+import pinet_eqx as pe
+
+from ._problem import M, Problem, join, make_projector, rollout
+
+
+class FleetPlanner(eqx.Module):
+    """Maps a context to feasible trajectories of the whole fleet.
+
+    $y_i = \\Pi_{\\mathcal{C}(\\bar p_i[0], \\bar p_i[T])}(\\mathrm{rollout}(\\bar
+    p_i[0], a_i))$ for $(a_1, \\dots, a_N) = f_\\theta(x)$: the backbone sees the
+    whole context and predicts all accelerations at once (so it can optimise a
+    fleet-level objective), the raw trajectory of each vehicle is its dynamics
+    rolled out from rest at its start, and the projection runs per vehicle, under
+    `jax.vmap`, because the constraints are decoupled. It is `HardConstrainedNet`
+    with a rollout between the backbone and a vehicle-wise projector.
+
+    **Arguments:**
+
+    - `backbone`: a callable Module mapping one input `x` (any PyTree, e.g. the
+        flattened starts and goals, or a map and them) to $N T m$ raw
+        accelerations.
+    - `projector`: the projector of one vehicle (`make_projector`), with
+        `Parameter`s `"start"` and `"goal"`.
+    - `problem`: the `Problem`.
+    """
+
+    backbone: Callable
+    projector: pe.Projector
+    problem: Problem = eqx.field(static=True)
+
+    def __check_init__(self):
+        if self.projector.dim != self.problem.dim:
+            raise ValueError(
+                f"FleetPlanner: the projector's dimension {self.projector.dim} is not "
+                f"the problem's 6T + 4 = {self.problem.dim}."
+            )
+
+    def raw(self, x, starts):
+        """The raw trajectories, before projection, `(N, 6T + 4)`.
+
+        **Arguments:**
+
+        - `x`: the backbone's input for one context.
+        - `starts`: the initial positions, `(N, 2)`.
+        """
+        N, T = self.problem.n_vehicles, self.problem.horizon
+        acc = jnp.reshape(self.backbone(x), (N, T, M))
+        p, v = jax.vmap(lambda s, a: rollout(s, a, self.problem.h))(starts, acc)
+        return join(p, v, acc)
+
+    def __call__(self, x, starts, goals):
+        """Feasible trajectories of one fleet, `(N, 6T + 4)`.
+
+        **Arguments:**
+
+        - `x`: the backbone's input for one context (batch with `jax.vmap`).
+        - `starts`, `goals`: the prescribed $p_i[0]$ and $p_i[T]$, `(N, 2)`.
+        """
+        return jax.vmap(self.projector)(self.raw(x, starts), start=starts, goal=goals)
+
+    def violation(self, Y, starts, goals):
+        """The projector's own violation of each vehicle's trajectory, `(N,)`
+        (for monitoring; `violations` is the independent check)."""
+        return jax.vmap(self.projector.violation)(Y, start=starts, goal=goals)
+
+
+def make_mlp(problem: Problem, *, width: int = 256, depth: int = 2, key):
+    """The backbone of the paper's planner: an MLP with ReLU from the flattened
+    context, $4N$ inputs, to the fleet's $N T m$ accelerations."""
+    N, T = problem.n_vehicles, problem.horizon
+    return eqx.nn.MLP(
+        2 * M * N, N * T * M, width_size=width, depth=depth, activation=jax.nn.relu,
+        key=key,
+    )  # fmt: skip
+
+
+def make_planner(
+    problem: Problem, *, key, width: int = 256, depth: int = 2, **projector_settings
+) -> FleetPlanner:
+    """A `FleetPlanner` with the MLP backbone and the vehicle projector."""
+    return FleetPlanner(
+        make_mlp(problem, width=width, depth=depth, key=key),
+        make_projector(problem, **projector_settings),
+        problem,
+    )
