@@ -57,8 +57,8 @@ def cost(y, terminal=True):
     eq. 10. Then $x_N$ enters the problem only through $x_N = x_{N-1} + u_{N-1}$,
     and a network whose raw $x_N$ lands far away gets $u_{N-1}$ pinned to its
     bound, where the projection's Jacobian in that direction is zero, so the cost
-    cannot pull it back: we measured mean RS 2e-3, almost all of it $|u_{N-1}|^2$,
-    against 3e-5 with the terminal term.
+    cannot pull it back. With the defaults that gives mean RS 2.2e-3 (99% of the
+    gap is $|u_{N-1}|^2$) against 7.8e-6 with the terminal term.
     """
     states, inputs = split(y)
     # The target gets the rank of `states`, for `jax_numpy_rank_promotion="raise"`.
