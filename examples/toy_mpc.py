@@ -115,9 +115,9 @@ def make_projector(n_iter=100, n_iter_test=1000, sigma=0.01):
     `x0`.
 
     `pe.autotune` on 150 random raw plans picks sigma = 0.0102 and 100 iterations
-    (the default `"auto"` sigma, 0.026, needs twice as many). Trained networks put
+    (the default `"auto"` sigma, 0.026, needs over twice as many). Trained nets put
     their raw plans far outside the box, where Douglas-Rachford is slower, so
-    inference runs 1000 iterations (0.3 s for a batch of 1000 on a 2-core CPU; it
+    inference runs 1000 iterations (0.3-0.4 s a batch of 1000 on a 2-core CPU; it
     brings the violation from about 3e-3 at 300 iterations to 5e-6);
     `refine=True` polishes the equalities in float32.
     """
