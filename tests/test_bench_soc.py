@@ -19,7 +19,18 @@ from benchmarks.soc._train import train
 
 FEW = {"test_rows": 16, "timing_batch_rows": 8, "timing_repeats": 1}
 METHODS = [
-    ("pinet", {"epochs": 3, "validate_every": 1, "n_valid": 128}),
+    # The default tol path, with a tighter tol and smaller caps for float64.
+    (
+        "pinet",
+        {
+            "epochs": 3,
+            "validate_every": 1,
+            "n_valid": 128,
+            "tol": 1e-6,
+            "n_iter": 500,
+            "n_iter_test": 500,
+        },
+    ),
     (
         "cvxpylayers",
         {"epochs": 2, "batch_size": 8, "validate_every": 1, "n_valid": 8, **FEW},
