@@ -105,7 +105,7 @@ def test_osqp_matches_clarabel(terminal):
 
 
 def test_small_run(tmp_path):
-    args = ["--epochs", "8", "--n-train", "1024", "--batch-size", "64"]
+    args = ["--epochs", "6", "--n-train", "1024", "--batch-size", "64"]
     args += ["--lr", "3e-3", "--n-test", "50", "--out", str(tmp_path)]
     out = toy_mpc.main(args)
     summary = json.loads((tmp_path / "toy_mpc.json").read_text())
