@@ -365,7 +365,10 @@ def run_method(
         "label": label,
         "dataset": dataset,
         "seed": seed,
-        "precision": 64 if jax.config.jax_enable_x64 else 32,
+        # A method that computes in its own precision (a solver) says so.
+        "precision": trained.info.get(
+            "precision", 64 if jax.config.jax_enable_x64 else 32
+        ),
         "config": config,
         "info": trained.info,
         "metrics": scores,

@@ -139,7 +139,11 @@ class _Method:
         `predict_single` solves cold."""
         del seed  # deterministic
         run.set_total(1)
-        info: dict = {"config": dict(config), "solver": self.description}
+        info: dict = {
+            "config": dict(config),
+            "solver": self.description,
+            "precision": 64,  # SCS computes in float64, whatever JAX's setting
+        }
         solve = self._make_solver(data, config, _Stats(info))
         run.step()
 
