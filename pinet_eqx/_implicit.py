@@ -39,7 +39,8 @@ def _bicgstab_with_restarts(operator, rhs, cfg: dr.Config):
     legitimately signed scalars rho or alpha turn negative, often after 3-4 steps.
     At most `n_iter_bwd` BiCGStab steps are taken in total, and the iterate with the
     smallest residual is returned, so a solve that goes astray (a near-breakdown
-    in float32) can never make the gradient worse than `xi = 0`.
+    in float32) can never make the gradient worse than `xi = 0`; a non-finite
+    iterate is never returned.
     """
 
     def solve(y0, budget):
@@ -47,8 +48,15 @@ def _bicgstab_with_restarts(operator, rhs, cfg: dr.Config):
         # The warm start carries no gradient (optimistix convention).
         options = {"y0": jax.lax.stop_gradient(y0)}
         sol = lx.linear_solve(operator, rhs, solver, options=options, throw=False)
-        residual = jnp.max(jnp.abs(operator.mv(sol.value) - rhs))
-        return sol.value, sol.result, sol.stats["num_steps"], residual
+        # A breakdown can leave a NaN iterate. Its residual may come out as -inf
+        # rather than NaN inside a fused jitted step (XLA's max-reduction need not
+        # propagate NaN), which would make it the "best" iterate; so a non-finite
+        # iterate is replaced by zero (also the restart point) and ranked last.
+        finite = jnp.all(jnp.isfinite(sol.value))
+        value = jnp.where(finite, sol.value, jnp.zeros_like(sol.value))
+        residual = jnp.max(jnp.abs(operator.mv(value) - rhs))
+        residual = jnp.where(finite & jnp.isfinite(residual), residual, jnp.inf)
+        return value, sol.result, sol.stats["num_steps"], residual
 
     def cond(carry):
         _, result, used, _, _ = carry

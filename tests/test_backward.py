@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -116,6 +117,30 @@ def test_backward_non_convergence_is_reported():
     raising = proj.with_settings(bwd_failure="raise")
     with pytest.raises(Exception, match="did not converge"):
         jax.block_until_ready(jax.grad(lambda y: jnp.sum(jnp.sin(raising(y))))(y_raw))
+
+
+def test_backward_solve_never_returns_a_non_finite_iterate():
+    # BiCGStab breaks down on this "operator" with a NaN iterate (0/0 in its first
+    # step), and the operator maps NaN to a zero residual: ranked by residual alone,
+    # the NaN iterate would win. Regression test for NaN gradients met in training.
+    import lineax as lx
+
+    from pinet_eqx._douglas_rachford import Config
+    from pinet_eqx._implicit import _bicgstab_with_restarts
+
+    rhs = jnp.arange(1.0, 5.0)
+    operator = lx.FunctionLinearOperator(
+        lambda x: jnp.where(jnp.isfinite(x), x, rhs), jax.eval_shape(lambda: rhs)
+    )
+    cfg = Config(bwd_rtol=1e-8, bwd_atol=1e-8, n_iter_bwd=10, bwd_failure="ignore")
+    plain = lx.linear_solve(
+        operator, rhs, lx.BiCGStab(rtol=1e-8, atol=1e-8, max_steps=10), throw=False
+    )
+    assert not np.all(np.isfinite(plain.value))  # the trap is armed
+    # Under jit too, where the residual of a NaN iterate can come out as -inf.
+    jitted = eqx.filter_jit(lambda rhs: _bicgstab_with_restarts(operator, rhs, cfg))
+    for xi in (_bicgstab_with_restarts(operator, rhs, cfg)[0], jitted(rhs)[0]):
+        assert np.all(np.isfinite(xi))
 
 
 def test_gradient_under_jit_and_vmap():
