@@ -12,7 +12,7 @@ the convex effort-only objective, OSQP gives the optimum to score against.
     python -m examples.motion_planning train --vehicles 5 --lam 1 --nu 0
     python -m examples.motion_planning baseline --run DIR_00
     python -m examples.motion_planning figures --runs DIR_00 DIR_10 DIR_11
-    python -m examples.motion_planning suite --vehicles 5 15 --epochs 10
+    python -m examples.motion_planning suite --vehicles 5 15 --epochs 30
 
 `train` writes its folder (DIR_00 for lambda = nu = 0, and so on) under
 `results/motion_planning/`; `python -m examples.motion_planning COMMAND --help`

@@ -23,7 +23,13 @@ from ._problem import Problem, context_features, sample_contexts, violations
 from ._train import predict, train
 
 WEIGHTINGS = ((0.0, 0.0), (1.0, 0.0), (1.0, 1.0))
-PROJECTOR = {"sigma": 0.02, "n_iter": 100, "n_iter_test": 1000, "refine": True}
+PROJECTOR = {
+    "sigma": 0.02,
+    "n_iter": 100,
+    "n_iter_test": 1000,
+    "n_iter_bwd": 50,
+    "refine": True,
+}
 
 
 def run_name(problem: Problem, lam: float, nu: float) -> str:
@@ -114,7 +120,13 @@ def cmd_train(args) -> dict:
     S_te, G_te = contexts(problem, args.n_test, args.data_seed, 1)
     dtype = jnp.result_type(float)
     S, G = jnp.asarray(S_tr, dtype), jnp.asarray(G_tr, dtype)
-    projector = {**PROJECTOR, "n_iter": args.n_iter, "n_iter_test": args.n_iter_test}
+    projector = {
+        **PROJECTOR,
+        "sigma": args.sigma,
+        "n_iter": args.n_iter,
+        "n_iter_test": args.n_iter_test,
+        "n_iter_bwd": args.n_iter_bwd,
+    }
     mlp = {"width": args.width, "depth": args.depth}
     tic = time.perf_counter()
     model = make_planner(problem, key=jax.random.key(args.seed), **mlp, **projector)
@@ -126,6 +138,7 @@ def cmd_train(args) -> dict:
         epochs=args.epochs,
         batch_size=args.batch_size,
         lr=args.lr,
+        residual_weight=args.residual_weight,
         seed=args.seed,
         time_budget=args.time_budget,
         desc=name,
@@ -259,15 +272,23 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--h", type=float, default=0.25, help="step length")
     t.add_argument("--lam", type=float, default=0.0, help="preference weight λ")
     t.add_argument("--nu", type=float, default=0.0, help="coverage weight ν")
-    t.add_argument("--epochs", type=int, default=10)
+    t.add_argument("--epochs", type=int, default=30)
     t.add_argument("--n-train", type=int, default=2048, help="training contexts")
     t.add_argument("--n-test", type=int, default=256, help="test contexts")
     t.add_argument("--batch-size", type=int, default=64)
-    t.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
+    t.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
+    t.add_argument(
+        "--residual-weight",
+        type=float,
+        default=0.1,
+        help="weight of |y_raw - y|^2 in the loss (0: the paper's loss)",
+    )
     t.add_argument("--width", type=int, default=256, help="MLP hidden width")
     t.add_argument("--depth", type=int, default=2, help="MLP hidden layers")
     t.add_argument("--n-iter", type=int, default=PROJECTOR["n_iter"])
     t.add_argument("--n-iter-test", type=int, default=PROJECTOR["n_iter_test"])
+    t.add_argument("--n-iter-bwd", type=int, default=PROJECTOR["n_iter_bwd"])
+    t.add_argument("--sigma", type=float, default=PROJECTOR["sigma"])
     t.add_argument("--time-budget", type=float, help="stop training after (s)")
     t.add_argument("--seed", type=int, default=0, help="initialisation, shuffling")
     t.add_argument("--data-seed", type=int, default=0, help="the contexts")
@@ -292,7 +313,7 @@ def parser() -> argparse.ArgumentParser:
         help="all weightings, the baseline and figures; other options go to `train`",
     )
     s.add_argument("--vehicles", type=int, nargs="+", default=[5, 15])
-    s.add_argument("--epochs", type=int, default=10)
+    s.add_argument("--epochs", type=int, default=30)
     s.add_argument("--out", default="results/motion_planning")
     s.add_argument("--figures", default="results/motion_planning/figures")
     s.set_defaults(func=cmd_suite)

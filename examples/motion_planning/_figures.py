@@ -71,7 +71,7 @@ def plot_preference(path, problem: Problem, Y=None, start=None, goal=None):
     """The preference landscape $\\psi$ over (a margin around) the workspace, the
     workspace as a red dashed box, and optionally one fleet's paths on top."""
     plt = _pyplot()
-    b = 1.3 * problem.p_max
+    b = 1.1 * problem.p_max
     grid = np.linspace(-b, b, 301)
     P = np.stack(np.meshgrid(grid, grid), axis=-1)
     psi = np.asarray(ishigami(P))

@@ -60,6 +60,11 @@ class FleetPlanner(eqx.Module):
         p, v = jax.vmap(lambda s, a: rollout(s, a, self.problem.h))(starts, acc)
         return join(p, v, acc)
 
+    def project(self, Y_raw, starts, goals):
+        """Each vehicle's raw trajectory projected onto its feasible set,
+        `(N, 6T + 4)`."""
+        return jax.vmap(self.projector)(Y_raw, start=starts, goal=goals)
+
     def __call__(self, x, starts, goals):
         """Feasible trajectories of one fleet, `(N, 6T + 4)`.
 
@@ -68,7 +73,7 @@ class FleetPlanner(eqx.Module):
         - `x`: the backbone's input for one context (batch with `jax.vmap`).
         - `starts`, `goals`: the prescribed $p_i[0]$ and $p_i[T]$, `(N, 2)`.
         """
-        return jax.vmap(self.projector)(self.raw(x, starts), start=starts, goal=goals)
+        return self.project(self.raw(x, starts), starts, goals)
 
     def violation(self, Y, starts, goals):
         """The projector's own violation of each vehicle's trajectory, `(N,)`

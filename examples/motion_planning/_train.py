@@ -23,6 +23,7 @@ def train(
     epochs: int,
     batch_size: int = 64,
     lr: float = 1e-3,
+    residual_weight: float = 0.1,
     seed: int = 0,
     time_budget: float | None = None,
     desc: str = "train",
@@ -30,8 +31,19 @@ def train(
 ):
     """Train `model` on the mean of `objective` over batches of contexts.
 
-    The loss is $\\frac{1}{B} \\sum_b \\varphi(\\mathrm{model}(x_b, \\bar p_b[0],
-    \\bar p_b[T]))$: self-supervised, no solver involved. Adam with a cosine
+    The loss is $\\frac{1}{B} \\sum_b [\\varphi(y_b) + \\mu \\|y_{raw,b} -
+    y_b\\|^2]$, with $y_b$ the fleet's projected trajectories and $y_{raw,b}$
+    the raw ones: self-supervised, no solver involved. The paper trains on
+    $\\varphi$ alone ($\\mu = 0$). We add the projection residual because raw
+    rollouts far from the feasible set project onto points with active jerk
+    constraints, where the projection's Jacobian is zero in the directions that
+    would improve $\\varphi$. We measured it: optimising the raw accelerations
+    of 4 contexts of 5 vehicles directly through the projection on the effort
+    (float64, Adam) stalls 1-5% above the optimum, with 35 of the 960 jerk
+    constraints active (none is at the optimum); with $\\mu = 0.1$ it converges
+    to the optimum. The term does not move the optimum: every feasible
+    trajectory is the rollout of its own accelerations, so the best raw output
+    is feasible, with zero residual. Adam with a cosine
     decay to 1% of `lr`; only the arrays `pe.trainable_filter` selects are
     updated (never the projector's factorisation), and a step with a non-finite
     gradient is skipped and counted. The progress bar shows the loss and the
@@ -39,12 +51,13 @@ def train(
 
     **Arguments:**
 
-    - `model`: a `FleetPlanner` (or any Module called as `model(x, starts,
-        goals)` with a `violation(Y, starts, goals)` method).
+    - `model`: a `FleetPlanner` (or any Module with its `raw(x, starts)`,
+        `project(Y_raw, starts, goals)` and `violation(Y, starts, goals)`).
     - `data`: `(X, starts, goals)`, the training contexts: the backbone's inputs
         (a PyTree with a leading batch axis) and `(n, N, 2)` arrays.
     - `objective`: $\\varphi$ of one fleet's trajectories, `(N, d) -> ()`.
     - `epochs`, `batch_size`, `lr`, `seed`: the schedule and the shuffling.
+    - `residual_weight`: $\\mu$, summed over the fleet's coordinates.
     - `time_budget`: if given, stop after the first step that ends past this many
         seconds (compilation included).
     - `desc`, `disable_bar`: the progress bar's label, and switching it off.
@@ -65,9 +78,13 @@ def train(
 
     def loss_fn(params, x, s, g):
         model = eqx.combine(params, static)
-        Y = jax.vmap(model)(x, s, g)
+        Y_raw = jax.vmap(model.raw)(x, s)
+        Y = jax.vmap(model.project)(Y_raw, s, g)
         cv = jax.vmap(model.violation)(jax.lax.stop_gradient(Y), s, g)
-        return jnp.mean(jax.vmap(objective)(Y)), jnp.max(cv)
+        loss = jax.vmap(objective)(Y)
+        if residual_weight:
+            loss = loss + residual_weight * jnp.sum((Y_raw - Y) ** 2, axis=(-2, -1))
+        return jnp.mean(loss), jnp.max(cv)
 
     @eqx.filter_jit
     def step(params, opt_state, x, s, g):
