@@ -62,7 +62,14 @@ def plot_trajectories(path, problem: Problem, starts, goals, runs, contexts=(0,)
             if r == 0:
                 ax.set_title(title, fontsize=10)
             ax.tick_params(labelsize=7)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.text(
+        0.5,
+        0.01,
+        "○ start, × goal, one colour per vehicle; red dashed: the workspace",
+        ha="center",
+        fontsize=9,
+    )
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
