@@ -20,6 +20,8 @@ from helpers import _clarabel_solve, assert_close
 from examples import motion_planning as mp
 from examples.motion_planning._cli import load_planner, main
 
+# h = 0.5: with T = 10 steps of 0.25 a vehicle can only cross 1.9 units from rest
+# to rest under the jerk limit (`reach`), less than the start-to-goal distance.
 TINY = mp.Problem(n_vehicles=2, horizon=10, h=0.5)
 
 
