@@ -137,3 +137,35 @@ def test_projection_sign_against_clarabel(data):
         assert kkt <= 1e-9
         np.testing.assert_allclose(ours, truth, atol=1e-6)
         assert np.abs(ours - flipped).max() > 0.1
+
+
+def test_residual_loss_against_clarabel(data):
+    # The residual term of our loss, mu (||y_raw - y|| - m)_+^2, against the same
+    # term with y from cvxpy + Clarabel's projection of y_raw.
+    margin = 0.5
+    from benchmarks.dc3._training import backbone
+    from benchmarks.soc import _pinet
+
+    d1, d2 = data.d1, data.d2
+    config = _pinet.default_config(data) | {
+        "sigma": "auto",
+        "tol": 1e-10,
+        "n_iter": 5000,
+        "n_iter_test": 5000,
+    }
+    net = pe.HardConstrainedNet(
+        backbone(d1 + d2, d1 + d2, 0, np.float64), _pinet.make_projector(data, config)
+    )
+    X = jax.numpy.asarray(data.X_valid[:4])
+    mu = 0.3
+    with_residual = config | {"residual_weight": mu, "residual_margin": margin}
+    added = _pinet.make_loss(with_residual, d1, d2)(net, X) - _pinet.make_loss(
+        config, d1, d2
+    )(net, X)
+    expected = []
+    for x in np.asarray(X):
+        y_raw = np.asarray(net.raw(jax.numpy.asarray(x)))
+        y = soc_truth(data.E, x[:d2], y_raw, d1)[0]
+        expected.append(max(np.linalg.norm(y_raw - y) - margin, 0.0) ** 2)
+    assert min(expected) > 0
+    np.testing.assert_allclose(added, mu * np.mean(expected), rtol=1e-6)

@@ -23,6 +23,21 @@ CPU. Ruiz equilibration, 50 backward iterations, Adam at 1e-2 with a cosine
 decay, batches of 128, 1000 epochs of one fresh batch each.
 `--set autotune=true` runs `pinet_eqx.autotune` first (on normal points, which
 are not where the trained network's outputs lie).
+
+`--set residual_weight=MU` adds $\mu \|y_{raw} - y\|^2$ to the loss (batch mean;
+`residual_stop_gradient` treats $y$ as a constant in it, `residual_margin` $m$
+penalises only $(\|y_{raw} - y\| - m)_+^2$). It keeps the raw outputs near the
+set, so that `sigma="auto"` reaches `tol=1e-4` in few iterations: on the small
+size, seed 0, a batch of 1024 takes about 0.02 s instead of 0.3 s, and 1000
+epochs train in about half the time. But it costs accuracy. For every $\mu$ from
+1e-4 to 1 (the objective is about 2.6 in absolute value) the mean RS after 1000
+epochs is 0.04 to 0.1, with 82 to 94% of the instances optimal (0.0095 and 96.8%
+after 3000 epochs), against 1.5e-3 and 99.7% without it; $\sigma = 0.003$
+instead of `"auto"`, stopping the gradient through $y$ or not, and a margin of 1
+or 5 change this little. (Outside the set the objective's gradient has no
+component along the normal, which the projection's Jacobian removes, so any
+$\mu > 0$ draws the raw outputs back to the boundary, whatever its size.) Hence
+it is off by default.
 """
 
 from __future__ import annotations
@@ -57,6 +72,12 @@ def default_config(data: SocData) -> dict:
         "n_iter_bwd": 50,
         "tol": None if large else 1e-4,
         "equilibrate": True,
+        # mu in the loss c^T y_1 + mu ||y_raw - y||^2 (0: the objective alone);
+        # with residual_stop_gradient, y is a constant in the penalty's gradient.
+        "residual_weight": 0.0,
+        "residual_stop_gradient": True,
+        # Only the distance beyond this margin is penalised.
+        "residual_margin": 0.0,
         "autotune": False,
         "autotune_points": 150,
         "epochs": 1000,
@@ -85,6 +106,46 @@ def make_projector(data: SocData, config: dict) -> pe.Projector:
     )
 
 
+def _apply(d2: int):
+    """The batched network with `b` taken from the first `d2` context entries."""
+
+    def apply(model, X):
+        return jax.vmap(lambda x: model(x, b=x[:d2]))(X)
+
+    return apply
+
+
+def make_loss(config: dict, d1: int, d2: int):
+    r"""The training loss $\operatorname{mean}(c^\top y_1 + \mu\, r^2)$ over a batch.
+
+    $r = (\|y_{raw} - y\| - m)_+$, with $y$ the projection of the raw output
+    $y_{raw}$, $\mu$ = `config["residual_weight"]` and $m$ =
+    `config["residual_margin"]` (with `config["residual_stop_gradient"]`, $y$ is
+    a constant in $r$'s gradient). For $\mu = 0$, the objective alone.
+
+    **Returns:** `loss(model, X)`, `X` a batch of contexts $(b, c)$.
+    """
+    apply = _apply(d2)
+    mu = config["residual_weight"]
+
+    def loss(model, X):
+        if not mu:
+            return jnp.mean(jnp.sum(X[:, d2:] * apply(model, X)[:, :d1], axis=1))
+        Y_raw = jax.vmap(model.raw)(X)
+        Y = jax.vmap(lambda y, x: model.projector(y, b=x[:d2]))(Y_raw, X)
+        if config["residual_stop_gradient"]:
+            Y_target = jax.lax.stop_gradient(Y)
+        else:
+            Y_target = Y
+        # The small constant keeps the norm's gradient finite at zero distance.
+        distance = jnp.sqrt(jnp.sum((Y_raw - Y_target) ** 2, axis=1) + 1e-12)
+        residual = jnp.maximum(distance - config["residual_margin"], 0) ** 2
+        objective = jnp.sum(X[:, d2:] * Y[:, :d1], axis=1)
+        return jnp.mean(objective + mu * residual)
+
+    return loss
+
+
 def fit(data: SocData, config: dict, seed: int, run: Run) -> Trained:
     """Set up the projector (auto-tuned if asked), then train the network."""
     dtype = jnp.result_type(float)
@@ -108,11 +169,8 @@ def fit(data: SocData, config: dict, seed: int, run: Run) -> Trained:
     info["n_iter_test_used"] = int(projector.n_iter_test)
     net = pe.HardConstrainedNet(backbone(d1 + d2, d1 + d2, seed, dtype), projector)
 
-    def apply(model, X):
-        return jax.vmap(lambda x: model(x, b=x[:d2]))(X)
-
-    def loss(model, X):
-        return jnp.mean(jnp.sum(X[:, d2:] * apply(model, X)[:, :d1], axis=1))
+    apply = _apply(d2)
+    loss = make_loss(config, d1, d2)
 
     batch_predict = eqx.filter_jit(apply)
 
