@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from .._families import soc_project
-from ..dc3._harness import CV_OPTIMAL, RS_OPTIMAL
+from ..dc3._harness import summary_metrics
 
 # name: (d1, d2)
 SIZES = {"small": (25, 25), "large": (500, 500)}
@@ -153,21 +153,10 @@ class SocData:
         rs = np.maximum(0.0, signed)
         eq, cone = self.violations(Y, X)
         cv = np.maximum(eq, cone)
-        optimal = (cv <= CV_OPTIMAL) & (rs <= RS_OPTIMAL)
-        metrics = {
-            "rs_mean": float(rs.mean()),
-            "rs_median": float(np.median(rs)),
-            "rs_max": float(rs.max()),
-            "rs_signed_mean": float(signed.mean()),
-            "rs_signed_min": float(signed.min()),
-            "cv_mean": float(cv.mean()),
-            "cv_median": float(np.median(cv)),
-            "cv_max": float(cv.max()),
-            "eq_cv_max": float(eq.max()),
-            "cone_cv_max": float(cone.max()),
-            "optimal_pct": float(100 * np.mean(optimal)),
-            "test_rows": n,
-        }
+        metrics = summary_metrics(rs, cv, {"eq": eq, "cone": cone})
+        metrics.update(
+            rs_signed_mean=float(signed.mean()), rs_signed_min=float(signed.min())
+        )
         return metrics, rs, cv
 
 
