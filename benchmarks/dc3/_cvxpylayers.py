@@ -78,10 +78,10 @@ def make_projection(A, G, h, solve_method: str = _SOLVE_METHOD):
 def projection_layer(
     n_var: int, n_param: int, constraints: Callable, solve_method: str = _SOLVE_METHOD
 ):
-    r"""A differentiable projection onto $\{y : 	ext{constraints}(y, x)\}$ by
+    r"""A differentiable projection onto $\{y : \text{constraints}(y, x)\}$ by
     cvxpylayers.
 
-    Solves $\min_y 	frac12\|y - r\|^2$ subject to `constraints(y, x)` (a list of
+    Solves $\min_y \frac12\|y - r\|^2$ subject to `constraints(y, x)` (a list of
     DPP-compliant CVXPY constraints in the variable `y` and the parameter `x`)
     for each row of a batch $(R, X)$ with diffcp; the vector-Jacobian product
     comes from diffcp's adjoint of the cone program. It runs eagerly (not under
