@@ -12,6 +12,7 @@ import pathlib
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -212,3 +213,107 @@ def test_command_line_from_repo_root():
         cwd=pathlib.Path(__file__).resolve().parents[1],
     )
     assert "--vehicles" in proc.stdout and "--lam" in proc.stdout
+
+
+# ------------------------------------------------------- contextual coverage
+
+
+def test_map_value_is_bilinear_interpolation():
+    """`map_value` against SciPy's grid interpolator on the same nodes."""
+    from scipy.interpolate import RegularGridInterpolator
+
+    from examples.motion_planning._context_map import gaussian_map, map_value
+
+    rng = np.random.default_rng(0)
+    m = rng.uniform(size=(17, 17))  # not smooth, so any slip shows
+    grid = np.linspace(-5.0, 5.0, 17)
+    # SciPy indexes (x, y) as (axis 0, axis 1); the map's rows run along y.
+    truth = RegularGridInterpolator((grid, grid), m.T, method="linear")
+    p = rng.uniform(-5.0, 5.0, size=(200, 2))
+    p[:4] = [[-5.0, -5.0], [5.0, 5.0], [-5.0, 5.0], [5.0, -5.0]]  # the corners
+    assert_close(map_value(jnp.asarray(m), jnp.asarray(p)), truth(p), 1e-12)
+    # The Gaussian peaks at its centre (a node for res = 65) with value 1.
+    g = gaussian_map(np.array([2.5, -2.5]), 65)
+    assert g.shape == (65, 65) and g.max() == pytest.approx(1.0)
+    assert float(map_value(jnp.asarray(g), jnp.array([2.5, -2.5]))) == (
+        pytest.approx(1.0, abs=1e-6)
+    )
+    assert float(map_value(jnp.asarray(g), jnp.array([-2.5, 2.5]))) < 0.2
+
+
+def test_per_axis_projection_equals_joint():
+    """The projection splits over the coordinates: per axis equals joint."""
+    problem = mp.Problem(n_vehicles=3, horizon=10, h=0.5)
+    S, G = mp.sample_contexts(np.random.default_rng(0), 2, problem)
+    rng = np.random.default_rng(1)
+    Y_raw = 2.0 * rng.normal(size=(2, 3, problem.dim))
+    settings = {"n_iter": 3000, "sigma": 0.05}
+    Ys = []
+    for per_axis in (False, True):
+        model = mp.make_planner(
+            problem, key=jax.random.key(0), per_axis=per_axis, **settings
+        )
+        assert model.projector.dim == (problem.axis_dim if per_axis else problem.dim)
+        Ys.append(np.asarray(jax.vmap(model.project)(Y_raw, S, G)))
+    assert_close(Ys[1], Ys[0], 1e-10, what="per axis vs joint")
+    assert mp.violations(Ys[1], S, G, problem)["cv"].max() <= 1e-10
+    with pytest.raises(ValueError, match="per_axis=True"):
+        mp.FleetPlanner(model.backbone, mp.make_projector(problem), problem, True)
+
+
+def test_map_backbone_rejects_bad_resolution():
+    from examples.motion_planning._context_map import make_map_backbone
+
+    with pytest.raises(ValueError, match="multiple of D\\*\\*3 = 8"):
+        make_map_backbone(TINY, 60, 2, key=jax.random.key(0))
+
+
+def test_context_end_to_end(tmp_path):
+    """A 64 x 64 map, H = 20: train briefly, then every output is feasible in
+    float64, the figure renders, and the saved model reproduces the outputs."""
+    out = tmp_path / "runs"
+    args = ["context", "--horizon", "20", "--h", "0.5", "--res", "64"]
+    args += ["--downsample", "2", "--epochs", "2", "--n-train", "64"]
+    args += ["--n-test", "16", "--batch-size", "16", "--width", "32", "--float64"]
+    args += ["--out", str(out), "--figures", str(tmp_path / "fig")]
+    result = main(args)
+    summary, Y = result["summary"], result["Y"]
+    assert summary["train"]["steps"] == 8 and summary["train"]["skipped_steps"] == 0
+    data = np.load(pathlib.Path(result["out"]) / "test.npz")
+    problem = mp.Problem(n_vehicles=1, horizon=20, h=0.5)
+    assert Y.dtype == np.float64 and Y.shape == (16, 1, problem.dim)
+    viol = mp.violations(Y, data["starts"], data["goals"], problem)
+    for key in ("dynamics", "boundary", "box", "jerk"):
+        assert viol[key].max() <= 1e-5, (key, viol[key].max())
+    test = summary["test"]
+    assert test["cv_cv_max"] == pytest.approx(viol["cv"].max())
+    assert 0.0 < test["map_value_mean"] <= 1.0
+    assert np.allclose(np.sum(test["cnn_softmax_per_map"], axis=1), 1.0)
+    png = open(summary["figure"], "rb").read()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    model, header = load_planner(f"{result['out']}/model.eqx")
+    assert header["map"]["res"] == 64 and model.per_axis
+    from examples.motion_planning._context_map import make_map_table, map_inputs
+
+    S, G = jnp.asarray(data["starts"]), jnp.asarray(data["goals"])
+    X = map_inputs(data["map_ids"], S, G, problem)
+    Y2 = mp.predict(model, X, S, G, lookup=make_map_table(64, problem))
+    assert_close(Y2, Y, 1e-12, what="reloaded model")
+
+
+def test_construction_reports_both_forms(tmp_path):
+    rows = main(
+        [
+            "construction",
+            "--horizons",
+            "10",
+            "--h",
+            "0.5",
+            "--out",
+            str(tmp_path / "c.json"),
+        ]
+    )
+    per_axis, joint = rows
+    assert per_axis["variables"] == 32 and joint["variables"] == 64  # 3T+2, 6T+4
+    assert joint["lifted_matrix"] == [2 * x for x in per_axis["lifted_matrix"]]
+    assert json.loads((tmp_path / "c.json").read_text())["rows"] == rows

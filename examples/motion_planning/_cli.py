@@ -1,12 +1,16 @@
-"""The command line: `train`, `baseline`, `figures` and `suite` (all of them)."""
+"""The command line: `train`, `baseline`, `figures`, `suite` (all of them), and
+`context` and `construction` for contextual coverage."""
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import json
+import multiprocessing
 import os
 import platform
+import resource
 import sys
 import time
 
@@ -16,10 +20,31 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._baseline import relative_suboptimality, solve_effort_qp
-from ._figures import plot_coverage, plot_preference, plot_trajectories
-from ._model import make_planner
+from ._context_map import (
+    CENTERS,
+    make_map_backbone,
+    make_map_table,
+    map_cost,
+    map_inputs,
+    sample_map_contexts,
+)
+from ._figures import (
+    plot_context_maps,
+    plot_coverage,
+    plot_preference,
+    plot_trajectories,
+)
+from ._model import FleetPlanner, make_planner
 from ._objectives import coverage, effort, fleet_objective, preference
-from ._problem import Problem, context_features, sample_contexts, violations
+from ._problem import (
+    Problem,
+    context_features,
+    feasible_trajectory,
+    make_projector,
+    sample_contexts,
+    split,
+    violations,
+)
 from ._train import predict, train
 
 WEIGHTINGS = ((0.0, 0.0), (1.0, 0.0), (1.0, 1.0))
@@ -63,15 +88,19 @@ def save_planner(path, model, header: dict) -> None:
 
 
 def load_planner(path):
-    """The planner saved by `save_planner`, rebuilt from its header."""
+    """The planner saved by `save_planner`, rebuilt from its header (a fleet
+    planner, or a contextual-coverage one when the header has a `"map"`)."""
     with open(path, "rb") as f:
         header = json.loads(f.readline().decode())
-        skeleton = make_planner(
-            Problem(**header["problem"]),
-            key=jax.random.key(0),
-            **header["mlp"],
-            **header["projector"],
-        )
+        problem = Problem(**header["problem"])
+        if "map" in header:
+            skeleton = make_map_planner(
+                problem, **header["map"], **header["mlp"], **header["projector"]
+            )
+        else:
+            skeleton = make_planner(
+                problem, key=jax.random.key(0), **header["mlp"], **header["projector"]
+            )
         return eqx.tree_deserialise_leaves(f, skeleton), header
 
 
@@ -258,6 +287,205 @@ def cmd_suite(args) -> None:
         )
 
 
+def make_map_planner(
+    problem: Problem,
+    *,
+    res: int,
+    downsample: int,
+    width: int = 256,
+    depth: int = 2,
+    seed: int = 0,
+    per_axis: bool = True,
+    raw_from: str = "acceleration",
+    **projector_settings,
+) -> FleetPlanner:
+    """The contextual-coverage planner: `MapBackbone` and the projector (one
+    coordinate's, by default)."""
+    backbone = make_map_backbone(
+        problem, res, downsample, key=jax.random.key(seed), width=width,
+        depth=depth, raw_from=raw_from,
+    )  # fmt: skip
+    projector = make_projector(problem, per_axis=per_axis, **projector_settings)
+    return FleetPlanner(backbone, projector, problem, per_axis, raw_from)
+
+
+def _projector_cost(horizon: int, h: float, per_axis: bool) -> dict:
+    """Build one projector in this (fresh) process: its time and peak memory."""
+    baseline_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    problem = Problem(n_vehicles=1, horizon=horizon, h=h)
+    tic = time.perf_counter()
+    projector = make_projector(problem, per_axis=per_axis)
+    seconds = time.perf_counter() - tic
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    arrays = [x for x in jax.tree.leaves(projector) if isinstance(x, jax.Array)]
+    n_eq = sum(e.shape[0] for e in projector.E)
+    n_ineq = sum(c.shape[0] for c in projector.C)
+    return {
+        "horizon": horizon,
+        "per_axis": per_axis,
+        "projections_per_vehicle": 2 if per_axis else 1,
+        "variables": projector.dim,
+        "equalities": n_eq,
+        "inequalities_lifted": n_ineq,
+        "lifted_matrix": [n_eq + n_ineq, projector.dim + n_ineq],
+        "construction_s": seconds,
+        "peak_rss_increase_mib": (peak_kib - baseline_kib) / 1024,
+        "projector_arrays_mib": sum(x.nbytes for x in arrays) / 2**20,
+        "affine_form": type(projector.op).__name__,
+    }
+
+
+def cmd_construction(args) -> list[dict]:
+    """Time and memory of building the vehicle projector, joint and per axis.
+
+    Each build runs in a fresh process, so its peak resident memory is its own
+    (the increase over the process after importing JAX is reported).
+    """
+    rows = []
+    spawn = multiprocessing.get_context("spawn")
+    for horizon in args.horizons:
+        for per_axis in (True, False):
+            with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
+                row = pool.submit(_projector_cost, horizon, args.h, per_axis).result()
+            rows.append(row)
+            print(
+                f"T = {horizon}, {'per axis' if per_axis else 'joint'}: "
+                f"{row['variables']} variables, lifted matrix "
+                f"{row['lifted_matrix'][0]} x {row['lifted_matrix'][1]}, built in "
+                f"{row['construction_s']:.2f} s, peak memory +"
+                f"{row['peak_rss_increase_mib']:.0f} MiB, arrays "
+                f"{row['projector_arrays_mib']:.1f} MiB"
+            )
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump({"rows": rows, "machine": _machine()}, f, indent=2)
+    return rows
+
+
+def _closest_approach(Y, centers, problem: Problem) -> np.ndarray:
+    """The smallest distance of each trajectory to its map's centre, `(n,)`."""
+    p, _, _ = split(np.asarray(Y), problem)
+    return np.linalg.norm(p[:, 0] - centers[:, None], axis=-1).min(-1)
+
+
+def cmd_context(args) -> dict:
+    """Train a contextual-coverage planner and score it on test contexts."""
+    if args.float64:
+        jax.config.update("jax_enable_x64", True)
+    problem = Problem(n_vehicles=1, horizon=args.horizon, h=args.h)
+    name = f"context_H{args.horizon}_res{args.res}_D{args.downsample}"
+    out = os.path.join(args.out, name)
+    os.makedirs(out, exist_ok=True)
+    rng_tr = np.random.default_rng([args.data_seed, 0])
+    rng_te = np.random.default_rng([args.data_seed, 1])
+    ids_tr, S_tr, G_tr = sample_map_contexts(rng_tr, args.n_train, problem)
+    ids_te, S_te, G_te = sample_map_contexts(rng_te, args.n_test, problem)
+    dtype = jnp.result_type(float)
+    table = make_map_table(args.res, problem)
+    projector = {
+        "sigma": args.sigma,
+        "n_iter": args.n_iter,
+        "n_iter_test": args.n_iter_test,
+        "n_iter_bwd": args.n_iter_bwd,
+        "refine": True,
+    }
+    mlp = {"width": args.width, "depth": args.depth}
+    cnn = {"res": args.res, "downsample": args.downsample, "seed": args.seed}
+    tic = time.perf_counter()
+    model = make_map_planner(
+        problem, per_axis=not args.joint, raw_from=args.raw, **cnn, **mlp, **projector
+    )
+    setup = time.perf_counter() - tic
+
+    def objective(Y, x):
+        return map_cost(Y, x, problem)
+
+    S, G = jnp.asarray(S_tr, dtype), jnp.asarray(G_tr, dtype)
+    model, info = train(
+        model,
+        (map_inputs(ids_tr, S, G, problem), S, G),
+        objective,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        residual_weight=args.residual_weight,
+        seed=args.seed,
+        time_budget=args.time_budget,
+        lookup=table,
+        desc=name,
+    )
+    S, G = jnp.asarray(S_te, dtype), jnp.asarray(G_te, dtype)
+    X = map_inputs(ids_te, S, G, problem)
+    Y = predict(model, X, S, G, lookup=table)
+    tic = time.perf_counter()
+    predict(model, X, S, G, lookup=table)
+    infer = time.perf_counter() - tic
+    # The effort-optimal path ignores the map: what the CNN has to beat.
+    Y_ref = np.stack(
+        [feasible_trajectory(s[0], g[0], problem) for s, g in zip(S_te, G_te)]
+    )[:, None]
+    inputs = table(X)
+    cost = np.asarray(jax.vmap(objective)(jnp.asarray(Y, dtype), inputs))
+    cost_ref = np.asarray(jax.vmap(objective)(jnp.asarray(Y_ref, dtype), inputs))
+    cv = violations(Y, S_te, G_te, problem)
+    centers = CENTERS[ids_te]
+    near = _closest_approach(Y, centers, problem)
+    near_ref = _closest_approach(Y_ref, centers, problem)
+    weights = np.asarray(jax.vmap(model.backbone.weights)(table.maps))
+    metrics = {
+        "map_value_mean": float(-cost.mean()),
+        "map_value_mean_straight": float(-cost_ref.mean()),
+        "pct_better_than_straight": float(100 * (cost < cost_ref).mean()),
+        "closest_approach_mean": float(near.mean()),
+        "closest_approach_max": float(near.max()),
+        "closest_approach_mean_straight": float(near_ref.mean()),
+        "cnn_softmax_per_map": weights.tolist(),
+        **{f"cv_{k}_max": float(v.max()) for k, v in cv.items()},
+        "cv_mean": float(cv["cv"].mean()),
+        "pct_cv_le_1e-5": float(100 * (cv["cv"] <= 1e-5).mean()),
+        "inference_s": infer,
+        "n_test": args.n_test,
+    }
+    header = {
+        "problem": dataclasses.asdict(problem),
+        "map": {**cnn, "per_axis": not args.joint, "raw_from": args.raw},
+        "mlp": mlp,
+        "projector": projector,
+    }
+    save_planner(os.path.join(out, "model.eqx"), model, header)
+    np.savez_compressed(
+        os.path.join(out, "test.npz"), starts=S_te, goals=G_te, map_ids=ids_te, Y=Y
+    )
+    figure = os.path.join(args.figures, f"{name}.png")
+    os.makedirs(args.figures, exist_ok=True)
+    plot_context_maps(
+        figure, problem, table.maps, Y, S_te, G_te, ids_te, reference=Y_ref
+    )
+    summary = {
+        "command": "python -m examples.motion_planning " + " ".join(args.argv),
+        "args": {k: v for k, v in vars(args).items() if k not in ("func", "argv")},
+        **header,
+        "setup_s": setup,
+        "train": {k: v for k, v in info.items() if k != "history"},
+        "history": info["history"],
+        "test": metrics,
+        "figure": figure,
+        "machine": _machine(),
+    }
+    with open(os.path.join(out, "metrics.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(
+        f"{name}: model built in {setup:.1f} s; trained {info['steps']} steps in "
+        f"{info['seconds']:.0f} s; test map value {metrics['map_value_mean']:.3f} "
+        f"(straight paths {metrics['map_value_mean_straight']:.3f}, better on "
+        f"{metrics['pct_better_than_straight']:.0f}%); closest approach to the "
+        f"centre {metrics['closest_approach_mean']:.2f} (straight "
+        f"{metrics['closest_approach_mean_straight']:.2f}); CV max "
+        f"{metrics['cv_cv_max']:.1e} (float64); figure {figure}"
+    )
+    return {"summary": summary, "Y": Y, "out": out}
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m examples.motion_planning",
@@ -317,6 +545,60 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="results/motion_planning")
     s.add_argument("--figures", default="results/motion_planning/figures")
     s.set_defaults(func=cmd_suite)
+
+    c = sub.add_parser(
+        "context",
+        help="contextual coverage: one vehicle, a map seen by a CNN (App. B.3)",
+    )
+    c.add_argument("--horizon", type=int, default=100, help="H (750: long case)")
+    c.add_argument("--h", type=float, default=0.25, help="step length")
+    c.add_argument("--res", type=int, default=1024, help="map side (pixels)")
+    c.add_argument("--downsample", type=int, default=4, help="CNN stride D")
+    c.add_argument("--epochs", type=int, default=10)
+    c.add_argument("--n-train", type=int, default=1024, help="training contexts")
+    c.add_argument("--n-test", type=int, default=256, help="test contexts")
+    c.add_argument("--batch-size", type=int, default=32)
+    c.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
+    c.add_argument(
+        "--residual-weight",
+        type=float,
+        default=1e-3,
+        help="weight of |y_raw - y|^2 in the loss (0: the paper's loss)",
+    )
+    c.add_argument("--width", type=int, default=256, help="MLP hidden width")
+    c.add_argument("--depth", type=int, default=2, help="MLP hidden layers")
+    c.add_argument("--n-iter", type=int, default=100)
+    c.add_argument("--n-iter-test", type=int, default=1000)
+    c.add_argument("--n-iter-bwd", type=int, default=50)
+    c.add_argument("--sigma", type=float, default=0.02)
+    c.add_argument(
+        "--joint",
+        action="store_true",
+        help="project both coordinates together (default: per axis, same result)",
+    )
+    c.add_argument(
+        "--raw",
+        choices=("acceleration", "trajectory"),
+        default="acceleration",
+        help="the MLP predicts accelerations, rolled out (the paper's), or the "
+        "whole raw trajectory (better conditioned for long horizons)",
+    )
+    c.add_argument("--time-budget", type=float, help="stop training after (s)")
+    c.add_argument("--seed", type=int, default=0, help="initialisation, shuffling")
+    c.add_argument("--data-seed", type=int, default=0, help="the contexts")
+    c.add_argument("--float64", action="store_true", help="train in float64")
+    c.add_argument("--out", default="results/motion_planning")
+    c.add_argument("--figures", default="results/motion_planning/figures")
+    c.set_defaults(func=cmd_context)
+
+    k = sub.add_parser(
+        "construction",
+        help="time and memory of building the projector, joint and per axis",
+    )
+    k.add_argument("--horizons", type=int, nargs="+", default=[25, 100, 750])
+    k.add_argument("--h", type=float, default=0.25, help="step length")
+    k.add_argument("--out", default="results/motion_planning/construction.json")
+    k.set_defaults(func=cmd_construction)
     return p
 
 

@@ -115,3 +115,54 @@ def plot_coverage(path, problem: Problem, Y, start, goal, settings=Coverage()):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_context_maps(
+    path, problem: Problem, maps, Y, starts, goals, map_ids, per_map: int = 4,
+    reference=None,
+):  # fmt: skip
+    """Contextual coverage: for each map, its Gaussian and the planned paths.
+
+    One panel per map, with up to `per_map` test trajectories of contexts shown
+    that map over the map itself, so one sees whether the paths go for the
+    Gaussian's peak.
+
+    **Arguments:**
+
+    - `path`: the PNG to write.
+    - `problem`: the `Problem` (one vehicle).
+    - `maps`: the distinct maps, `(k, res, res)`, row 0 at $y = -p_{max}$.
+    - `Y`: the planned trajectories, `(n, 1, 6T + 4)`.
+    - `starts`, `goals`: `(n, 1, 2)`.
+    - `map_ids`: `(n,)`, which map each context shows.
+    - `per_map`: trajectories per panel.
+    - `reference`: optional trajectories `(n, 1, 6T + 4)` drawn dashed (e.g.
+        the effort-optimal straight paths, which ignore the map).
+    """
+    plt = _pyplot()
+    maps = np.asarray(maps)
+    k = len(maps)
+    fig, axes = plt.subplots(1, k, figsize=(3.4 * k, 3.6), squeeze=False)
+    b = problem.p_max
+    for j, ax in enumerate(axes[0]):
+        ax.imshow(
+            maps[j], origin="lower", extent=(-b, b, -b, b), cmap="Greens",
+            vmin=0.0, vmax=1.0,
+        )  # fmt: skip
+        _workspace(ax, problem)
+        for i in np.flatnonzero(np.asarray(map_ids) == j)[:per_map]:
+            if reference is not None:
+                p_ref, _, _ = split(np.asarray(reference[i]), problem)
+                ax.plot(p_ref[0, :, 0], p_ref[0, :, 1], "--", color="0.5", lw=0.8)
+            _fleet(ax, Y[i], starts[i], goals[i], problem)
+        ax.set_title(f"map {j}", fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle(
+        f"Contextual coverage, H = {problem.horizon}, res = {maps.shape[-1]}"
+        + (" (dashed: effort-optimal, map-blind)" if reference is not None else ""),
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)

@@ -12,7 +12,15 @@ import jax.numpy as jnp
 
 import pinet_eqx as pe
 
-from ._problem import M, Problem, join, make_projector, rollout
+from ._problem import M, Problem, from_axes, join, make_projector, rollout, to_axes
+
+RAW_FROM = ("acceleration", "trajectory")
+
+
+def raw_size(problem: Problem, raw_from: str = "acceleration") -> int:
+    """The backbone's output size for `FleetPlanner(..., raw_from=...)`."""
+    per_vehicle = problem.dim if raw_from == "trajectory" else problem.horizon * M
+    return problem.n_vehicles * per_vehicle
 
 
 class FleetPlanner(eqx.Module):
@@ -30,21 +38,41 @@ class FleetPlanner(eqx.Module):
 
     - `backbone`: a callable Module mapping one input `x` (any PyTree, e.g. the
         flattened starts and goals, or a map and them) to $N T m$ raw
-        accelerations.
+        accelerations (or $N (6T + 4)$ numbers with `raw_from="trajectory"`).
     - `projector`: the projector of one vehicle (`make_projector`), with
         `Parameter`s `"start"` and `"goal"`.
     - `problem`: the `Problem`.
+    - `per_axis`: `projector` is the one coordinate's projector of
+        `make_projector(..., per_axis=True)`; it is applied to both parts
+        `to_axes(y)` of each vehicle.
+    - `raw_from`: `"acceleration"` (the paper's: roll the predicted accelerations
+        out) or `"trajectory"`: the backbone predicts each vehicle's whole raw
+        $y_i$ (positions in units of $p_{max}$) and the projection alone makes
+        it consistent. Rollouts are ill-conditioned over long horizons: an
+        error $\epsilon$ in every acceleration moves $p[T]$ by $h^2 T^2
+        \epsilon / 2$, about $1.8 \cdot 10^4 \epsilon$ at $T = 750$.
     """
 
     backbone: Callable
     projector: pe.Projector
     problem: Problem = eqx.field(static=True)
+    per_axis: bool = eqx.field(static=True, default=False)
+    raw_from: str = eqx.field(static=True, default="acceleration")
 
     def __check_init__(self):
-        if self.projector.dim != self.problem.dim:
+        if self.raw_from not in RAW_FROM:
+            raise ValueError(
+                f"FleetPlanner(raw_from={self.raw_from!r}): use one of {RAW_FROM}."
+            )
+        if self.per_axis:
+            expected, what = self.problem.axis_dim, "3T + 2 (per_axis=True)"
+        else:
+            expected, what = self.problem.dim, "6T + 4"
+        if self.projector.dim != expected:
             raise ValueError(
                 f"FleetPlanner: the projector's dimension {self.projector.dim} is not "
-                f"the problem's 6T + 4 = {self.problem.dim}."
+                f"the problem's {what} = {expected}. Build it with "
+                f"make_projector(problem, per_axis={self.per_axis})."
             )
 
     def raw(self, x, starts):
@@ -56,6 +84,10 @@ class FleetPlanner(eqx.Module):
         - `starts`: the initial positions, `(N, 2)`.
         """
         N, T = self.problem.n_vehicles, self.problem.horizon
+        if self.raw_from == "trajectory":
+            Y = jnp.reshape(self.backbone(x), (N, self.problem.dim))
+            n_p = self.problem.slices[0].stop
+            return Y.at[:, :n_p].multiply(self.problem.p_max)
         acc = jnp.reshape(self.backbone(x), (N, T, M))
         p, v = jax.vmap(lambda s, a: rollout(s, a, self.problem.h))(starts, acc)
         return join(p, v, acc)
@@ -63,6 +95,10 @@ class FleetPlanner(eqx.Module):
     def project(self, Y_raw, starts, goals):
         """Each vehicle's raw trajectory projected onto its feasible set,
         `(N, 6T + 4)`."""
+        if self.per_axis:
+            proj = jax.vmap(jax.vmap(self.projector))
+            Z = proj(to_axes(Y_raw), start=starts[..., None], goal=goals[..., None])
+            return from_axes(Z)
         return jax.vmap(self.projector)(Y_raw, start=starts, goal=goals)
 
     def __call__(self, x, starts, goals):
@@ -78,6 +114,10 @@ class FleetPlanner(eqx.Module):
     def violation(self, Y, starts, goals):
         """The projector's own violation of each vehicle's trajectory, `(N,)`
         (for monitoring; `violations` is the independent check)."""
+        if self.per_axis:
+            viol = jax.vmap(jax.vmap(self.projector.violation))
+            cv = viol(to_axes(Y), start=starts[..., None], goal=goals[..., None])
+            return jnp.max(cv, axis=-1)
         return jax.vmap(self.projector.violation)(Y, start=starts, goal=goals)
 
 
@@ -92,11 +132,19 @@ def make_mlp(problem: Problem, *, width: int = 256, depth: int = 2, key):
 
 
 def make_planner(
-    problem: Problem, *, key, width: int = 256, depth: int = 2, **projector_settings
+    problem: Problem,
+    *,
+    key,
+    width: int = 256,
+    depth: int = 2,
+    per_axis: bool = False,
+    **projector_settings,
 ) -> FleetPlanner:
-    """A `FleetPlanner` with the MLP backbone and the vehicle projector."""
+    """A `FleetPlanner` with the MLP backbone and the vehicle projector (of one
+    coordinate with `per_axis`)."""
     return FleetPlanner(
         make_mlp(problem, width=width, depth=depth, key=key),
-        make_projector(problem, **projector_settings),
+        make_projector(problem, per_axis=per_axis, **projector_settings),
         problem,
+        per_axis,
     )

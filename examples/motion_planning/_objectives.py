@@ -109,13 +109,15 @@ def fleet_objective(
     problem: Problem, lam: float = 0.0, nu: float = 0.0, settings: Coverage = Coverage()
 ) -> Callable:
     """$\\varphi = \\mathrm{effort} + \\lambda\\,\\mathrm{preference} +
-    \\nu\\,\\mathrm{coverage}$ of one fleet, as a function of `Y`, `(N, 6T + 4)`.
+    \\nu\\,\\mathrm{coverage}$ of one fleet, as a function of `Y`, `(N, 6T + 4)`
+    (and of the backbone input `x`, which these terms ignore, as `train` passes
+    it).
 
     Terms with a zero weight are left out of the graph, so the effort-only
     objective is exactly the convex quadratic that the QP baseline solves.
     """
 
-    def phi(Y):
+    def phi(Y, x=None):
         value = effort(Y, problem)
         if lam:
             value = value + lam * preference(Y, problem)

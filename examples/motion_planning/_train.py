@@ -21,6 +21,7 @@ def train(
     objective: Callable,
     *,
     epochs: int,
+    lookup: Callable | None = None,
     batch_size: int = 64,
     lr: float = 1e-3,
     residual_weight: float = 0.1,
@@ -55,8 +56,12 @@ def train(
         `project(Y_raw, starts, goals)` and `violation(Y, starts, goals)`).
     - `data`: `(X, starts, goals)`, the training contexts: the backbone's inputs
         (a PyTree with a leading batch axis) and `(n, N, 2)` arrays.
-    - `objective`: $\\varphi$ of one fleet's trajectories, `(N, d) -> ()`.
+    - `objective`: $\\varphi(Y, x)$ of one fleet's trajectories `Y`, `(N, d)`,
+        and its backbone input `x`, returning a scalar.
     - `epochs`, `batch_size`, `lr`, `seed`: the schedule and the shuffling.
+    - `lookup`: a Module mapping a batch of stored inputs to the backbone's
+        inputs inside the jitted step (e.g. `MapTable`: map indices to maps);
+        `None` feeds `X` as it is.
     - `residual_weight`: $\\mu$, summed over the fleet's coordinates.
     - `time_budget`: if given, stop after the first step that ends past this many
         seconds (compilation included).
@@ -76,19 +81,21 @@ def train(
     optim = optax.apply_if_finite(optax.adam(schedule), max_consecutive_errors=20)
     opt_state = optim.init(params)
 
-    def loss_fn(params, x, s, g):
+    def loss_fn(params, lookup, x, s, g):
         model = eqx.combine(params, static)
+        x = _lookup(lookup, x)
         Y_raw = jax.vmap(model.raw)(x, s)
         Y = jax.vmap(model.project)(Y_raw, s, g)
         cv = jax.vmap(model.violation)(jax.lax.stop_gradient(Y), s, g)
-        loss = jax.vmap(objective)(Y)
+        loss = jax.vmap(objective)(Y, x)
         if residual_weight:
             loss = loss + residual_weight * jnp.sum((Y_raw - Y) ** 2, axis=(-2, -1))
         return jnp.mean(loss), jnp.max(cv)
 
     @eqx.filter_jit
-    def step(params, opt_state, x, s, g):
-        (loss, cv), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, x, s, g)
+    def step(params, opt_state, lookup, x, s, g):
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        (loss, cv), grads = grad_fn(params, lookup, x, s, g)
         updates, opt_state = optim.update(grads, opt_state, params)
         return eqx.apply_updates(params, updates), opt_state, loss, cv
 
@@ -103,7 +110,7 @@ def train(
             for i in range(n_batches):
                 idx = order[i * batch_size : (i + 1) * batch_size]
                 batch = jax.tree.map(lambda a: a[idx], (X, starts, goals))
-                params, opt_state, loss, cv = step(params, opt_state, *batch)
+                params, opt_state, loss, cv = step(params, opt_state, lookup, *batch)
                 done += 1
                 bar.update()
                 if done % 10 == 0 or done == total:
@@ -130,17 +137,29 @@ def train(
     return eqx.combine(params, static), info
 
 
-def predict(model: eqx.Module, X, starts, goals, chunk: int = 256) -> np.ndarray:
+def predict(
+    model: eqx.Module,
+    X,
+    starts,
+    goals,
+    chunk: int = 256,
+    lookup: Callable | None = None,
+) -> np.ndarray:
     """The model's trajectories in inference mode (`n_iter_test` projection
-    iterations), in chunks of contexts, as a NumPy array `(n, N, d)`."""
+    iterations), in chunks of contexts, as a NumPy array `(n, N, d)`; `lookup`
+    as in `train`."""
     model = eqx.nn.inference_mode(model)
     out = []
     for i in range(0, len(starts), chunk):
         part = jax.tree.map(lambda a: a[i : i + chunk], (X, starts, goals))
-        out.append(np.asarray(_batched(model, *part)))
+        out.append(np.asarray(_batched(model, lookup, *part)))
     return np.concatenate(out)
 
 
+def _lookup(lookup, X):
+    return X if lookup is None else lookup(X)
+
+
 @eqx.filter_jit
-def _batched(model, X, starts, goals):
-    return jax.vmap(model)(X, starts, goals)
+def _batched(model, lookup, X, starts, goals):
+    return jax.vmap(model)(_lookup(lookup, X), starts, goals)
