@@ -20,6 +20,7 @@ import lineax as lx
 
 from . import _douglas_rachford as dr
 from ._errors import BWD_NOT_CONVERGED, BWD_NOT_CONVERGED_RAISE
+from ._precision import full_precision
 
 
 class BackwardNotConvergedWarning(RuntimeWarning):
@@ -114,6 +115,7 @@ def _fixed_point_fwd(perturbed, theta, s0, op, hyper, groups, cfg, n_max, tol):
 
 
 @fixed_point.def_bwd
+@full_precision
 def _fixed_point_bwd(
     s_star, grad_obj, perturbed, theta, s0, op, hyper, groups, cfg, n_max, tol
 ):

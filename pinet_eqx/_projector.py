@@ -34,6 +34,7 @@ from ._errors import (
 )
 from ._implicit import fixed_point
 from ._parameter import Parameter
+from ._precision import full_precision
 from ._refine import EqualityRefinement
 from ._solution import RESULTS, ProjectionSolution
 
@@ -392,6 +393,7 @@ class Projector(eqx.Module):
         """
         return self.solve(y_raw, **params).y
 
+    @full_precision
     def solve(
         self, y_raw: Float[ArrayLike, " d"], s0=None, **params
     ) -> ProjectionSolution:
@@ -503,6 +505,7 @@ class Projector(eqx.Module):
             result=result,
         )
 
+    @full_precision
     def violation(self, y: Float[ArrayLike, " d"], **params) -> Float[Array, ""]:
         """Maximum absolute constraint violation of `y`, in the user's coordinates.
 
