@@ -1,5 +1,6 @@
 """The multi-vehicle motion planning example (`examples/motion_planning`, paper
-Sec. 3.2 and App. B.3), at a small size: N = 2 vehicles, T = 10 steps.
+Sec. 3.2 and App. B.3), at a small size: N = 2 vehicles, T = 10 steps, and the
+contextual-coverage case with a 64 x 64 map and H = 20.
 
 The constraint matrices are checked against a plain simulation of the dynamics,
 the contexts and the OSQP baseline against cvxpy + Clarabel on the problem written

@@ -22,7 +22,7 @@ import numpy as np
 from ._baseline import relative_suboptimality, solve_effort_qp
 from ._context_map import (
     CENTERS,
-    make_map_backbone,
+    make_map_planner,
     make_map_table,
     map_cost,
     map_inputs,
@@ -34,7 +34,7 @@ from ._figures import (
     plot_preference,
     plot_trajectories,
 )
-from ._model import FleetPlanner, make_planner
+from ._model import make_planner
 from ._objectives import coverage, effort, fleet_objective, preference
 from ._problem import (
     Problem,
@@ -285,28 +285,6 @@ def cmd_suite(args) -> None:
         main(
             ["figures", "--runs", *dirs, "--out", args.figures, "--contexts", "0", "1"]
         )
-
-
-def make_map_planner(
-    problem: Problem,
-    *,
-    res: int,
-    downsample: int,
-    width: int = 256,
-    depth: int = 2,
-    seed: int = 0,
-    per_axis: bool = True,
-    raw_from: str = "acceleration",
-    **projector_settings,
-) -> FleetPlanner:
-    """The contextual-coverage planner: `MapBackbone` and the projector (one
-    coordinate's, by default)."""
-    backbone = make_map_backbone(
-        problem, res, downsample, key=jax.random.key(seed), width=width,
-        depth=depth, raw_from=raw_from,
-    )  # fmt: skip
-    projector = make_projector(problem, per_axis=per_axis, **projector_settings)
-    return FleetPlanner(backbone, projector, problem, per_axis, raw_from)
 
 
 def _projector_cost(horizon: int, h: float, per_axis: bool) -> dict:

@@ -19,8 +19,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from ._model import raw_size
-from ._problem import M, Problem, context_features, sample_contexts, split
+from ._model import FleetPlanner, raw_size
+from ._problem import (
+    M,
+    Problem,
+    context_features,
+    make_projector,
+    sample_contexts,
+    split,
+)
 
 CENTERS = np.array([(-2.5, -2.5), (-2.5, 2.5), (2.5, -2.5), (2.5, 2.5)])
 """The four centres of the maps' Gaussian, as in the paper."""
@@ -202,6 +209,31 @@ def make_map_backbone(
         depth=depth, activation=jax.nn.relu, key=k[4],
     )  # fmt: skip
     return MapBackbone(convs, head, mlp)
+
+
+def make_map_planner(
+    problem: Problem,
+    *,
+    res: int,
+    downsample: int,
+    width: int = 256,
+    depth: int = 2,
+    seed: int = 0,
+    per_axis: bool = True,
+    raw_from: str = "acceleration",
+    **projector_settings,
+) -> FleetPlanner:
+    """The contextual-coverage planner: `MapBackbone` and the projector (one
+    coordinate's, by default), as `FleetPlanner(backbone, projector, problem,
+    per_axis, raw_from)`; `res`, `downsample`, `width`, `depth` and `raw_from`
+    go to `make_map_backbone`, `seed` makes its key, and `**projector_settings`
+    go to `make_projector`."""
+    backbone = make_map_backbone(
+        problem, res, downsample, key=jax.random.key(seed), width=width,
+        depth=depth, raw_from=raw_from,
+    )  # fmt: skip
+    projector = make_projector(problem, per_axis=per_axis, **projector_settings)
+    return FleetPlanner(backbone, projector, problem, per_axis, raw_from)
 
 
 def sample_map_contexts(
