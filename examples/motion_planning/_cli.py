@@ -57,6 +57,18 @@ PROJECTOR = {
 }
 
 
+def _settings(args) -> tuple[dict, dict]:
+    """The projector's and the MLP's settings from the command line."""
+    projector = {
+        **PROJECTOR,
+        "sigma": args.sigma,
+        "n_iter": args.n_iter,
+        "n_iter_test": args.n_iter_test,
+        "n_iter_bwd": args.n_iter_bwd,
+    }
+    return projector, {"width": args.width, "depth": args.depth}
+
+
 def run_name(problem: Problem, lam: float, nu: float) -> str:
     return f"n{problem.n_vehicles}_T{problem.horizon}_lam{lam:g}_nu{nu:g}"
 
@@ -149,14 +161,7 @@ def cmd_train(args) -> dict:
     S_te, G_te = contexts(problem, args.n_test, args.data_seed, 1)
     dtype = jnp.result_type(float)
     S, G = jnp.asarray(S_tr, dtype), jnp.asarray(G_tr, dtype)
-    projector = {
-        **PROJECTOR,
-        "sigma": args.sigma,
-        "n_iter": args.n_iter,
-        "n_iter_test": args.n_iter_test,
-        "n_iter_bwd": args.n_iter_bwd,
-    }
-    mlp = {"width": args.width, "depth": args.depth}
+    projector, mlp = _settings(args)
     tic = time.perf_counter()
     model = make_planner(problem, key=jax.random.key(args.seed), **mlp, **projector)
     setup = time.perf_counter() - tic
@@ -360,14 +365,7 @@ def cmd_context(args) -> dict:
     ids_te, S_te, G_te = sample_map_contexts(rng_te, args.n_test, problem)
     dtype = jnp.result_type(float)
     table = make_map_table(args.res, problem)
-    projector = {
-        "sigma": args.sigma,
-        "n_iter": args.n_iter,
-        "n_iter_test": args.n_iter_test,
-        "n_iter_bwd": args.n_iter_bwd,
-        "refine": True,
-    }
-    mlp = {"width": args.width, "depth": args.depth}
+    projector, mlp = _settings(args)
     cnn = {"res": args.res, "downsample": args.downsample, "seed": args.seed}
     tic = time.perf_counter()
     model = make_map_planner(
@@ -464,6 +462,32 @@ def cmd_context(args) -> dict:
     return {"summary": summary, "Y": Y, "out": out}
 
 
+def _training_options(p, *, epochs, n_train, batch_size, lr, residual_weight):
+    """The options `train` and `context` share, with their own defaults."""
+    p.add_argument("--epochs", type=int, default=epochs)
+    p.add_argument("--n-train", type=int, default=n_train, help="training contexts")
+    p.add_argument("--n-test", type=int, default=256, help="test contexts")
+    p.add_argument("--batch-size", type=int, default=batch_size)
+    p.add_argument("--lr", type=float, default=lr, help="Adam learning rate")
+    p.add_argument(
+        "--residual-weight",
+        type=float,
+        default=residual_weight,
+        help="weight of |y_raw - y|^2 in the loss (0: the paper's loss)",
+    )
+    p.add_argument("--width", type=int, default=256, help="MLP hidden width")
+    p.add_argument("--depth", type=int, default=2, help="MLP hidden layers")
+    p.add_argument("--n-iter", type=int, default=PROJECTOR["n_iter"])
+    p.add_argument("--n-iter-test", type=int, default=PROJECTOR["n_iter_test"])
+    p.add_argument("--n-iter-bwd", type=int, default=PROJECTOR["n_iter_bwd"])
+    p.add_argument("--sigma", type=float, default=PROJECTOR["sigma"])
+    p.add_argument("--time-budget", type=float, help="stop training after (s)")
+    p.add_argument("--seed", type=int, default=0, help="initialisation, shuffling")
+    p.add_argument("--data-seed", type=int, default=0, help="the contexts")
+    p.add_argument("--float64", action="store_true", help="train in float64")
+    p.add_argument("--out", default="results/motion_planning")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m examples.motion_planning",
@@ -478,28 +502,9 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--h", type=float, default=0.25, help="step length")
     t.add_argument("--lam", type=float, default=0.0, help="preference weight λ")
     t.add_argument("--nu", type=float, default=0.0, help="coverage weight ν")
-    t.add_argument("--epochs", type=int, default=30)
-    t.add_argument("--n-train", type=int, default=2048, help="training contexts")
-    t.add_argument("--n-test", type=int, default=256, help="test contexts")
-    t.add_argument("--batch-size", type=int, default=64)
-    t.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
-    t.add_argument(
-        "--residual-weight",
-        type=float,
-        default=0.1,
-        help="weight of |y_raw - y|^2 in the loss (0: the paper's loss)",
+    _training_options(
+        t, epochs=30, n_train=2048, batch_size=64, lr=3e-3, residual_weight=0.1
     )
-    t.add_argument("--width", type=int, default=256, help="MLP hidden width")
-    t.add_argument("--depth", type=int, default=2, help="MLP hidden layers")
-    t.add_argument("--n-iter", type=int, default=PROJECTOR["n_iter"])
-    t.add_argument("--n-iter-test", type=int, default=PROJECTOR["n_iter_test"])
-    t.add_argument("--n-iter-bwd", type=int, default=PROJECTOR["n_iter_bwd"])
-    t.add_argument("--sigma", type=float, default=PROJECTOR["sigma"])
-    t.add_argument("--time-budget", type=float, help="stop training after (s)")
-    t.add_argument("--seed", type=int, default=0, help="initialisation, shuffling")
-    t.add_argument("--data-seed", type=int, default=0, help="the contexts")
-    t.add_argument("--float64", action="store_true", help="train in float64")
-    t.add_argument("--out", default="results/motion_planning")
     t.set_defaults(func=cmd_train)
 
     b = sub.add_parser("baseline", help="RS of a run's effort against OSQP")
@@ -532,23 +537,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--h", type=float, default=0.25, help="step length")
     c.add_argument("--res", type=int, default=1024, help="map side (pixels)")
     c.add_argument("--downsample", type=int, default=4, help="CNN stride D")
-    c.add_argument("--epochs", type=int, default=10)
-    c.add_argument("--n-train", type=int, default=1024, help="training contexts")
-    c.add_argument("--n-test", type=int, default=256, help="test contexts")
-    c.add_argument("--batch-size", type=int, default=32)
-    c.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
-    c.add_argument(
-        "--residual-weight",
-        type=float,
-        default=1e-3,
-        help="weight of |y_raw - y|^2 in the loss (0: the paper's loss)",
+    _training_options(
+        c, epochs=10, n_train=1024, batch_size=32, lr=1e-3, residual_weight=1e-3
     )
-    c.add_argument("--width", type=int, default=256, help="MLP hidden width")
-    c.add_argument("--depth", type=int, default=2, help="MLP hidden layers")
-    c.add_argument("--n-iter", type=int, default=100)
-    c.add_argument("--n-iter-test", type=int, default=1000)
-    c.add_argument("--n-iter-bwd", type=int, default=50)
-    c.add_argument("--sigma", type=float, default=0.02)
+    c.add_argument("--figures", default="results/motion_planning/figures")
     c.add_argument(
         "--joint",
         action="store_true",
@@ -561,12 +553,6 @@ def parser() -> argparse.ArgumentParser:
         help="the MLP predicts accelerations, rolled out (the paper's), or the "
         "whole raw trajectory (better conditioned for long horizons)",
     )
-    c.add_argument("--time-budget", type=float, help="stop training after (s)")
-    c.add_argument("--seed", type=int, default=0, help="initialisation, shuffling")
-    c.add_argument("--data-seed", type=int, default=0, help="the contexts")
-    c.add_argument("--float64", action="store_true", help="train in float64")
-    c.add_argument("--out", default="results/motion_planning")
-    c.add_argument("--figures", default="results/motion_planning/figures")
     c.set_defaults(func=cmd_context)
 
     k = sub.add_parser(
