@@ -49,8 +49,8 @@ class FleetPlanner(eqx.Module):
         out) or `"trajectory"`: the backbone predicts each vehicle's whole raw
         $y_i$ (positions in units of $p_{max}$) and the projection alone makes
         it consistent. Rollouts are ill-conditioned over long horizons: an
-        error $\epsilon$ in every acceleration moves $p[T]$ by $h^2 T^2
-        \epsilon / 2$, about $1.8 \cdot 10^4 \epsilon$ at $T = 750$.
+        error $\\epsilon$ in every acceleration moves $p[T]$ by $h^2 T^2
+        \\epsilon / 2$, about $1.8 \\cdot 10^4 \\epsilon$ at $T = 750$.
     """
 
     backbone: Callable
