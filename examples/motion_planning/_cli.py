@@ -99,6 +99,39 @@ def save_planner(path, model, header: dict) -> None:
         eqx.tree_serialise_leaves(f, model)
 
 
+def _save_run(out, args, model, header, setup, info, metrics, **extra) -> dict:
+    """Write a run's `model.eqx` (`save_planner`) and `metrics.json`: the
+    command, its arguments, `extra`, the header, the set-up time, the training
+    record and the test metrics. Returns the `metrics.json` content."""
+    save_planner(os.path.join(out, "model.eqx"), model, header)
+    summary = {
+        "command": "python -m examples.motion_planning " + " ".join(args.argv),
+        "args": {
+            k: v for k, v in vars(args).items() if k not in ("func", "argv", "extra")
+        },
+        **extra,
+        **header,
+        "setup_s": setup,
+        "train": {k: v for k, v in info.items() if k != "history"},
+        "history": info["history"],
+        "test": metrics,
+        "machine": _machine(),
+    }
+    with open(os.path.join(out, "metrics.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
+
+
+def _cv_metrics(cv: dict) -> dict:
+    """The test record of `violations`: each part's maximum, the mean CV and the
+    share of trajectories with CV <= 1e-5."""
+    return {
+        **{f"cv_{k}_max": float(v.max()) for k, v in cv.items()},
+        "cv_mean": float(cv["cv"].mean()),
+        "pct_cv_le_1e-5": float(100 * (cv["cv"] <= 1e-5).mean()),
+    }
+
+
 def load_planner(path):
     """The planner saved by `save_planner`, rebuilt from its header (a fleet
     planner, or a contextual-coverage one when the header has a `"map"`)."""
@@ -141,9 +174,7 @@ def evaluate(model, problem: Problem, starts, goals, lam: float, nu: float) -> d
     }
     Yj = jnp.asarray(Y, S.dtype)
     metrics = {k: float(jnp.mean(f(Yj))) for k, f in terms.items()}
-    metrics.update({f"cv_{k}_max": float(v.max()) for k, v in cv.items()})
-    metrics["cv_mean"] = float(cv["cv"].mean())
-    metrics["pct_cv_le_1e-5"] = float(100 * (cv["cv"] <= 1e-5).mean())
+    metrics.update(_cv_metrics(cv))
     metrics["inference_s"] = infer
     metrics["inference_first_call_s"] = first
     return metrics, Y
@@ -183,24 +214,10 @@ def cmd_train(args) -> dict:
         "mlp": mlp,
         "projector": projector,
     }
-    save_planner(os.path.join(out, "model.eqx"), model, header)
     np.savez_compressed(os.path.join(out, "test.npz"), starts=S_te, goals=G_te, Y=Y)
-    summary = {
-        "command": "python -m examples.motion_planning " + " ".join(args.argv),
-        "args": {
-            k: v for k, v in vars(args).items() if k not in ("func", "argv", "extra")
-        },
-        "lam": args.lam,
-        "nu": args.nu,
-        **header,
-        "setup_s": setup,
-        "train": {k: v for k, v in info.items() if k != "history"},
-        "history": info["history"],
-        "test": metrics,
-        "machine": _machine(),
-    }
-    with open(os.path.join(out, "metrics.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    summary = _save_run(
+        out, args, model, header, setup, info, metrics, lam=args.lam, nu=args.nu
+    )
     print(
         f"{name}: trained {info['steps']} steps in {info['seconds']:.0f} s; test "
         f"objective {metrics['objective']:.4g} (effort {metrics['effort']:.4g}, "
@@ -416,9 +433,7 @@ def cmd_context(args) -> dict:
         "closest_approach_max": float(near.max()),
         "closest_approach_mean_straight": float(near_ref.mean()),
         "cnn_softmax_per_map": weights.tolist(),
-        **{f"cv_{k}_max": float(v.max()) for k, v in cv.items()},
-        "cv_mean": float(cv["cv"].mean()),
-        "pct_cv_le_1e-5": float(100 * (cv["cv"] <= 1e-5).mean()),
+        **_cv_metrics(cv),
         "inference_s": infer,
         "n_test": args.n_test,
     }
@@ -428,7 +443,6 @@ def cmd_context(args) -> dict:
         "mlp": mlp,
         "projector": projector,
     }
-    save_planner(os.path.join(out, "model.eqx"), model, header)
     np.savez_compressed(
         os.path.join(out, "test.npz"), starts=S_te, goals=G_te, map_ids=ids_te, Y=Y
     )
@@ -437,19 +451,7 @@ def cmd_context(args) -> dict:
     plot_context_maps(
         figure, problem, table.maps, Y, S_te, G_te, ids_te, reference=Y_ref
     )
-    summary = {
-        "command": "python -m examples.motion_planning " + " ".join(args.argv),
-        "args": {k: v for k, v in vars(args).items() if k not in ("func", "argv")},
-        **header,
-        "setup_s": setup,
-        "train": {k: v for k, v in info.items() if k != "history"},
-        "history": info["history"],
-        "test": metrics,
-        "figure": figure,
-        "machine": _machine(),
-    }
-    with open(os.path.join(out, "metrics.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    summary = _save_run(out, args, model, header, setup, info, metrics, figure=figure)
     print(
         f"{name}: model built in {setup:.1f} s; trained {info['steps']} steps in "
         f"{info['seconds']:.0f} s; test map value {metrics['map_value_mean']:.3f} "

@@ -95,11 +95,8 @@ class FleetPlanner(eqx.Module):
     def project(self, Y_raw, starts, goals):
         """Each vehicle's raw trajectory projected onto its feasible set,
         `(N, 6T + 4)`."""
-        if self.per_axis:
-            proj = jax.vmap(jax.vmap(self.projector))
-            Z = proj(to_axes(Y_raw), start=starts[..., None], goal=goals[..., None])
-            return from_axes(Z)
-        return jax.vmap(self.projector)(Y_raw, start=starts, goal=goals)
+        Z = self._per_vehicle(self.projector, Y_raw, starts, goals)
+        return from_axes(Z) if self.per_axis else Z
 
     def __call__(self, x, starts, goals):
         """Feasible trajectories of one fleet, `(N, 6T + 4)`.
@@ -114,11 +111,18 @@ class FleetPlanner(eqx.Module):
     def violation(self, Y, starts, goals):
         """The projector's own violation of each vehicle's trajectory, `(N,)`
         (for monitoring; `violations` is the independent check)."""
+        cv = self._per_vehicle(self.projector.violation, Y, starts, goals)
+        return jnp.max(cv, axis=-1) if self.per_axis else cv
+
+    def _per_vehicle(self, fn, Y, starts, goals):
+        """`fn(y, start=..., goal=...)` of each vehicle, or of each vehicle's
+        coordinate (`to_axes`, a trailing axis of 2) with `per_axis`."""
         if self.per_axis:
-            viol = jax.vmap(jax.vmap(self.projector.violation))
-            cv = viol(to_axes(Y), start=starts[..., None], goal=goals[..., None])
-            return jnp.max(cv, axis=-1)
-        return jax.vmap(self.projector.violation)(Y, start=starts, goal=goals)
+            per_coordinate = jax.vmap(jax.vmap(fn))
+            return per_coordinate(
+                to_axes(Y), start=starts[..., None], goal=goals[..., None]
+            )
+        return jax.vmap(fn)(Y, start=starts, goal=goals)
 
 
 def make_mlp(problem: Problem, *, width: int = 256, depth: int = 2, key):
