@@ -69,6 +69,18 @@ def _settings(args) -> tuple[dict, dict]:
     return projector, {"width": args.width, "depth": args.depth}
 
 
+def _schedule(args) -> dict:
+    """The keyword arguments of `train` that come from `_training_options`."""
+    return {
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "residual_weight": args.residual_weight,
+        "seed": args.seed,
+        "time_budget": args.time_budget,
+    }
+
+
 def run_name(problem: Problem, lam: float, nu: float) -> str:
     return f"n{problem.n_vehicles}_T{problem.horizon}_lam{lam:g}_nu{nu:g}"
 
@@ -200,12 +212,7 @@ def cmd_train(args) -> dict:
         model,
         (context_features(S, G, problem), S, G),
         fleet_objective(problem, args.lam, args.nu),
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        residual_weight=args.residual_weight,
-        seed=args.seed,
-        time_budget=args.time_budget,
+        **_schedule(args),
         desc=name,
     )
     metrics, Y = evaluate(model, problem, S_te, G_te, args.lam, args.nu)
@@ -398,12 +405,7 @@ def cmd_context(args) -> dict:
         model,
         (map_inputs(ids_tr, S, G, problem), S, G),
         objective,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        residual_weight=args.residual_weight,
-        seed=args.seed,
-        time_budget=args.time_budget,
+        **_schedule(args),
         lookup=table,
         desc=name,
     )
