@@ -2,6 +2,11 @@
 
 import importlib.metadata
 
+from ._adjoint import (
+    AbstractAdjoint as AbstractAdjoint,
+    ImplicitAdjoint as ImplicitAdjoint,
+    UnrolledAdjoint as UnrolledAdjoint,
+)
 from ._autotune import AutotuneResult as AutotuneResult, autotune as autotune
 from ._constraints import (
     AbstractConstraint as AbstractConstraint,
@@ -14,7 +19,11 @@ from ._constraints import (
     Simplex as Simplex,
 )
 from ._equilibrate import equilibrate as equilibrate
-from ._implicit import BackwardNotConvergedWarning as BackwardNotConvergedWarning
+from ._krylov import (
+    BackwardNotConvergedWarning as BackwardNotConvergedWarning,
+    BiCGStab as BiCGStab,
+    ConjugateGradient as ConjugateGradient,
+)
 from ._metrics import relative_suboptimality as relative_suboptimality
 from ._net import (
     HardConstrainedNet as HardConstrainedNet,

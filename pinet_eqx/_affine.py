@@ -128,7 +128,7 @@ class FactorisationInfo:
         return self.d_y * (q @ self.P_y)
 
 
-def _independent_rows(E: np.ndarray) -> np.ndarray:
+def independent_rows(E: np.ndarray) -> np.ndarray:
     """Indices of a maximal set of linearly independent rows of `E`, sorted."""
     if E.shape[0] == 0:
         return np.arange(0)
@@ -189,7 +189,7 @@ def build_affine_projection(
     # factorisation below; the column scaling changes the metric of the iteration.
     E_s = d_r_eq[:, None] * E * d_y[None, :]
     C_t = C * d_y[None, :] / d_w[:, None]
-    keep = _independent_rows(E_s)
+    keep = independent_rows(E_s)
     r = keep.size
     M = np.block([[E_s[keep], np.zeros((r, m))], [C_t, -np.eye(m)]])
     n, k = d + m, d - r

@@ -18,8 +18,6 @@ and its projection is $(\\Pi_{\\mathcal{K}}(\\delta v + o) - o) / \\delta$.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -51,15 +49,6 @@ class Prepared(eqx.Module):
     cone_offset: Float[Array, " m_cone"]
     totals: Float[Array, " n_simplex"]
     groups: tuple[blocks.Group, ...] = eqx.field(static=True)
-
-
-class Config(NamedTuple):
-    """Hashable backward-pass settings passed as a static argument."""
-
-    bwd_rtol: float
-    bwd_atol: float
-    n_iter_bwd: int
-    bwd_failure: str
 
 
 def prepare(

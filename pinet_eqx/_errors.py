@@ -40,16 +40,18 @@ PARAM_BOUNDS_CROSSED = (
 )
 
 BWD_NOT_CONVERGED = (
-    "pinet_eqx: the implicit backward solve (BiCGStab) did not reach its tolerance "
-    "within n_iter_bwd steps for at least one instance, so the returned gradient is "
-    "approximate. Increase `n_iter_bwd`, increase `n_iter` so the forward pass is "
-    "closer to the fixed point, or set `bwd_failure='ignore'` to silence this."
+    "pinet_eqx: the implicit backward linear solve did not reach its tolerance "
+    "within its step limit for at least one instance, so the returned gradient is "
+    "approximate. Give the adjoint's solver more steps, e.g. "
+    "`adjoint=pe.ImplicitAdjoint(linear_solver=pe.BiCGStab(max_steps=...))`, "
+    "increase `n_iter` so the forward pass is closer to the fixed point, or pass "
+    "`ImplicitAdjoint(on_failure='ignore')` to silence this."
 )
 
 BWD_NOT_CONVERGED_RAISE = (
-    "pinet_eqx: the implicit backward solve (BiCGStab) did not converge within "
-    "n_iter_bwd steps. Increase `n_iter_bwd` or `n_iter`, or set "
-    "`bwd_failure='warn'`."
+    "pinet_eqx: the implicit backward linear solve did not converge within its "
+    "step limit. Give the adjoint's solver more steps (its `max_steps`) or "
+    "increase `n_iter`, or pass `ImplicitAdjoint(on_failure='warn')`."
 )
 
 RANK_DEFICIENT = (

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import warnings
 from collections.abc import Sequence
 from typing import Literal
 
@@ -12,7 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from . import _blocks as blocks, _douglas_rachford as dr
+from . import _active_set, _blocks as blocks, _douglas_rachford as dr
+from ._active_set import FixedRows
+from ._adjoint import AbstractAdjoint, ImplicitAdjoint, UnrolledAdjoint
 from ._affine import (
     AbstractAffineProjection,
     build_affine_projection,
@@ -52,12 +56,14 @@ class Projector(eqx.Module):
     \\|z - y_{raw}\\|^2$ for $\\mathcal{C}$ the intersection of the given constraint
     sets, by Douglas-Rachford splitting on the lifted form $\\mathcal{C} =
     \\Pi_d(\\mathcal{A} \\cap \\mathcal{K})$ (paper Sec. 2.1-2.2, Algorithm 1), with
-    modified Ruiz equilibration (App. H.1). Gradients use the implicit function
-    theorem at the fixed point (paper eq. 8-9), solved with `lineax.BiCGStab`.
+    modified Ruiz equilibration (App. H.1). Derivatives are implicit (paper eq.
+    8-9): exact from the active set for polyhedral sets, from the fixed point
+    otherwise; both work in forward and reverse mode.
 
     Everything that does not depend on the instance (lifting, equilibration,
     factorisation of the affine projection) happens once, here, in float64 on the
-    host. The output always satisfies the equality constraints up to rounding,
+    host. How gradients are computed is set by `adjoint` (see
+    `pinet_eqx.ImplicitAdjoint`). The output always satisfies the equality constraints up to rounding,
     whatever the number of iterations; inequalities converge linearly, cones
     typically sub-linearly. If a context makes the set empty, `solve` reports
     `RESULTS.infeasible` (the iterates certify it) instead of returning NaN.
@@ -82,7 +88,6 @@ class Projector(eqx.Module):
     - `n_iter`: forward iterations in training mode.
     - `n_iter_test`: forward iterations in inference mode
         (`eqx.nn.inference_mode`).
-    - `n_iter_bwd`: maximum BiCGStab steps in the backward pass.
     - `tol`: if given, each instance stops as soon as its constraint violation and
         fixed-point residual (user units) are at most `tol`, checked every 5
         iterations, with the iteration count (rounded up to a multiple of 5) as a
@@ -102,12 +107,12 @@ class Projector(eqx.Module):
     - `affine_form`: how the affine projection is factorised: `"nullspace"`
         ($2k(d+m)$ flops per iteration, $k = d - \\mathrm{rank}(E)$),
         `"eliminated"` ($d^2 + 2md$), or `"auto"` (the cheaper). Both are exact.
-    - `unroll`: differentiate by unrolling the iterations instead of implicitly
-        (for ablations and as a second opinion; needs `tol=None`).
-    - `bwd_rtol`, `bwd_atol`: BiCGStab tolerances.
-    - `bwd_failure`: what to do when BiCGStab stops at `n_iter_bwd` before its
-        tolerance: `"warn"` (a `BackwardNotConvergedWarning`, once), `"raise"`, or
-        `"ignore"`.
+    - `adjoint`: how derivatives are computed: `pinet_eqx.ImplicitAdjoint()`
+        (default) or `pinet_eqx.UnrolledAdjoint()` (needs `tol=None`).
+    - `unroll`, `n_iter_bwd`, `bwd_rtol`, `bwd_atol`, `bwd_failure`: deprecated
+        aliases (with a `DeprecationWarning`) for `adjoint=UnrolledAdjoint()` and
+        `adjoint=ImplicitAdjoint(max_steps=..., rtol=..., atol=...,
+        on_failure=...)`.
     - `check_inputs`: check at run time that `y_raw` is finite and that
         parameterised bounds are ordered (`eqx.error_if`).
     - `dim`: the output dimension $d$, only needed when no constraint implies it.
@@ -128,12 +133,8 @@ class Projector(eqx.Module):
     omega: float
     n_iter: int = eqx.field(static=True)
     n_iter_test: int = eqx.field(static=True)
-    n_iter_bwd: int = eqx.field(static=True)
     tol: float | None = eqx.field(static=True)
-    bwd_rtol: float = eqx.field(static=True)
-    bwd_atol: float = eqx.field(static=True)
-    bwd_failure: str = eqx.field(static=True)
-    unroll: bool = eqx.field(static=True)
+    adjoint: AbstractAdjoint
     check_inputs: bool = eqx.field(static=True)
     equilibrated: bool = eqx.field(static=True)
     per_instance_matrices: bool = eqx.field(static=True)
@@ -142,9 +143,11 @@ class Projector(eqx.Module):
     parameters: tuple[tuple[str, tuple[int, ...]], ...] = eqx.field(static=True)
     dropped_equality_rows: tuple[int, ...] = eqx.field(static=True)
     groups: tuple[blocks.Group, ...] = eqx.field(static=True)
+    box_index: tuple[int, ...] = eqx.field(static=True)
     n_column_groups: int = eqx.field(static=True)
     inference: bool
     op: AbstractAffineProjection | None
+    active_rows: FixedRows | None
     refinement: EqualityRefinement | None
     column_groups: Int[Array, " n"] | None
     E: _Segments
@@ -166,22 +169,23 @@ class Projector(eqx.Module):
         omega: float = 1.7,
         n_iter: int = 50,
         n_iter_test: int | None = None,
-        n_iter_bwd: int = 50,
         tol: float | None = None,
+        adjoint: AbstractAdjoint | None = None,
         equilibrate: bool = True,
         equilibrate_iters: int = 25,
         equilibrate_tol: float = 1e-3,
         equilibrate_mode: Literal["gauss_seidel", "jacobi"] = "gauss_seidel",
         equilibrate_y: Literal["shared", "per_column"] = "shared",
         affine_form: Literal["auto", "nullspace", "eliminated"] = "auto",
-        unroll: bool = False,
-        bwd_rtol: float = 1e-5,
-        bwd_atol: float = 1e-7,
-        bwd_failure: Literal["warn", "raise", "ignore"] = "warn",
         check_inputs: bool = True,
         dim: int | None = None,
         inference: bool = False,
         refine: bool = False,
+        unroll: bool | None = None,
+        n_iter_bwd: int | None = None,
+        bwd_rtol: float | None = None,
+        bwd_atol: float | None = None,
+        bwd_failure: Literal["warn", "raise", "ignore"] | None = None,
     ):
         if isinstance(constraints, AbstractConstraint):
             constraints = [constraints]
@@ -191,17 +195,24 @@ class Projector(eqx.Module):
         for i, c in enumerate(constraints):
             if not isinstance(c, AbstractConstraint):
                 raise TypeError(NOT_A_CONSTRAINT.format(index=i, kind=type(c).__name__))
+        adjoint = _deprecated_adjoint(
+            ImplicitAdjoint() if adjoint is None else adjoint,
+            adjoint is not None,
+            dict(
+                unroll=unroll,
+                n_iter_bwd=n_iter_bwd,
+                bwd_rtol=bwd_rtol,
+                bwd_atol=bwd_atol,
+                bwd_failure=bwd_failure,
+            ),
+        )
         _check_settings(
             sigma=1.0 if sigma == "auto" else sigma,
             omega=omega,
             n_iter=n_iter,
             n_iter_test=n_iter_test,
-            n_iter_bwd=n_iter_bwd,
             tol=tol,
-            unroll=unroll,
-            bwd_failure=bwd_failure,
-            bwd_rtol=bwd_rtol,
-            bwd_atol=bwd_atol,
+            adjoint=adjoint,
         )
 
         # Output dimension: from `dim=` or from the first constraint that knows it.
@@ -319,12 +330,8 @@ class Projector(eqx.Module):
         self.omega = omega
         self.n_iter = int(n_iter)
         self.n_iter_test = int(n_iter if n_iter_test is None else n_iter_test)
-        self.n_iter_bwd = int(n_iter_bwd)
         self.tol = None if tol is None else float(tol)
-        self.bwd_rtol = float(bwd_rtol)
-        self.bwd_atol = float(bwd_atol)
-        self.bwd_failure = bwd_failure
-        self.unroll = bool(unroll)
+        self.adjoint = adjoint
         self.check_inputs = bool(check_inputs)
         self.equilibrated = bool(equilibrate)
         self.equilibrate_settings = (
@@ -334,6 +341,17 @@ class Projector(eqx.Module):
         )
         self.dropped_equality_rows = dropped
         self.groups = tuple(groups)
+        # Coordinates of y with a finite (or parameterised) bound: the box rows
+        # of the active-set derivative.
+        bounded = np.isfinite(box_lower) | np.isfinite(box_upper)
+        for idx, _, _ in box_params:
+            bounded[np.asarray(idx)] = True
+        self.box_index = tuple(int(i) for i in np.flatnonzero(bounded))
+        self.active_rows = (
+            FixedRows.build(E_fixed, C_fixed, np.asarray(self.box_index, int))
+            if not per_instance and not self.groups
+            else None
+        )
         self.n_column_groups = int(n_col_groups)
         self.inference = inference
         self.op = op
@@ -356,19 +374,24 @@ class Projector(eqx.Module):
     def with_settings(self, **settings) -> Projector:
         """A copy with different solver settings; the factorisation is reused.
 
-        Accepts `sigma`, `omega`, `n_iter`, `n_iter_test`, `n_iter_bwd`, `tol`,
-        `unroll`, `bwd_rtol`, `bwd_atol`, `bwd_failure`, `check_inputs` and
-        `inference`. (The static settings cannot be changed with `eqx.tree_at`.)
+        Accepts `sigma`, `omega`, `n_iter`, `n_iter_test`, `tol`, `adjoint`,
+        `check_inputs` and `inference`, and the deprecated `unroll`, `n_iter_bwd`,
+        `bwd_rtol`, `bwd_atol` and `bwd_failure` (which adjust `adjoint`). (The
+        static settings cannot be changed with `eqx.tree_at`.)
 
         **Returns:** a new `Projector`.
         """
-        unknown = sorted(set(settings) - _SETTINGS)
+        unknown = sorted(set(settings) - _SETTINGS - set(_DEPRECATED))
         if unknown:
             raise TypeError(
                 f"Projector.with_settings: unknown setting(s) {unknown}; valid "
                 f"settings are {sorted(_SETTINGS)}. Constraint data and "
                 "equilibration need a new Projector."
             )
+        deprecated = {k: settings.pop(k) for k in _DEPRECATED if k in settings}
+        if deprecated:
+            base = settings.get("adjoint", self.adjoint)
+            settings["adjoint"] = _deprecated_adjoint(base, "adjoint" in settings, deprecated)
         _check_settings(**{**{k: getattr(self, k) for k in _SETTINGS}, **settings})
         new = copy.copy(self)
         if "sigma" in settings:
@@ -458,29 +481,52 @@ class Projector(eqx.Module):
                 fixed_point_residual=zero,
                 result=RESULTS.successful,
             )
-        if self.unroll:
-            if self.tol is not None:
-                raise ValueError(
-                    "Projector(unroll=True) differentiates through a fixed number of "
-                    "iterations, so it needs `tol=None`."
-                )
+        polyhedral = not self.groups
+        adjoint = self.adjoint
+        if isinstance(adjoint, UnrolledAdjoint):
             P = dr.prepare(theta, op, sigma, self.groups)
             s, n_steps, fp = dr.iterate(s0, P, op, omega, n_max, None)
+            y = None
+        elif adjoint.uses_active_set(polyhedral):
+            inputs = _active_set.Inputs(
+                y_raw=y_raw,
+                q=data["q"],
+                lb_y=data["lb_y"],
+                ub_y=data["ub_y"],
+                lb_w=data["lb_w"],
+                ub_w=data["ub_w"],
+                E=data["E"] if self.per_instance_matrices else None,
+                C=data["C"] if self.per_instance_matrices else None,
+            )
+            # Keyword arguments of a custom_jvp carry no tangents.
+            forward, fixed = jax.lax.stop_gradient(
+                (
+                    _active_set.Forward(op=op, s0=s0, sigma=jnp.asarray(sigma, dtype)),
+                    self.active_rows,
+                )
+            )
+            cfg = (omega, n_max, self.tol, adjoint.solver(polyhedral), self.box_index)
+            y, (s, n_steps, fp, _, _) = _active_set.project(
+                inputs, forward=forward, fixed=fixed, cfg=cfg
+            )
         else:
-            cfg = dr.Config(
-                bwd_rtol=self.bwd_rtol,
-                bwd_atol=self.bwd_atol,
-                n_iter_bwd=self.n_iter_bwd,
-                bwd_failure=self.bwd_failure,
-            )
             s, n_steps, fp = fixed_point(
-                theta, s0, op_arg, (sigma, omega), self.groups, cfg, n_max, self.tol
+                theta,
+                s0,
+                op_arg,
+                (sigma, omega),
+                groups=self.groups,
+                n_max=n_max,
+                tol=self.tol,
+                solver=adjoint.solver(polyhedral),
             )
+            y = None
+        # The same z (and t, which only the status needs) feeds the infeasibility
+        # certificate; on the active-set path y already is D_y [Pi_A(s)]_y.
         P = dr.prepare(theta, op, sigma, self.groups)
-        # y = D_y [Pi_A(s)]_y; the same z (and t, which only the status needs)
-        # feeds the infeasibility certificate.
         z, t = dr.z_and_t(s, P, op)
-        y = op.d_y * z[: self.dim]
+        if y is None:
+            y = op.d_y * z[: self.dim]
         if self.refinement is not None:
             # The correction is at rounding level, so the implicit VJP of the
             # unrefined map is kept (stop_gradient).
@@ -669,16 +715,14 @@ _SETTINGS = frozenset(
         "omega",
         "n_iter",
         "n_iter_test",
-        "n_iter_bwd",
         "tol",
-        "unroll",
-        "bwd_rtol",
-        "bwd_atol",
-        "bwd_failure",
+        "adjoint",
         "check_inputs",
         "inference",
     }
 )
+# Old keywords, mapped onto `adjoint` with a DeprecationWarning (one release).
+_DEPRECATED = ("unroll", "n_iter_bwd", "bwd_rtol", "bwd_atol", "bwd_failure")
 
 
 def _register(params: dict, name: str, shape: tuple[int, ...]) -> None:
@@ -726,20 +770,38 @@ def _check_consistent(E, q, info) -> None:
         )
 
 
-def _check_settings(
-    *,
-    sigma,
-    omega,
-    n_iter,
-    n_iter_test,
-    n_iter_bwd,
-    tol,
-    unroll,
-    bwd_failure,
-    bwd_rtol,
-    bwd_atol,
-    **_,
-):
+def _deprecated_adjoint(
+    adjoint: AbstractAdjoint, explicit: bool, old: dict
+) -> AbstractAdjoint:
+    """Map the deprecated backward keywords onto an adjoint, with a warning."""
+    old = {k: v for k, v in old.items() if v is not None}
+    if not old:
+        return adjoint
+    if explicit:
+        raise ValueError(
+            f"Projector: pass either `adjoint=` or the deprecated {sorted(old)}, "
+            "not both."
+        )
+    warnings.warn(
+        f"Projector({', '.join(sorted(old))}=...) is deprecated and will be removed "
+        "in the next release: use `adjoint=pinet_eqx.UnrolledAdjoint()` instead of "
+        "`unroll=True`, and `adjoint=pinet_eqx.ImplicitAdjoint(max_steps=..., "
+        "rtol=..., atol=..., on_failure=...)` instead of `n_iter_bwd`, `bwd_rtol`, "
+        "`bwd_atol` and `bwd_failure`.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    unroll = old.pop("unroll", None)
+    if unroll:
+        return UnrolledAdjoint()
+    base = adjoint if isinstance(adjoint, ImplicitAdjoint) else ImplicitAdjoint()
+    renamed = dict(
+        n_iter_bwd="max_steps", bwd_rtol="rtol", bwd_atol="atol", bwd_failure="on_failure"
+    )
+    return dataclasses.replace(base, **{renamed[k]: v for k, v in old.items()})
+
+
+def _check_settings(*, sigma, omega, n_iter, n_iter_test, tol, adjoint, **_):
     if not (isinstance(sigma, (int, float)) and sigma > 0):
         raise ValueError(f"Projector(sigma={sigma!r}): sigma must be a float > 0.")
     if not (isinstance(omega, (int, float)) and 0 < omega < 2):
@@ -747,9 +809,8 @@ def _check_settings(
             f"Projector(omega={omega!r}): omega must lie in (0, 2); 1.7 is a good "
             "default."
         )
-    for name, v in (("n_iter", n_iter), ("n_iter_bwd", n_iter_bwd)):
-        if not (isinstance(v, int) and v >= 1):
-            raise ValueError(f"Projector({name}={v!r}): must be an int >= 1.")
+    if not (isinstance(n_iter, int) and n_iter >= 1):
+        raise ValueError(f"Projector(n_iter={n_iter!r}): must be an int >= 1.")
     if n_iter_test is not None and not (
         isinstance(n_iter_test, int) and n_iter_test >= 1
     ):
@@ -759,16 +820,13 @@ def _check_settings(
         )
     if tol is not None and not (isinstance(tol, (int, float)) and tol > 0):
         raise ValueError(f"Projector(tol={tol!r}): must be a float > 0 or None.")
-    if unroll and tol is not None:
-        raise ValueError(
-            "Projector(unroll=True, tol=...): unrolled differentiation needs a fixed "
-            "iteration count; set tol=None."
+    if not isinstance(adjoint, AbstractAdjoint):
+        raise TypeError(
+            f"Projector(adjoint={adjoint!r}): must be pinet_eqx.ImplicitAdjoint() or "
+            "pinet_eqx.UnrolledAdjoint()."
         )
-    for name, v in (("bwd_rtol", bwd_rtol), ("bwd_atol", bwd_atol)):
-        if not (isinstance(v, (int, float)) and v >= 0):
-            raise ValueError(f"Projector({name}={v!r}): must be a float >= 0.")
-    if bwd_failure not in ("warn", "raise", "ignore"):
+    if isinstance(adjoint, UnrolledAdjoint) and tol is not None:
         raise ValueError(
-            f"Projector(bwd_failure={bwd_failure!r}): must be 'warn', 'raise' or "
-            "'ignore'."
+            "Projector(adjoint=UnrolledAdjoint(), tol=...): unrolled differentiation "
+            "needs a fixed iteration count; set tol=None."
         )

@@ -1,0 +1,312 @@
+"""The exact derivative of a polyhedral projection, from its active set.
+
+For $\\mathcal{C} = \\{y : E y = q,\\ \\ell \\le C y \\le u,\\ \\ell_y \\le y \\le
+u_y\\}$, the projection $y = \\Pi_{\\mathcal{C}}(y_{raw})$ is piecewise affine.
+Where the active set is stable it is the projection onto $\\{M y = h\\}$, with $M$
+the equality rows and the active rows of $C$ and of the identity (the box), and
+$h$ their right-hand sides. Differentiating its optimality conditions
+$y + M^\\top \\lambda = y_{raw}$, $M y = h$ gives the tangent
+
+$$\\dot y = r - M^\\top \\zeta,\\qquad M M^\\top \\zeta = M r - \\dot h
++ \\dot M y,\\qquad r = \\dot y_{raw} - \\dot M^\\top \\lambda,$$
+
+one symmetric positive (semi-)definite solve, done with conjugate gradients
+through `lineax`. The map is linear in the tangents, so JAX transposes it for
+reverse mode: the cotangents of $y_{raw}$, $h$ and $M$ come from one solve too.
+
+With fixed matrices the equality rows are eliminated once, on the host, with an
+orthonormal basis $N$ of $\\ker E$: $\\dot y = E^+ \\dot q + N (v - B_N^\\top \\zeta)$
+with $v = N^\\top r$ and $B_N$ the inequality and box rows times $N$, so the
+per-instance system involves only the inequality and box rows, masked by the
+active set (identity on the inactive rows). The rows are scaled to unit length,
+which is Jacobi preconditioning of that system.
+
+The active set is read off the Douglas-Rachford iterate: a row is active when its
+prox argument lies outside its bounds, which is where the iteration's own
+Jacobian vanishes (the implicit derivative of the fixed point, in closed form).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import scipy.linalg
+from jaxtyping import Array, Bool, Float, Int
+
+from . import _douglas_rachford as dr
+from ._affine import AbstractAffineProjection, independent_rows
+
+
+class FixedRows(eqx.Module):
+    """Host-precomputed pieces of the tangent map for fixed matrices.
+
+    Rows are the inequality rows of $C$ followed by the bounded coordinates of
+    $y$ (`box_index`), each scaled to unit length in $\\ker E$.
+    """
+
+    N: Float[Array, "d k"]
+    P_y: Float[Array, "m_eq d"]
+    BN: Float[Array, "n_rows k"]
+    BP: Float[Array, "n_rows m_eq"]
+    row_scale: Float[Array, " n_rows"]
+    gram: Float[Array, "n_rows n_rows"] | None
+    usable: Bool[Array, " n_rows"]
+    box_index: Int[Array, " n_box"]
+
+    @staticmethod
+    def build(E: np.ndarray, C: np.ndarray, box_index: np.ndarray) -> FixedRows:
+        """Factorise in float64.
+
+        **Arguments:**
+
+        - `E`: the fixed equality matrix, shape `(m_eq, d)`; dependent rows are
+            dropped (their right-hand sides get no gradient).
+        - `C`: the fixed inequality matrix, shape `(m, d)`.
+        - `box_index`: the coordinates of $y$ that have a (fixed or
+            parameterised) finite bound.
+
+        **Returns:** a `FixedRows`.
+        """
+        E = np.asarray(E, np.float64)
+        C = np.asarray(C, np.float64)
+        m_eq, d = E.shape
+        keep = independent_rows(E)
+        r = keep.size
+        P_y = np.zeros((m_eq, d))
+        if r:
+            Q, R = scipy.linalg.qr(E[keep].T, mode="full")
+            N = Q[:, r:]
+            # E_keep^+ = Q_1 R_1^{-T}: the minimum-norm particular solution.
+            pinv = Q[:, :r] @ scipy.linalg.solve_triangular(
+                R[:r], np.eye(r), trans="T"
+            )
+            P_y[keep] = pinv.T
+        else:
+            N = np.eye(d)
+        B = np.concatenate([C, np.eye(d)[box_index]], axis=0)
+        BN = B @ N
+        norms = np.linalg.norm(BN, axis=1)
+        # A row constant on {E y = q} (zero in ker E) can never be moved by the
+        # projection; it is left out of the system.
+        usable = norms > 1e-12 * max(1.0, norms.max(initial=0.0))
+        scale = np.where(usable, 1 / np.where(usable, norms, 1), 0)
+        BN = scale[:, None] * BN
+        BP = scale[:, None] * (B @ P_y.T)
+        n_rows, k = BN.shape
+        # Two thin products, or one with the Gram matrix: whichever is cheaper.
+        gram = BN @ BN.T if n_rows <= 2 * k else None
+        return FixedRows(
+            N=jnp.asarray(N),
+            P_y=jnp.asarray(P_y),
+            BN=jnp.asarray(BN),
+            BP=jnp.asarray(BP),
+            row_scale=jnp.asarray(scale),
+            gram=None if gram is None else jnp.asarray(gram),
+            usable=jnp.asarray(usable),
+            box_index=jnp.asarray(np.asarray(box_index, np.int32)),
+        )
+
+
+class Inputs(eqx.Module):
+    """What the projection is differentiated with respect to (one instance).
+
+    `E` and `C` are `None` when they are fixed (their derivative is then in
+    `FixedRows`).
+    """
+
+    y_raw: Float[Array, " d"]
+    q: Float[Array, " m_eq"]
+    lb_y: Float[Array, " d"]
+    ub_y: Float[Array, " d"]
+    lb_w: Float[Array, " m"]
+    ub_w: Float[Array, " m"]
+    E: Float[Array, "m_eq d"] | None
+    C: Float[Array, "m d"] | None
+
+
+class Forward(eqx.Module):
+    """The non-differentiated data of the forward Douglas-Rachford iteration."""
+
+    op: AbstractAffineProjection
+    s0: Float[Array, " n"]
+    sigma: Float[Array, ""]
+
+
+def _masked_operator(apply_gram, active, structure):
+    """$A v = a \\odot G (a \\odot v) + (1 - a) \\odot v$: the Gram matrix of the
+    active rows, with the identity on the inactive ones (SPD where $G_{aa}$ is)."""
+    a = active.astype(structure.dtype)
+
+    def mv(v):
+        return a * apply_gram(a * v) + (1 - a) * v
+
+    tags = (lx.symmetric_tag, lx.positive_semidefinite_tag)
+    return lx.FunctionLinearOperator(mv, structure, tags)
+
+
+def _solve(apply_gram, active, rhs, solver):
+    if rhs.size == 0:
+        return rhs
+    structure = jax.eval_shape(lambda: rhs)
+    operator = _masked_operator(apply_gram, active, structure)
+    return lx.linear_solve(operator, rhs, solver, throw=False).value
+
+
+def _zeros_if_none(tangent, like):
+    if like is None:
+        return None
+    return jnp.zeros_like(like) if tangent is None else tangent
+
+
+@eqx.filter_custom_jvp
+def project(inputs: Inputs, *, forward: Forward, fixed: FixedRows | None, cfg):
+    """$y = \\Pi_{\\mathcal{C}}(y_{raw})$ by Douglas-Rachford, differentiated
+    exactly through its active set.
+
+    **Arguments:**
+
+    - `inputs`: the differentiated data.
+    - `forward`: the iteration's affine projection, start and $\\sigma$.
+    - `fixed`: the host factorisation for fixed matrices, else `None`.
+    - `cfg`: static `(omega, n_max, tol, solver, box_index)`, the last (a
+        tuple) only used with per-instance matrices.
+
+    **Returns:** `(y, (s, n_steps, fixed_point_residual, upper_active,
+    lower_active))`, the activity flags for $y$'s coordinates then the
+    inequality rows.
+    """
+    omega, n_max, tol, _, _ = cfg
+    op = forward.op
+    theta = _theta(inputs)
+    P = dr.prepare(theta, op, forward.sigma)
+    s, n_steps, fp = dr.iterate(forward.s0, P, op, omega, n_max, tol)
+    z = op.project(s, P.part)
+    pre = P.a + P.c * (2 * z - s)[: P.a.shape[0]]
+    y = op.d_y * z[: inputs.y_raw.shape[0]]
+    return y, (s, n_steps, fp, pre > P.upper, pre < P.lower)
+
+
+def _theta(inputs: Inputs) -> dict:
+    empty = jnp.zeros((0,), inputs.y_raw.dtype)
+    return dict(
+        y_raw=inputs.y_raw,
+        q=inputs.q,
+        lb_y=inputs.lb_y,
+        ub_y=inputs.ub_y,
+        lb_w=inputs.lb_w,
+        ub_w=inputs.ub_w,
+        cone_offset=empty,
+        totals=empty,
+    )
+
+
+@project.def_jvp
+def _project_jvp(primals, tangents, *, forward, fixed, cfg):
+    (inputs,) = primals
+    (t_in,) = tangents
+    out = project(inputs, forward=forward, fixed=fixed, cfg=cfg)
+    y, (_, _, _, hi, lo) = out
+    solver = cfg[3]
+    d = y.shape[0]
+    t = jax.tree.map(
+        _zeros_if_none,
+        _fields(t_in),
+        _fields(inputs),
+        is_leaf=lambda x: x is None,
+    )
+    if fixed is not None:
+        box = fixed.box_index
+        hi_rows = jnp.concatenate([hi[d:], hi[:d][box]]) & fixed.usable
+        lo_rows = jnp.concatenate([lo[d:], lo[:d][box]]) & fixed.usable
+        dh = jnp.where(
+            hi_rows,
+            jnp.concatenate([t["ub_w"], t["ub_y"][box]]),
+            jnp.where(lo_rows, jnp.concatenate([t["lb_w"], t["lb_y"][box]]), 0.0),
+        )
+        dy = _fixed_tangent(fixed, hi_rows | lo_rows, t["y_raw"], t["q"], dh, solver)
+    else:
+        dy = _general_tangent(inputs, t_in, t, y, hi, lo, cfg[4], solver)
+    return out, (dy, (None,) * 5)
+
+
+def _fields(x):
+    if x is None:
+        return dict.fromkeys(("y_raw", "q", "lb_y", "ub_y", "lb_w", "ub_w", "E", "C"))
+    return dict(
+        y_raw=x.y_raw,
+        q=x.q,
+        lb_y=x.lb_y,
+        ub_y=x.ub_y,
+        lb_w=x.lb_w,
+        ub_w=x.ub_w,
+        E=x.E,
+        C=x.C,
+    )
+
+
+def _fixed_tangent(fixed: FixedRows, active, dy_raw, dq, dh, solver):
+    """$\\dot y = E^+ \\dot q + N (v - B_N^\\top \\zeta)$ with $v = N^\\top \\dot
+    y_{raw}$ and $\\zeta$ from the masked active-row system."""
+    dtype = dy_raw.dtype
+    N, BN, BP, scale = (
+        x.astype(dtype) for x in (fixed.N, fixed.BN, fixed.BP, fixed.row_scale)
+    )
+    y0 = dq @ fixed.P_y.astype(dtype)
+    v = dy_raw @ N
+    if BN.shape[0] == 0:
+        return y0 + N @ v
+    # The scaled active rows' residual at the unconstrained tangent y0 + N v.
+    rhs = jnp.where(active, BN @ v + BP @ dq - scale * dh, 0.0)
+    if fixed.gram is not None:
+        gram = fixed.gram.astype(dtype)
+        apply_gram = lambda x: gram @ x  # noqa: E731
+    else:
+        apply_gram = lambda x: BN @ (x @ BN)  # noqa: E731
+    zeta = _solve(apply_gram, active, rhs, solver)
+    return y0 + N @ (v - zeta @ BN)
+
+
+def _general_tangent(inputs: Inputs, t_in, t, y, hi, lo, box, solver):
+    """The tangent with per-instance matrices: rows $M = [E; C; I_{box}]$ over
+    all of $y$, the equality rows always active."""
+    d = y.shape[0]
+    dtype = y.dtype
+    box = np.asarray(box, np.int32)
+    E, C = inputs.E, inputs.C
+    M = jnp.concatenate([E, C, jnp.eye(d, dtype=dtype)[box]])
+    norms = jnp.linalg.norm(M, axis=1)
+    usable = norms > 0
+    scale = jnp.where(usable, 1 / jnp.where(usable, norms, 1), 0)
+    Ms = scale[:, None] * M
+    m_eq = E.shape[0]
+    hi_rows = jnp.concatenate([hi[d:], hi[:d][box]])
+    lo_rows = jnp.concatenate([lo[d:], lo[:d][box]])
+    active = (
+        jnp.concatenate([jnp.ones(m_eq, bool), hi_rows | lo_rows]) & usable
+    )
+    apply_gram = lambda x: Ms @ (x @ Ms)  # noqa: E731
+    dh = jnp.concatenate(
+        [
+            t["q"],
+            jnp.where(
+                hi_rows,
+                jnp.concatenate([t["ub_w"], t["ub_y"][box]]),
+                jnp.where(lo_rows, jnp.concatenate([t["lb_w"], t["lb_y"][box]]), 0.0),
+            ),
+        ]
+    )
+    r = t["y_raw"]
+    if t_in is not None and (t_in.E is not None or t_in.C is not None):
+        # The multipliers, y_raw - y = M^T lam, enter through the moving rows.
+        lam = scale * _solve(
+            apply_gram, active, jnp.where(active, Ms @ (inputs.y_raw - y), 0.0), solver
+        )
+        dM = jnp.concatenate([t["E"], t["C"], jnp.zeros((box.size, d), dtype)])
+        r = r - lam @ dM
+        dh = dh - dM @ y
+    rhs = jnp.where(active, Ms @ r - scale * dh, 0.0)
+    zeta = _solve(apply_gram, active, rhs, solver)
+    return r - zeta @ Ms
