@@ -242,6 +242,26 @@ class ReferenceDC3Projector:
             self._forward_cache[n_iter] = self.make_forward(n_iter)
         return self._forward_cache[n_iter]
 
+    def projection(self, n_iter: int, n_iter_bwd: int = 25):
+        """The projection as a plain function, differentiable and not yet jitted.
+
+        For a caller that builds its own loss around the layer (for example a
+        `jax.jit(jax.value_and_grad(loss))` training step). The data must already
+        have the projector's `dtype`.
+
+        **Arguments:**
+
+        - `n_iter`: the number of forward iterations.
+        - `n_iter_bwd`: the number of iterations of the reference's backward
+            linear solve, used when the function is differentiated.
+
+        **Returns:**
+
+        A function `(Y, X) -> Y_proj`, with `Y` and `Y_proj` of shape
+        `(B, n_var)` and `X` of shape `(B, n_eq)`.
+        """
+        return lambda Y, X: self._call(Y, X, n_iter, n_iter_bwd)
+
     def make_vjp(self, n_iter: int, n_iter_bwd: int = 25):
         r"""A jitted vector-Jacobian product, by the reference's implicit backward.
 

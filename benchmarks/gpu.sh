@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# One-shot GPU check, at most 8 minutes on an H100: the training-step benchmark
+# (ours against the reference, at XLA's default float32 matmul precision, which is
+# TF32 on an H100, and at "highest") and the paper-recipe DC3 training of both.
+#
+#   bash benchmarks/gpu.sh [OUT]
+#   PINET_WHEEL=wheels/pinet_hcnn-0.2.0-py3-none-any.whl bash benchmarks/gpu.sh OUT
+#
+# OUT is $1, else $OUT, else results/gpu. Everything goes under it: one log per
+# step, training_step_{default,highest}.json, the DC3 runs under dc3/, and
+# status.txt (each step's exit status and seconds; 124 means it hit its timeout).
+# Each step runs under `timeout`, capped by what is left of a total budget of
+# GPU_BUDGET_S seconds (default 450), so a slow step cannot push the script past
+# 8 minutes; a failed step is recorded and the next one runs. If PINET_WHEEL is
+# set, the reference is installed from that wheel first (offline machines need
+# beartype already installed, or BEARTYPE to name its wheel).
+#
+# For a dry run on a CPU with tiny settings:
+#   TS_SIZES=tiny TS_REPEATS=2 TS_CHECK=4 DC3_SIZE=tiny DC3_EPOCHS=1 \
+#     bash benchmarks/gpu.sh /tmp/gpu-dry
+set -uo pipefail
+out="${1:-${OUT:-results/gpu}}"
+mkdir -p "$out"
+budget="${GPU_BUDGET_S:-450}"
+ts_sizes="${TS_SIZES:-small large}"
+ts_repeats="${TS_REPEATS:-10}"
+ts_check="${TS_CHECK:-32}"
+dc3_size="${DC3_SIZE:-small}"
+dc3_epochs="${DC3_EPOCHS:-50}"
+status="$out/status.txt"
+: >"$status"
+
+# step NAME LIMIT_S COMMAND...: run COMMAND under timeout, log to OUT/NAME.log.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$((budget - SECONDS - 5))
+  if ((left < 15)); then
+    echo "$name skipped: out of time" | tee -a "$status"
+    return
+  fi
+  ((limit > left)) && limit=$left
+  echo "== $name (limit ${limit} s): $*" >&2
+  local t0=$SECONDS
+  timeout --kill-after=5 "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc $((SECONDS - t0)) s" | tee -a "$status"
+}
+
+if [ -n "${PINET_WHEEL:-}" ]; then
+  step install 60 pip install --no-deps "$PINET_WHEEL" "${BEARTYPE:-beartype}"
+fi
+
+step info 30 bash -c 'nvidia-smi; python -c "import jax; print(jax.__version__, jax.devices())"'
+
+# The DC3 training needs the validation and test solutions (IPOPT); solving them
+# now keeps that CPU work out of the timed GPU steps.
+step data 60 python -m benchmarks.dc3 data --problem nonconvex --size "$dc3_size"
+
+# Training step, float32. Ours always runs its products at full precision; the
+# reference follows JAX_DEFAULT_MATMUL_PRECISION, so it is timed both ways.
+# shellcheck disable=SC2086  # ts_sizes is a list of words
+ts=(python -m benchmarks.training_step --sizes $ts_sizes --dtypes float32
+  --repeats "$ts_repeats" --n-grad-check "$ts_check" --quiet)
+step training_step_default 120 "${ts[@]}" --out "$out/training_step_default.json"
+step training_step_highest 120 env JAX_DEFAULT_MATMUL_PRECISION=highest \
+  "${ts[@]}" --out "$out/training_step_highest.json"
+
+# The paper's recipe on the small non-convex problem (App. B.2): 200-200 MLP, Adam
+# 1e-2, batch 2048, 50 epochs, sigma 0.068068, 50 iterations, Ruiz 25, omega 1.7,
+# 25 backward iterations. Ours with exactly that configuration (as
+# run_suite.sh's pinet-paper-config), then the reference.
+train=(python -m benchmarks.dc3 train --problem nonconvex --size "$dc3_size"
+  --seed 0 --epochs "$dc3_epochs" --repeats 5 --quiet --out "$out/dc3")
+step train_pinet_paper_config 90 "${train[@]}" --method pinet \
+  --label pinet-paper-config --set batch_size=2048 --set n_iter_test=50 \
+  --set refine=false --set ineq_margin=0.0
+step train_reference 90 "${train[@]}" --method reference
+step train_reference_highest 90 env JAX_DEFAULT_MATMUL_PRECISION=highest \
+  "${train[@]}" --method reference --label reference-highest
+
+echo "== done in $SECONDS s; results under $out" >&2
+cat "$status"
+for f in "$out"/training_step_*.log; do
+  [ -f "$f" ] && echo "== $f" && grep '^|' "$f"
+done
+exit 0

@@ -1,0 +1,654 @@
+r"""Training-step benchmark: the projection forward and forward+backward, ours
+against the published reference, with gradient accuracy against an exact VJP.
+
+    python -m benchmarks.training_step                  # small and large, f32 and f64
+    python -m benchmarks.training_step --sizes small --dtypes float32 --repeats 20
+    python -m benchmarks.training_step --quick          # tiny problem (CI smoke test)
+
+For each DC3 problem (small 100/50/50 at batch 2048, large 1000/500/500 at batch
+1024) and each float dtype, both layers run side by side in one process:
+
+- **ours** is `pinet_eqx.Projector` at its library defaults (no setting passed),
+  batched with `jax.vmap(proj)(Y, b=X)`; its arrays are arguments of the jitted
+  function, as in training;
+- **the reference** is `pinet-hcnn` 0.2.0 at the paper's configuration (App. B.2):
+  tuned $\sigma$ (0.068068 small, 0.161069 large), 50 iterations, Ruiz
+  equilibration with 25 iterations, $\omega = 1.7$ and 25 backward iterations,
+  through `benchmarks._reference.ReferenceDC3Projector`.
+
+Timed are the whole jitted projection (`fwd`) and the whole jitted
+`jax.value_and_grad` of $L(Y) = \sum_{ij} V_{ij} \Pi(Y)_{ij}$ with respect to the
+raw batch $Y$ (`fwd+bwd`), with $V$ a fixed random cotangent. The first call
+(trace, compile and run) is reported as `compile`; then the median, quartiles,
+minimum and maximum of `--repeats` calls, each ended by `block_until_ready`.
+
+**Raw inputs.** A trained network outputs points near the optimum, which lies on
+the boundary of the polytope, so some inequalities are violated and must be
+projected back. We take $Y = A^+ x + 0.5\,N(0, I)$: $A^+ x$ is the DC3 generator's
+strictly feasible point, and the noise makes about 12-17% of the inequalities
+violated before projection, so a few (small) to about twenty (large) end up
+active. $Y$, $X$ and $V$ are rounded to float32 once, so the float32 and float64
+runs see the same numbers and share one ground truth.
+
+**Ground truth.** For the first `--n-grad-check` instances, the exact projection
+is found in float64 NumPy, independently of both libraries, by a primal-dual
+active-set method: with the active rows $S$, $M = [A; G_S]$ and
+$z = y - M^\top (M M^\top)^{-1}(M y - [x; h_S])$, it stops when every multiplier
+of $S$ is non-negative and every other row is satisfied, which certifies $z$ by
+the KKT conditions. On the small problems Clarabel (through cvxpy, tolerances
+1e-12) solves the same instances as a cross-check. The exact VJP is then
+$g - M^\top (M M^\top)^{-1} M g$. An instance with a weakly active row (slack and
+multiplier both below 1e-7) has no well-defined derivative; it is counted and left
+out of the error statistics.
+
+**Precision.** The float32 runs execute under `jax.enable_x64(False)`, as training
+in float32 would: with x64 on, the reference silently promotes float32 inputs to
+float64. `JAX_DEFAULT_MATMUL_PRECISION` is recorded: on a GPU it decides whether
+the reference's float32 products run as TF32; ours always asks for full
+precision.
+
+Writes a markdown table to stdout and a JSON record (default
+`benchmarks/_out/training_step.json`); progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import pathlib
+import sys
+import time
+import warnings
+
+import numpy as np
+import scipy.linalg
+
+from pinet_eqx.problems import DC3Problem, dc3_violation, make_dc3
+
+from ._reference import reference_available
+from .dc3._data import SIZES, load_instances
+from .dc3._harness import machine, time_calls
+from .dc3._pinet import PAPER_SIGMA
+
+DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "_out" / "training_step.json"
+PROG = "python -m benchmarks.training_step"
+BATCH = {"tiny": 64, "small": 2048, "large": 1024}
+DTYPES = ("float32", "float64")
+RAW_NOISE = 0.5
+# The reference at the paper's configuration (App. B.2); sigma is per size.
+REFERENCE_CONFIG = {
+    "omega": 1.7,
+    "n_iter": 50,
+    "n_iter_bwd": 25,
+    "equilibrate": True,
+    "equilibration_max_iter": 25,
+}
+# A row with slack and multiplier both below this is weakly active: the
+# projection is not differentiable there.
+WEAK_TOL = 1e-7
+CLARABEL_MAX_VAR = 200  # Clarabel takes ~20 s per large instance; skip it there.
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One benchmark problem and its batch, in float64 NumPy.
+
+    **Fields:**
+
+    - `size`: `"tiny"`, `"small"` or `"large"`.
+    - `problem`: the `DC3Problem` (its `A`, `G`, `h`).
+    - `X`: the contexts, shape `(batch, n_eq)`.
+    - `Y`: the raw points $A^+ x + 0.5\\,N(0, I)$, shape `(batch, n_var)`.
+    - `V`: the cotangent, $N(0, I)$, shape `(batch, n_var)`.
+    - `source`: where the data came from, for the record.
+    """
+
+    size: str
+    problem: DC3Problem
+    X: np.ndarray
+    Y: np.ndarray
+    V: np.ndarray
+    source: dict
+
+
+def make_case(
+    size: str, batch: int | None = None, instances=None, seed: int = 0
+) -> Case:
+    """Generate the problem and the batch of one size.
+
+    **Arguments:**
+
+    - `size`: a key of `benchmarks.dc3._data.SIZES`.
+    - `batch`: the batch size; default `BATCH[size]`.
+    - `instances`: optional folder of the paper's DC3 `.npz` files; used for the
+        small problem only (its 2048 validation and test contexts).
+    - `seed`: the seed of the raw points and the cotangent.
+
+    **Returns:**
+
+    A `Case`, with `X`, `Y` and `V` rounded to float32 values.
+    """
+    batch = BATCH[size] if batch is None else batch
+    n_var, n_eq, n_ineq, n_examples = SIZES[size][:4]
+    if instances is not None and size == "small":
+        problem = load_instances(instances, "nonconvex").problem
+        source = {"instances": str(instances)}
+    else:
+        problem = make_dc3(n_var, n_eq, n_ineq, n_examples=n_examples, seed=17)
+        source = {"generator": "make_dc3", "seed": 17, "n_examples": n_examples}
+    # The last rows: for the small problem these are the published validation and
+    # test contexts, the same 2048 as in the instance files.
+    X = _f32_grid(np.resize(problem.X[::-1], (batch, problem.n_eq))[::-1])
+    rng = np.random.RandomState(seed)
+    Y = _f32_grid(
+        X @ np.linalg.pinv(problem.A).T
+        + RAW_NOISE * rng.normal(size=(batch, problem.n_var))
+    )
+    V = _f32_grid(rng.normal(size=(batch, problem.n_var)))
+    source.update(batch=batch, raw=f"A^+ x + {RAW_NOISE} N(0, I)", seed=seed)
+    return Case(size, problem, X, Y, V, source)
+
+
+def _f32_grid(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, np.float32).astype(np.float64)
+
+
+# ------------------------------------------------------------ ground truth
+
+
+def _equality_projection(M, r, y):
+    # M^T = Q R gives M M^T = R^T R; the QR keeps the solve accurate where the
+    # normal equations would square the condition number.
+    Q, R = scipy.linalg.qr(M.T, mode="economic")
+    nu = scipy.linalg.solve_triangular(
+        R, scipy.linalg.solve_triangular(R, M @ y - r, trans="T")
+    )
+    return y - M.T @ nu, nu, Q
+
+
+def active_set_projection(A, G, h, y, x, max_steps: int = 100):
+    r"""The exact projection onto $\{z : A z = x,\ G z \le h\}$, in float64 NumPy.
+
+    A primal-dual active-set method: from the rows violated by the projection onto
+    $\{A z = x\}$, it projects onto $\{A z = x,\ G_S z = h_S\}$, drops the rows of
+    $S$ with negative multipliers and adds the violated ones, until $S$ no longer
+    changes, at which point $z$ satisfies the KKT conditions (up to rounding).
+
+    **Arguments:**
+
+    - `A`, `G`, `h`: the constraint data, shapes `(m, n)`, `(k, n)`, `(k,)`.
+    - `y`: the point to project, shape `(n,)`.
+    - `x`: the context, shape `(m,)`.
+    - `max_steps`: the most active-set changes.
+
+    **Returns:**
+
+    `(z, active, lam, slack, Q)` with `Q` an orthonormal basis of the rows of
+    $M = [A; G_S]$, or `None` when it did not settle within `max_steps`.
+    """
+    active = np.zeros(G.shape[0], bool)
+    tol = 1e-12 * (1.0 + np.abs(h))
+    for _ in range(max_steps):
+        M = np.vstack([A, G[active]])
+        z, nu, Q = _equality_projection(M, np.concatenate([x, h[active]]), y)
+        lam = np.zeros(G.shape[0])
+        lam[active] = nu[A.shape[0] :]
+        slack = h - G @ z
+        new = (active & (lam > -tol)) | (~active & (slack < -tol))
+        if np.array_equal(new, active):
+            return z, active, lam, slack, Q
+        active = new
+    return None
+
+
+def _clarabel(problem: DC3Problem):
+    # One parametrised cvxpy problem, so that each solve skips canonicalisation.
+    import cvxpy as cp
+
+    n = problem.n_var
+    y, x, z = cp.Parameter(n), cp.Parameter(problem.n_eq), cp.Variable(n)
+    cons = [problem.A @ z == x, problem.G @ z <= problem.h]
+    qp = cp.Problem(cp.Minimize(cp.sum_squares(z - y)), cons)
+
+    def solve(y_value, x_value):
+        y.value, x.value = y_value, x_value
+        qp.solve(
+            solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
+        )
+        # cvxpy's multiplier of `G z <= h` for the objective ||z - y||^2 is twice
+        # that of the projection's KKT system with 1/2 ||z - y||^2.
+        return z.value, cons[1].dual_value / 2
+
+    return solve
+
+
+def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
+    r"""The exact projection and VJP of the first `n` instances, in float64.
+
+    **Arguments:**
+
+    - `case`: the benchmark case.
+    - `n`: how many instances (the first rows of the batch).
+    - `clarabel`: whether to cross-check each projection with Clarabel; default:
+        on problems with at most `CLARABEL_MAX_VAR` variables.
+    - `progress`: whether to show a progress bar on stderr.
+
+    **Returns:**
+
+    A dict with `y` and `vjp` (shape `(n, n_var)`), `well_defined` (shape `(n,)`,
+    no weakly active row), `n_active` (shape `(n,)`) and a summary for the record.
+    """
+    from tqdm.auto import tqdm
+
+    P = case.problem
+    n = min(n, len(case.Y))
+    clarabel = P.n_var <= CLARABEL_MAX_VAR if clarabel is None else clarabel
+    solve = _clarabel(P) if clarabel else None
+    Z, VJP = np.zeros((n, P.n_var)), np.zeros((n, P.n_var))
+    well_defined, n_active = np.ones(n, bool), np.zeros(n, int)
+    kkt, clarabel_gap, clarabel_mismatch, fallbacks = 0.0, 0.0, 0, 0
+    start = time.perf_counter()
+    rows = tqdm(
+        range(n),
+        desc=f"{case.size}: exact VJP",
+        disable=not progress,
+        file=sys.stderr,
+        leave=False,
+    )
+    for i in rows:
+        y, x, g = case.Y[i], case.X[i], case.V[i]
+        found = active_set_projection(P.A, P.G, P.h, y, x)
+        if found is None:
+            # Rare; fall back to Clarabel's active set (solved now if needed).
+            fallbacks += 1
+            solve = solve or _clarabel(P)
+            z_c, lam_c = solve(y, x)
+            active = (P.h - P.G @ z_c < WEAK_TOL) & (lam_c > WEAK_TOL)
+            M = np.vstack([P.A, P.G[active]])
+            z, nu, Q = _equality_projection(M, np.concatenate([x, P.h[active]]), y)
+            lam = np.zeros(P.n_ineq)
+            lam[active] = nu[P.n_eq :]
+            slack = P.h - P.G @ z
+        else:
+            z, active, lam, slack, Q = found
+        kkt = max(
+            kkt,
+            float(np.abs(P.A @ z - x).max()),
+            float(np.maximum(-slack, 0).max(initial=0.0)),
+            float(np.maximum(-lam, 0).max(initial=0.0)),
+        )
+        weak = (np.where(active, lam, slack) < WEAK_TOL).any()
+        well_defined[i] = not weak
+        n_active[i] = int(active.sum())
+        Z[i] = z
+        VJP[i] = g - Q @ (Q.T @ g)
+        if solve is not None and clarabel:
+            z_c, lam_c = solve(y, x)
+            clarabel_gap = max(clarabel_gap, float(np.abs(z_c - z).max()))
+            active_c = (P.h - P.G @ z_c < WEAK_TOL) & (lam_c > WEAK_TOL)
+            clarabel_mismatch += int(not np.array_equal(active_c, active))
+    summary = {
+        "n_instances": n,
+        "n_well_defined": int(well_defined.sum()),
+        "active_rows_mean": float(n_active.mean()) if n else 0.0,
+        "active_rows_max": int(n_active.max(initial=0)),
+        "kkt_residual_max": kkt,
+        "active_set_fallbacks": fallbacks,
+        "clarabel_checked": bool(clarabel),
+        "clarabel_max_abs_diff": clarabel_gap if clarabel else None,
+        "clarabel_active_set_mismatches": clarabel_mismatch if clarabel else None,
+        "seconds": time.perf_counter() - start,
+    }
+    return {
+        "y": Z,
+        "vjp": VJP,
+        "well_defined": well_defined,
+        "n_active": n_active,
+        "summary": summary,
+    }
+
+
+# ------------------------------------------------------------ the two layers
+
+
+def _ours(case: Case):
+    """Our projector at its defaults: `(project(params, Y, X), params, settings)`."""
+    import equinox as eqx
+    import jax
+
+    import pinet_eqx as pe
+
+    P = case.problem
+    proj = pe.Projector(
+        [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)]
+    )
+    params, static = eqx.partition(proj, eqx.is_array)
+
+    def project(params, Y, X):
+        return jax.vmap(eqx.combine(params, static))(Y, b=X)
+
+    settings = {
+        "sigma": float(proj.sigma),
+        "omega": float(proj.omega),
+        "n_iter": proj.n_iter,
+        "n_iter_bwd": proj.n_iter_bwd,
+        "equilibrate": proj.equilibrated,
+        "note": "library defaults; no setting passed to pe.Projector",
+    }
+    return project, params, settings
+
+
+def _reference(case: Case, dtype):
+    """The reference at the paper's configuration: `(project, params, settings)`."""
+    from ._reference import ReferenceDC3Projector
+
+    P = case.problem
+    cfg = REFERENCE_CONFIG
+    sigma = PAPER_SIGMA.get(case.size, 1.0)
+    layer = ReferenceDC3Projector(
+        P.A,
+        P.G,
+        P.h,
+        sigma=sigma,
+        omega=cfg["omega"],
+        equilibrate=cfg["equilibrate"],
+        equilibration_max_iter=cfg["equilibration_max_iter"],
+        dtype=dtype,
+    )
+    fn = layer.projection(cfg["n_iter"], cfg["n_iter_bwd"])
+    return (lambda params, Y, X: fn(Y, X)), None, {"sigma": sigma, **cfg}
+
+
+def _timed(fn, args, repeats: int) -> tuple[object, dict]:
+    """The first call's seconds as `compile_s`, then `time_calls` statistics."""
+    import jax
+
+    start = time.perf_counter()
+    out = jax.block_until_ready(fn(*args))
+    first = time.perf_counter() - start
+    stats = time_calls(lambda: jax.block_until_ready(fn(*args)), repeats, warmup=1)
+    return out, {"compile_s": first, **stats}
+
+
+def measure(project, params, case: Case, dtype, repeats: int) -> dict:
+    r"""Time one layer's forward and forward+backward on `case`.
+
+    **Arguments:**
+
+    - `project`: a function `(params, Y, X) -> Y_proj` on batches.
+    - `params`: its array arguments (a pytree, or `None`).
+    - `case`: the benchmark case.
+    - `dtype`: the JAX dtype to cast the batch to.
+    - `repeats`: timed calls after the first.
+
+    **Returns:**
+
+    A dict with the timings `fwd` and `fwd_bwd` (seconds), the outputs `y` and
+    `grad` as float64 NumPy arrays, and the warnings raised, counted by message.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    Y, X, V = (jnp.asarray(a, dtype) for a in (case.Y, case.X, case.V))
+
+    def loss(Y, params, X, V):
+        return jnp.sum(V * project(params, Y, X))
+
+    forward = jax.jit(project)
+    step = jax.jit(jax.value_and_grad(loss))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y, fwd = _timed(forward, (params, Y, X), repeats)
+        (_, grad), fwd_bwd = _timed(step, (Y, params, X, V), repeats)
+    counts = {}
+    for w in caught:
+        key = f"{w.category.__name__}: {str(w.message)[:160]}"
+        counts[key] = counts.get(key, 0) + 1
+    if y.dtype != dtype or grad.dtype != dtype:
+        raise RuntimeError(
+            f"asked for {dtype.__name__}, the layer returned {y.dtype} and a "
+            f"gradient of {grad.dtype}"
+        )
+    return {
+        "fwd": fwd,
+        "fwd_bwd": fwd_bwd,
+        "y": np.asarray(y, np.float64),
+        "grad": np.asarray(grad, np.float64),
+        "warnings": counts,
+    }
+
+
+def accuracy(result: dict, case: Case, truth: dict) -> dict:
+    """Gradient and projection errors of one layer against the ground truth.
+
+    **Returns:**
+
+    `grad_rel_err_{worst,median}`: $\\|g - g^\\star\\| / \\|g^\\star\\|$ over the
+    well-defined checked instances; `y_err_max`: the largest
+    $\\|y - y^\\star\\|_\\infty$ there; `cv_max`: the largest constraint violation
+    over the whole batch.
+    """
+    n = len(truth["y"])
+    ok = truth["well_defined"]
+    g, g_true = result["grad"][:n][ok], truth["vjp"][ok]
+    rel = np.linalg.norm(g - g_true, axis=1) / np.linalg.norm(g_true, axis=1)
+    P = case.problem
+    cv = dc3_violation(result["y"], case.X, P.A, P.G, P.h)
+    return {
+        "grad_rel_err_worst": float(rel.max()) if rel.size else float("nan"),
+        "grad_rel_err_median": float(np.median(rel)) if rel.size else float("nan"),
+        "grad_checked": int(ok.sum()),
+        "y_err_max": float(np.abs(result["y"][:n][ok] - truth["y"][ok]).max()),
+        "cv_max": float(cv.max()),
+    }
+
+
+# ------------------------------------------------------------ the benchmark
+
+
+def run_case(case: Case, truth: dict, dtype_name: str, repeats: int, with_ref: bool):
+    """Both layers on one case in one dtype.
+
+    **Returns:**
+
+    A JSON-ready dict: `size`, `dtype`, `batch`, `ours`, `reference` (or `None`)
+    and the `ratio` ours/reference of the median times.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    dtype = jnp.dtype(dtype_name).type
+    entry = {"size": case.size, "dtype": dtype_name, "batch": len(case.Y)}
+    layers = [("ours", _ours)]
+    if with_ref:
+        layers.append(("reference", lambda c: _reference(c, dtype)))
+    for name, build in layers:
+        # With x64 on, the reference promotes float32 inputs to float64; a float32
+        # training run would have x64 off, so the float32 runs do too.
+        with jax.enable_x64(dtype_name == "float64"):
+            project, params, settings = build(case)
+            _log(f"{case.size} {dtype_name} {name}: compiling and timing")
+            result = measure(project, params, case, dtype, repeats)
+        entry[name] = {
+            "settings": settings,
+            "fwd": result["fwd"],
+            "fwd_bwd": result["fwd_bwd"],
+            **accuracy(result, case, truth),
+            "warnings": result["warnings"],
+        }
+        _log(f"  {_row(name, entry[name])}")
+    entry.setdefault("reference", None)
+    ref = entry["reference"]
+    entry["ratio"] = {
+        key: (entry["ours"][key]["median"] / ref[key]["median"] if ref else None)
+        for key in ("fwd", "fwd_bwd")
+    }
+    return entry
+
+
+def _log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _ms(t: dict) -> str:
+    return f"{1e3 * t['median']:.3g} [{1e3 * t['lq']:.3g}, {1e3 * t['uq']:.3g}]"
+
+
+def _row(name: str, r: dict) -> str:
+    return (
+        f"{name} | {r['fwd']['compile_s']:.1f} | {_ms(r['fwd'])} | "
+        f"{r['fwd_bwd']['compile_s']:.1f} | {_ms(r['fwd_bwd'])} | "
+        f"{r['grad_rel_err_worst']:.1e} / {r['grad_rel_err_median']:.1e} | "
+        f"{r['y_err_max']:.1e} | {r['cv_max']:.1e}"
+    )
+
+
+def markdown(record: dict) -> str:
+    """The results as markdown tables: per layer, then ours/reference ratios.
+
+    **Arguments:**
+
+    - `record`: the dict `main` returns.
+
+    **Returns:**
+
+    The tables as one string.
+    """
+    m = record["machine"]
+    lines = [
+        f"Training step, {m['device_kind']} ({m['cpu']}), jax {m['jax']}, matmul "
+        f"precision {m['matmul_precision']}, commit {m['git']}.",
+        "Times in ms: median [lower quartile, upper quartile] of "
+        f"{record['settings']['repeats']} calls; compile = first call in s. "
+        "Gradient error: ||g - g*|| / ||g*|| (worst / median) against the exact "
+        "float64 VJP; y err: max |y - y*|; CV: max violation over the batch.",
+        "",
+        "| size | dtype | batch | layer | compile fwd | fwd | compile fwd+bwd | "
+        "fwd+bwd | grad err worst / median | y err | CV |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in record["results"]:
+        for name in ("ours", "reference"):
+            if e[name] is not None:
+                lines.append(
+                    f"| {e['size']} | {e['dtype']} | {e['batch']} | "
+                    f"{_row(name, e[name])} |"
+                )
+    if any(e["reference"] for e in record["results"]):
+        lines += [
+            "",
+            "| size | dtype | ours/reference fwd | ours/reference fwd+bwd |",
+            "|---|---|---|---|",
+        ]
+        for e in record["results"]:
+            if e["reference"] is not None:
+                r = e["ratio"]
+                lines.append(
+                    f"| {e['size']} | {e['dtype']} | {r['fwd']:.2f} | "
+                    f"{r['fwd_bwd']:.2f} |"
+                )
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", choices=tuple(BATCH), default=None)
+    parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
+    parser.add_argument("--repeats", type=int, default=None, help="default 10")
+    parser.add_argument(
+        "--n-grad-check",
+        type=int,
+        default=None,
+        help="instances checked against the exact VJP (default 64)",
+    )
+    parser.add_argument(
+        "--batch", type=int, help="override the batch (default: small 2048, large 1024)"
+    )
+    parser.add_argument(
+        "--instances",
+        type=pathlib.Path,
+        help="folder of the paper's DC3 .npz files, used for the small problem",
+    )
+    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
+    parser.add_argument("--no-reference", action="store_true", help="time ours only")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="the tiny problem, 3 repeats, 8 checked instances (smoke test)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the benchmark, print the table and write the JSON record.
+
+    **Arguments:**
+
+    - `argv`: the command-line arguments; default `sys.argv[1:]`.
+
+    **Returns:**
+
+    The record written to `--out`: `machine`, `settings`, `ground_truth` (per
+    size) and `results` (one entry per size and dtype).
+    """
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    args = _parser().parse_args(argv)
+    quick = args.quick
+    sizes = args.sizes or (["tiny"] if quick else ["small", "large"])
+    repeats = args.repeats or (3 if quick else 10)
+    n_check = args.n_grad_check if args.n_grad_check is not None else 8 if quick else 64
+    with_ref = not args.no_reference and reference_available()
+    if not with_ref and not args.no_reference:
+        _log("The reference (pinet-hcnn) is not installed: timing ours only.")
+    command = " ".join([PROG, *(sys.argv[1:] if argv is None else argv)])
+    device = jax.devices()[0]
+    record = {
+        "machine": {
+            **machine(),
+            "device_kind": device.device_kind,
+            "device_count": jax.device_count(),
+            "matmul_precision": str(jax.config.jax_default_matmul_precision),
+            "command": command,
+        },
+        "settings": {
+            "sizes": sizes,
+            "dtypes": args.dtypes,
+            "repeats": repeats,
+            "n_grad_check": n_check,
+            "reference": with_ref,
+            "raw_inputs": f"Y = A^+ x + {RAW_NOISE} N(0, I), rounded to float32",
+            "loss": "sum(V * project(Y, X)), V ~ N(0, I); gradient w.r.t. Y",
+        },
+        "ground_truth": {},
+        "results": [],
+    }
+    _log(f"{command}\n{device.device_kind}, jax {jax.__version__}")
+    for size in sizes:
+        if args.instances is not None and size != "small":
+            _log(f"--instances holds the small problem; {size} is generated.")
+        case = make_case(size, args.batch, args.instances)
+        truth = exact_vjp(case, n_check, progress=not args.quiet)
+        record["ground_truth"][size] = {**truth["summary"], "source": case.source}
+        _log(f"{size}: ground truth {json.dumps(truth['summary'])}")
+        for dtype_name in args.dtypes:
+            record["results"].append(
+                run_case(case, truth, dtype_name, repeats, with_ref)
+            )
+    record["machine"]["finished"] = datetime.datetime.now(datetime.UTC).isoformat(
+        timespec="seconds"
+    )
+    print(markdown(record))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(record, f, indent=2)
+    _log(f"wrote {args.out}")
+    return record
+
+
+if __name__ == "__main__":
+    main()
