@@ -103,6 +103,13 @@ class Run:
             dynamic_ncols=True,
         )
         self._last_loss = None
+        # Seconds of the first optimiser step (trace, compile and one run), when
+        # the method reports it with `first_step`.
+        self.first_step_s = None
+
+    def first_step(self, seconds: float) -> None:
+        """Record the duration of the first optimiser step (its compilation)."""
+        self.first_step_s = seconds
 
     def set_total(self, total_steps: int) -> None:
         """Set the number of optimiser steps once the method knows it."""
@@ -381,6 +388,7 @@ def run_method(
         "metrics": scores,
         "timing": {
             "train_s": train_s,
+            "first_step_s": run.first_step_s,
             "total_s": time.perf_counter() - start,
             "inference": inference,
         },

@@ -8,6 +8,8 @@ backbone and the loss differ, so they are the arguments here.
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -166,7 +168,14 @@ def fit_network(
     rng = np.random.default_rng(seed)
     for epoch in range(1, epochs + 1):
         for X in epoch_batches(schedule, data, rng):
-            params, opt_state, value = step(params, opt_state, X)
+            if run.steps == 0:
+                # The first step traces and compiles: timed on its own.
+                t0 = time.perf_counter()
+                params, opt_state, value = step(params, opt_state, X)
+                jax.block_until_ready(value)
+                run.first_step(time.perf_counter() - t0)
+            else:
+                params, opt_state, value = step(params, opt_state, X)
             run.step(value)
         done = max_time is not None and run.elapsed() >= max_time
         if epoch % every == 0 or epoch == epochs or done:
