@@ -33,13 +33,13 @@ runs see the same numbers and share one ground truth.
 **Ground truth.** For the first `--n-grad-check` instances, the exact projection
 is found in float64 NumPy, independently of both libraries, by a primal-dual
 active-set method: with the active rows $S$, $M = [A; G_S]$ and
-$z = y - M^\top (M M^\top)^{-1}(M y - [x; h_S])$, it stops when every multiplier
-of $S$ is non-negative and every other row is satisfied, which certifies $z$ by
-the KKT conditions. On the small problems Clarabel (through cvxpy, tolerances
-1e-12) solves the same instances as a cross-check. The exact VJP is then
-$g - M^\top (M M^\top)^{-1} M g$. An instance with a weakly active row (slack and
-multiplier both below 1e-7) has no well-defined derivative; it is counted and left
-out of the error statistics.
+$z = y - M^\top (M M^\top)^{-1}(M y - [x; h_S])$ (computed in the null space
+of $A$), it stops when every multiplier of $S$ is non-negative and every other row
+is satisfied, which certifies $z$ by the KKT conditions. On the small problems
+Clarabel (through cvxpy, tolerances 1e-12) solves the same instances as a
+cross-check. The exact VJP is then $g - M^\top (M M^\top)^{-1} M g$. An
+instance with a weakly active row (slack and multiplier both below 1e-7) has no
+well-defined derivative; it is counted and left out of the error statistics.
 
 **Precision.** The float32 runs execute under `jax.enable_x64(False)`, as training
 in float32 would: with x64 on, the reference silently promotes float32 inputs to
@@ -158,49 +158,88 @@ def _f32_grid(a: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------ ground truth
 
 
-def _equality_projection(M, r, y):
-    # M^T = Q R gives M M^T = R^T R; the QR keeps the solve accurate where the
-    # normal equations would square the condition number.
-    Q, R = scipy.linalg.qr(M.T, mode="economic")
-    nu = scipy.linalg.solve_triangular(
-        R, scipy.linalg.solve_triangular(R, M @ y - r, trans="T")
-    )
-    return y - M.T @ nu, nu, Q
-
-
-def active_set_projection(A, G, h, y, x, max_steps: int = 100):
+class ExactProjection:
     r"""The exact projection onto $\{z : A z = x,\ G z \le h\}$, in float64 NumPy.
 
-    A primal-dual active-set method: from the rows violated by the projection onto
-    $\{A z = x\}$, it projects onto $\{A z = x,\ G_S z = h_S\}$, drops the rows of
-    $S$ with negative multipliers and adds the violated ones, until $S$ no longer
-    changes, at which point $z$ satisfies the KKT conditions (up to rounding).
+    With $N$ an orthonormal basis of the null space of $A$ and $z_0$ the projection
+    of $y$ onto $\{A z = x\}$, the projection onto $\{A z = x,\ G_S z = h_S\}$ is
+    $z = z_0 - N K^\top \lambda_S$ with $K = G_S N$ and
+    $K K^\top \lambda_S = G_S z_0 - h_S$; $\lambda_S$ are the KKT multipliers of
+    the rows $S$. Working in the null space keeps each step to a QR of the small
+    $K^\top$ instead of one of $[A; G_S]^\top$.
 
     **Arguments:**
 
-    - `A`, `G`, `h`: the constraint data, shapes `(m, n)`, `(k, n)`, `(k,)`.
-    - `y`: the point to project, shape `(n,)`.
-    - `x`: the context, shape `(m,)`.
-    - `max_steps`: the most active-set changes.
-
-    **Returns:**
-
-    `(z, active, lam, slack, Q)` with `Q` an orthonormal basis of the rows of
-    $M = [A; G_S]$, or `None` when it did not settle within `max_steps`.
+    - `A`, `G`, `h`: the constraint data, shapes `(m, n)`, `(k, n)`, `(k,)`, with
+        `A` of full row rank.
     """
-    active = np.zeros(G.shape[0], bool)
-    tol = 1e-12 * (1.0 + np.abs(h))
-    for _ in range(max_steps):
-        M = np.vstack([A, G[active]])
-        z, nu, Q = _equality_projection(M, np.concatenate([x, h[active]]), y)
-        lam = np.zeros(G.shape[0])
-        lam[active] = nu[A.shape[0] :]
-        slack = h - G @ z
-        new = (active & (lam > -tol)) | (~active & (slack < -tol))
-        if np.array_equal(new, active):
-            return z, active, lam, slack, Q
-        active = new
-    return None
+
+    def __init__(self, A, G, h):
+        self.A, self.G, self.h = (np.asarray(a, np.float64) for a in (A, G, h))
+        m = self.A.shape[0]
+        # A^T = Q R: A^+ = Q_1 R_1^{-T}, and the last columns of Q span null(A).
+        Q, R = scipy.linalg.qr(self.A.T)
+        self._Q1, self._R1, self.N = Q[:, :m], R[:m], Q[:, m:]
+        self._GN = self.G @ self.N
+
+    def restricted(self, y, x, active):
+        """The projection of `y` onto $\{A z = x,\ G_S z = h_S\}$, $S$ = `active`.
+
+        **Returns:**
+
+        `(z, lam, Q)`: the point, the multipliers of every row of `G` (zero off
+        $S$) and an orthonormal basis `Q` of the rows of $G_S N$.
+        """
+        z = y - self._Q1 @ scipy.linalg.solve_triangular(
+            self._R1, self.A @ y - x, trans="T"
+        )
+        lam = np.zeros(self.G.shape[0])
+        if not active.any():
+            return z, lam, np.zeros((self.N.shape[1], 0))
+        K = self._GN[active]
+        # K^T = Q R gives K K^T = R^T R without squaring the condition number.
+        Q, R = scipy.linalg.qr(K.T, mode="economic")
+        rhs = self.G[active] @ z - self.h[active]
+        lam[active] = scipy.linalg.solve_triangular(
+            R, scipy.linalg.solve_triangular(R, rhs, trans="T")
+        )
+        return z - self.N @ (K.T @ lam[active]), lam, Q
+
+    def project(self, y, x, max_steps: int = 100):
+        """Project `y` by a primal-dual active-set method, certified by KKT.
+
+        From the rows violated by the projection onto $\{A z = x\}$, it projects
+        onto the active rows, drops those with negative multipliers and adds the
+        violated ones, until the set no longer changes: then $z$ satisfies the KKT
+        conditions up to rounding.
+
+        **Arguments:**
+
+        - `y`: the point to project, shape `(n,)`.
+        - `x`: the context, shape `(m,)`.
+        - `max_steps`: the most active-set changes.
+
+        **Returns:**
+
+        `(z, active, lam, slack, Q)` as in `restricted`, or `None` when the set
+        did not settle within `max_steps`.
+        """
+        active = np.zeros(self.G.shape[0], bool)
+        tol = 1e-12 * (1.0 + np.abs(self.h))
+        for _ in range(max_steps):
+            z, lam, Q = self.restricted(y, x, active)
+            slack = self.h - self.G @ z
+            new = (active & (lam > -tol)) | (~active & (slack < -tol))
+            if np.array_equal(new, active):
+                return z, active, lam, slack, Q
+            active = new
+        return None
+
+    def vjp(self, g, Q):
+        """$J^\top g$ for the projection with the active rows whose basis is `Q`:
+        $g$ projected onto the null space of $[A; G_S]$."""
+        w = self.N.T @ g
+        return self.N @ (w - Q @ (Q.T @ w))
 
 
 def _clarabel(problem: DC3Problem):
@@ -246,6 +285,7 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
     n = min(n, len(case.Y))
     clarabel = P.n_var <= CLARABEL_MAX_VAR if clarabel is None else clarabel
     solve = _clarabel(P) if clarabel else None
+    exact = ExactProjection(P.A, P.G, P.h)
     Z, VJP = np.zeros((n, P.n_var)), np.zeros((n, P.n_var))
     well_defined, n_active = np.ones(n, bool), np.zeros(n, int)
     kkt, clarabel_gap, clarabel_mismatch, fallbacks = 0.0, 0.0, 0, 0
@@ -259,17 +299,14 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
     )
     for i in rows:
         y, x, g = case.Y[i], case.X[i], case.V[i]
-        found = active_set_projection(P.A, P.G, P.h, y, x)
+        found = exact.project(y, x)
         if found is None:
             # Rare; fall back to Clarabel's active set (solved now if needed).
             fallbacks += 1
             solve = solve or _clarabel(P)
             z_c, lam_c = solve(y, x)
             active = (P.h - P.G @ z_c < WEAK_TOL) & (lam_c > WEAK_TOL)
-            M = np.vstack([P.A, P.G[active]])
-            z, nu, Q = _equality_projection(M, np.concatenate([x, P.h[active]]), y)
-            lam = np.zeros(P.n_ineq)
-            lam[active] = nu[P.n_eq :]
+            z, lam, Q = exact.restricted(y, x, active)
             slack = P.h - P.G @ z
         else:
             z, active, lam, slack, Q = found
@@ -283,7 +320,7 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
         well_defined[i] = not weak
         n_active[i] = int(active.sum())
         Z[i] = z
-        VJP[i] = g - Q @ (Q.T @ g)
+        VJP[i] = exact.vjp(g, Q)
         if solve is not None and clarabel:
             z_c, lam_c = solve(y, x)
             clarabel_gap = max(clarabel_gap, float(np.abs(z_c - z).max()))

@@ -78,14 +78,14 @@ def test_exact_vjp_against_finite_differences():
     case = training_step.make_case("tiny", batch=4)
     truth = training_step.exact_vjp(case, 4, clarabel=False, progress=False)
     P = case.problem
+    exact = training_step.ExactProjection(P.A, P.G, P.h)
     rng = np.random.RandomState(3)
     eps = 1e-6
     for i in np.flatnonzero(truth["well_defined"]):
         direction = rng.normal(size=P.n_var)
 
         def loss(y, i=i):
-            found = training_step.active_set_projection(P.A, P.G, P.h, y, case.X[i])
-            return case.V[i] @ found[0]
+            return case.V[i] @ exact.project(y, case.X[i])[0]
 
         fd = (loss(case.Y[i] + eps * direction) - loss(case.Y[i] - eps * direction)) / (
             2 * eps
