@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import lineax as lx
 import numpy as np
 import scipy.linalg
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Bool, Float
 
 from . import _douglas_rachford as dr
 from ._affine import AbstractAffineProjection, independent_rows
@@ -44,7 +44,7 @@ class FixedRows(eqx.Module):
     """Host-precomputed pieces of the tangent map for fixed matrices.
 
     Rows are the inequality rows of $C$ followed by the bounded coordinates of
-    $y$ (`box_index`), each scaled to unit length in $\\ker E$.
+    $y$, each scaled to unit length in $\\ker E$.
     """
 
     N: Float[Array, "d k"]
@@ -54,7 +54,6 @@ class FixedRows(eqx.Module):
     row_scale: Float[Array, " n_rows"]
     gram: Float[Array, "n_rows n_rows"] | None
     usable: Bool[Array, " n_rows"]
-    box_index: Int[Array, " n_box"]
 
     @staticmethod
     def build(E: np.ndarray, C: np.ndarray, box_index: np.ndarray) -> FixedRows:
@@ -80,9 +79,7 @@ class FixedRows(eqx.Module):
             Q, R = scipy.linalg.qr(E[keep].T, mode="full")
             N = Q[:, r:]
             # E_keep^+ = Q_1 R_1^{-T}: the minimum-norm particular solution.
-            pinv = Q[:, :r] @ scipy.linalg.solve_triangular(
-                R[:r], np.eye(r), trans="T"
-            )
+            pinv = Q[:, :r] @ scipy.linalg.solve_triangular(R[:r], np.eye(r), trans="T")
             P_y[keep] = pinv.T
         else:
             N = np.eye(d)
@@ -106,7 +103,6 @@ class FixedRows(eqx.Module):
             row_scale=jnp.asarray(scale),
             gram=None if gram is None else jnp.asarray(gram),
             usable=jnp.asarray(usable),
-            box_index=jnp.asarray(np.asarray(box_index, np.int32)),
         )
 
 
@@ -171,8 +167,8 @@ def project(inputs: Inputs, *, forward: Forward, fixed: FixedRows | None, cfg):
     - `inputs`: the differentiated data.
     - `forward`: the iteration's affine projection, start and $\\sigma$.
     - `fixed`: the host factorisation for fixed matrices, else `None`.
-    - `cfg`: static `(omega, n_max, tol, solver, box_index)`, the last (a
-        tuple) only used with per-instance matrices.
+    - `cfg`: static `(omega, n_max, tol, solver, box_index)`, with `box_index`
+        the tuple of the bounded coordinates of $y$.
 
     **Returns:** `(y, (s, n_steps, fixed_point_residual, upper_active,
     lower_active))`, the activity flags for $y$'s coordinates then the
@@ -209,42 +205,24 @@ def _project_jvp(primals, tangents, *, forward, fixed, cfg):
     (t_in,) = tangents
     out = project(inputs, forward=forward, fixed=fixed, cfg=cfg)
     y, (_, _, _, hi, lo) = out
-    solver = cfg[3]
+    solver, box = cfg[3], np.asarray(cfg[4], np.int32)
+    # Symbolic-zero tangents (data that is not differentiated) become zeros.
+    t = jax.tree.map(_zeros_if_none, t_in, inputs, is_leaf=lambda x: x is None)
+    # Rows: the inequality rows, then the bounded coordinates of y.
     d = y.shape[0]
-    t = jax.tree.map(
-        _zeros_if_none,
-        _fields(t_in),
-        _fields(inputs),
-        is_leaf=lambda x: x is None,
+    hi = jnp.concatenate([hi[d:], hi[:d][box]])
+    lo = jnp.concatenate([lo[d:], lo[:d][box]])
+    dh = jnp.where(
+        hi,
+        jnp.concatenate([t.ub_w, t.ub_y[box]]),
+        jnp.where(lo, jnp.concatenate([t.lb_w, t.lb_y[box]]), 0.0),
     )
     if fixed is not None:
-        box = fixed.box_index
-        hi_rows = jnp.concatenate([hi[d:], hi[:d][box]]) & fixed.usable
-        lo_rows = jnp.concatenate([lo[d:], lo[:d][box]]) & fixed.usable
-        dh = jnp.where(
-            hi_rows,
-            jnp.concatenate([t["ub_w"], t["ub_y"][box]]),
-            jnp.where(lo_rows, jnp.concatenate([t["lb_w"], t["lb_y"][box]]), 0.0),
-        )
-        dy = _fixed_tangent(fixed, hi_rows | lo_rows, t["y_raw"], t["q"], dh, solver)
+        dy = _fixed_tangent(fixed, (hi | lo) & fixed.usable, t.y_raw, t.q, dh, solver)
     else:
-        dy = _general_tangent(inputs, t_in, t, y, hi, lo, cfg[4], solver)
+        moving = t_in.E is not None or t_in.C is not None
+        dy = _general_tangent(inputs, t, y, hi | lo, dh, box, moving, solver)
     return out, (dy, (None,) * 5)
-
-
-def _fields(x):
-    if x is None:
-        return dict.fromkeys(("y_raw", "q", "lb_y", "ub_y", "lb_w", "ub_w", "E", "C"))
-    return dict(
-        y_raw=x.y_raw,
-        q=x.q,
-        lb_y=x.lb_y,
-        ub_y=x.ub_y,
-        lb_w=x.lb_w,
-        ub_w=x.ub_w,
-        E=x.E,
-        C=x.C,
-    )
 
 
 def _fixed_tangent(fixed: FixedRows, active, dy_raw, dq, dh, solver):
@@ -269,42 +247,26 @@ def _fixed_tangent(fixed: FixedRows, active, dy_raw, dq, dh, solver):
     return y0 + N @ (v - zeta @ BN)
 
 
-def _general_tangent(inputs: Inputs, t_in, t, y, hi, lo, box, solver):
+def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solver):
     """The tangent with per-instance matrices: rows $M = [E; C; I_{box}]$ over
     all of $y$, the equality rows always active."""
     d = y.shape[0]
     dtype = y.dtype
-    box = np.asarray(box, np.int32)
     E, C = inputs.E, inputs.C
     M = jnp.concatenate([E, C, jnp.eye(d, dtype=dtype)[box]])
     norms = jnp.linalg.norm(M, axis=1)
     usable = norms > 0
     scale = jnp.where(usable, 1 / jnp.where(usable, norms, 1), 0)
     Ms = scale[:, None] * M
-    m_eq = E.shape[0]
-    hi_rows = jnp.concatenate([hi[d:], hi[:d][box]])
-    lo_rows = jnp.concatenate([lo[d:], lo[:d][box]])
-    active = (
-        jnp.concatenate([jnp.ones(m_eq, bool), hi_rows | lo_rows]) & usable
-    )
+    active = jnp.concatenate([jnp.ones(E.shape[0], bool), active]) & usable
+    dh = jnp.concatenate([t.q, dh])
     apply_gram = lambda x: Ms @ (x @ Ms)  # noqa: E731
-    dh = jnp.concatenate(
-        [
-            t["q"],
-            jnp.where(
-                hi_rows,
-                jnp.concatenate([t["ub_w"], t["ub_y"][box]]),
-                jnp.where(lo_rows, jnp.concatenate([t["lb_w"], t["lb_y"][box]]), 0.0),
-            ),
-        ]
-    )
-    r = t["y_raw"]
-    if t_in is not None and (t_in.E is not None or t_in.C is not None):
+    r = t.y_raw
+    if moving:
         # The multipliers, y_raw - y = M^T lam, enter through the moving rows.
-        lam = scale * _solve(
-            apply_gram, active, jnp.where(active, Ms @ (inputs.y_raw - y), 0.0), solver
-        )
-        dM = jnp.concatenate([t["E"], t["C"], jnp.zeros((box.size, d), dtype)])
+        rhs = jnp.where(active, Ms @ (inputs.y_raw - y), 0.0)
+        lam = scale * _solve(apply_gram, active, rhs, solver)
+        dM = jnp.concatenate([t.E, t.C, jnp.zeros((box.size, d), dtype)])
         r = r - lam @ dM
         dh = dh - dM @ y
     rhs = jnp.where(active, Ms @ r - scale * dh, 0.0)

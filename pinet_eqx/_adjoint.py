@@ -85,9 +85,7 @@ class ImplicitAdjoint(AbstractAdjoint):
                     f"solver, got {type(self.linear_solver).__name__}."
                 )
             given = [
-                k
-                for k in ("rtol", "atol", "max_steps")
-                if getattr(self, k) is not None
+                k for k in ("rtol", "atol", "max_steps") if getattr(self, k) is not None
             ]
             if given:
                 raise ValueError(

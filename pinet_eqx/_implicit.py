@@ -73,7 +73,9 @@ def _fixed_point_jvp(primals, tangents, *, groups, n_max, tol, solver):
         theta,
         is_leaf=lambda x: x is None,
     )
-    _, rhs = jax.jvp(lambda th: _phi(s_star, th, op, hyper, groups), (theta,), (t_theta,))
+    _, rhs = jax.jvp(
+        lambda th: _phi(s_star, th, op, hyper, groups), (theta,), (t_theta,)
+    )
     _, lin = jax.linearize(lambda s: _phi(s, theta, op, hyper, groups), s_star)
     operator = lx.FunctionLinearOperator(
         lambda v: v - lin(v), jax.eval_shape(lambda: s_star)

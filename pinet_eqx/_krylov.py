@@ -67,9 +67,13 @@ class _AbstractKrylov(lx.AbstractLinearSolver):
 
     def __check_init__(self):
         if self.rtol is not None and not self.rtol >= 0:
-            raise ValueError(f"{type(self).__name__}(rtol={self.rtol!r}): must be >= 0.")
+            raise ValueError(
+                f"{type(self).__name__}(rtol={self.rtol!r}): must be >= 0."
+            )
         if not self.atol >= 0:
-            raise ValueError(f"{type(self).__name__}(atol={self.atol!r}): must be >= 0.")
+            raise ValueError(
+                f"{type(self).__name__}(atol={self.atol!r}): must be >= 0."
+            )
         if self.max_steps is not None and not (
             isinstance(self.max_steps, int) and self.max_steps >= 1
         ):

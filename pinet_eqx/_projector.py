@@ -63,10 +63,11 @@ class Projector(eqx.Module):
     Everything that does not depend on the instance (lifting, equilibration,
     factorisation of the affine projection) happens once, here, in float64 on the
     host. How gradients are computed is set by `adjoint` (see
-    `pinet_eqx.ImplicitAdjoint`). The output always satisfies the equality constraints up to rounding,
-    whatever the number of iterations; inequalities converge linearly, cones
-    typically sub-linearly. If a context makes the set empty, `solve` reports
-    `RESULTS.infeasible` (the iterates certify it) instead of returning NaN.
+    `pinet_eqx.ImplicitAdjoint`). The output always satisfies the equality
+    constraints up to rounding, whatever the number of iterations; inequalities
+    converge linearly, cones typically sub-linearly. If a context makes the set
+    empty, `solve` reports `RESULTS.infeasible` (the iterates certify it) instead
+    of returning NaN.
 
     **Arguments:**
 
@@ -391,7 +392,9 @@ class Projector(eqx.Module):
         deprecated = {k: settings.pop(k) for k in _DEPRECATED if k in settings}
         if deprecated:
             base = settings.get("adjoint", self.adjoint)
-            settings["adjoint"] = _deprecated_adjoint(base, "adjoint" in settings, deprecated)
+            settings["adjoint"] = _deprecated_adjoint(
+                base, "adjoint" in settings, deprecated
+            )
         _check_settings(**{**{k: getattr(self, k) for k in _SETTINGS}, **settings})
         new = copy.copy(self)
         if "sigma" in settings:
@@ -796,7 +799,10 @@ def _deprecated_adjoint(
         return UnrolledAdjoint()
     base = adjoint if isinstance(adjoint, ImplicitAdjoint) else ImplicitAdjoint()
     renamed = dict(
-        n_iter_bwd="max_steps", bwd_rtol="rtol", bwd_atol="atol", bwd_failure="on_failure"
+        n_iter_bwd="max_steps",
+        bwd_rtol="rtol",
+        bwd_atol="atol",
+        bwd_failure="on_failure",
     )
     return dataclasses.replace(base, **{renamed[k]: v for k, v in old.items()})
 
