@@ -46,7 +46,6 @@ import numpy as np
 from benchmarks.projection import (
     N_ITER,
     N_ITER_BWD,
-    N_ITER_BWD_DEFAULT,
     OMEGA,
     RESULTS_PATH,
     TOLERANCE,
@@ -58,6 +57,7 @@ from benchmarks.projection import (
     _search,
     _start,
     _time_interleaved,
+    matched_adjoint,
 )
 
 SECTION = "## Cones and per-instance matrices vs reference (pinet-hcnn 0.2.0)"
@@ -409,9 +409,7 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
     )
 
     _log(f"{tag} building projectors")
-    settings = dict(
-        omega=OMEGA, n_iter=N_ITER, n_iter_bwd=N_ITER_BWD, bwd_failure="ignore"
-    )
+    settings = dict(omega=OMEGA, n_iter=N_ITER, adjoint=matched_adjoint(pe))
     start = time.perf_counter()
     proj = fam.ours(pe, **settings)  # its defaults: sigma="auto", equilibrated
     setup_ours = time.perf_counter() - start
@@ -423,7 +421,7 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
     # With per-instance matrices the affine projection is factorised in each call.
     form = "per call" if proj.op is None else type(proj.op).__name__
     res["setup"] = dict(ours=setup_ours, ref=setup_ref, form=form)
-    res["bwd_tols"] = (proj.bwd_rtol, proj.bwd_atol)
+    res["bwd_tols"] = (proj.adjoint.rtol, proj.adjoint.atol or 0.0)
 
     def ours_forward(p):
         return jax.jit(jax.vmap(lambda y, P: p(y, **P)))
@@ -522,7 +520,7 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
     )
 
     # c) Forward plus implicit VJP.
-    _log(f"{tag} c) forward + VJP, n_iter={N_ITER}, n_iter_bwd={N_ITER_BWD}")
+    _log(f"{tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
 
     def ours_grad(p):
         def loss(Yb, Pb, Vb):
@@ -550,7 +548,9 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
     yo = ours_forward(proj.with_settings(n_iter=N_ITER_CONVERGED))(Ys, Ps)
     yr = ref.make_forward(N_ITER_CONVERGED)(Ys, Ps)
     vs = Vj[sub]
-    go_c = ours_grad(proj.with_settings(n_iter=N_ITER_CONVERGED, n_iter_bwd=200))
+    go_c = ours_grad(
+        proj.with_settings(n_iter=N_ITER_CONVERGED, adjoint=matched_adjoint(pe, 200))
+    )
     gr_c = ref.make_vjp(N_ITER_CONVERGED, 200)
     nn = N_TRUTH_NEG
     res["converged"] = dict(
@@ -659,17 +659,22 @@ def _tables(results: list[dict]) -> str:
         )
     lines += [
         "",
-        f"**c) Forward + implicit VJP, n_iter = {N_ITER}, n_iter_bwd = {N_ITER_BWD}** "
-        f"(ours: per-instance BiCGStab, rtol {rtol:g}, atol {atol:g}; reference: "
-        "batched `jax.scipy` BiCGStab). Gradient error = largest per-instance "
+        f"**c) Forward + implicit VJP, n_iter = {N_ITER}, at most {N_ITER_BWD} "
+        "BiCGStab steps on the fixed point** (ours: "
+        '`ImplicitAdjoint(method="fixed_point")`, per-instance BiCGStab, '
+        f"rtol {rtol:g}, atol {atol:g}; reference: batched `jax.scipy` BiCGStab). "
+        "Gradient error = largest per-instance "
         "relative 2-norm difference from our unrolled gradient (autodiff through "
         f"the same {N_ITER} iterations, same precision) and, on the first "
         f"{N_TRUTH} instances, from the exact Jacobian of the true projection "
-        "(implicit differentiation of the KKT system at y*).",
+        "(implicit differentiation of the KKT system at y*). Ours, default: "
+        "`ImplicitAdjoint()` (the active-set derivative for polyhedral sets, "
+        "BiCGStab on the fixed point with its own tolerance and step limit "
+        "otherwise).",
         "",
         "| size | prec | ours ms | reference ms | ratio | ours BiCGStab all converged "
         "| grad error vs unrolled, ours / ref | vs exact, ours / ref | ours, "
-        f"n_iter_bwd = {N_ITER_BWD_DEFAULT}: ms, vs unrolled, vs exact | load |",
+        "default: ms, vs unrolled, vs exact | load |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:

@@ -58,8 +58,9 @@ SIZES = {
 }
 TOLERANCE = {"f32": 1e-4, "f64": 1e-6}
 N_ITER = 50
+# The reference's backward pass: 25 BiCGStab steps on the fixed point, tol 1e-5.
 N_ITER_BWD = 25
-N_ITER_BWD_DEFAULT = 50  # pinet_eqx's default
+BWD_RTOL = 1e-5
 OMEGA = 1.7
 SECTION = "## Projection layer vs reference (pinet-hcnn 0.2.0)"
 RESULTS_PATH = pathlib.Path(__file__).with_name("RESULTS.md")
@@ -171,15 +172,14 @@ def _run_size(size: str, precision: str, batch: int, repeats: int, search_cap: i
         sigma=sigma,
         omega=OMEGA,
         n_iter=N_ITER,
-        n_iter_bwd=N_ITER_BWD,
-        bwd_failure="ignore",
+        adjoint=matched_adjoint(pe),
     )
     setup_ours = time.perf_counter() - start
     start = time.perf_counter()
     ref = ReferenceDC3Projector(A, G, h, sigma=sigma, omega=OMEGA, dtype=dtype)
     setup_ref = time.perf_counter() - start
     res["setup"] = dict(ours=setup_ours, ref=setup_ref, form=type(proj.op).__name__)
-    res["bwd_tols"] = (proj.bwd_rtol, proj.bwd_atol)
+    res["bwd_tols"] = (proj.adjoint.rtol, proj.adjoint.atol or 0.0)
 
     def ours_forward(p):
         return jax.jit(jax.vmap(lambda y, b: p(y, b=b)))
@@ -276,7 +276,7 @@ def _run_size(size: str, precision: str, batch: int, repeats: int, search_cap: i
     )
 
     # c) Forward plus implicit VJP.
-    _log(f"{tag} c) forward + VJP, n_iter={N_ITER}, n_iter_bwd={N_ITER_BWD}")
+    _log(f"{tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
 
     def ours_grad(p):
         def loss(Yb, Xb, Vb):
@@ -296,6 +296,14 @@ def _run_size(size: str, precision: str, batch: int, repeats: int, search_cap: i
     return res
 
 
+def matched_adjoint(pe, max_steps: int = N_ITER_BWD):
+    """Our implicit adjoint at the reference's settings: BiCGStab on the same
+    fixed-point system, with its step limit and tolerance (`pe` is `pinet_eqx`)."""
+    return pe.ImplicitAdjoint(
+        method="fixed_point", max_steps=max_steps, rtol=BWD_RTOL, on_failure="ignore"
+    )
+
+
 def _rel_err(g, g_ref) -> float:
     """Largest per-instance relative error, in float64."""
     g = np.asarray(g, np.float64)
@@ -305,24 +313,26 @@ def _rel_err(g, g_ref) -> float:
 
 
 def _backward_stats(ours_grad, proj, ref_grad, args, repeats: int) -> dict:
-    """Time our implicit VJP (at n_iter_bwd = N_ITER_BWD and at our default) against
-    the reference's, check whether every BiCGStab solve converged, and measure both
-    gradients' relative error from ours unrolled through the same iterations.
+    """Time our implicit VJP (with `proj`'s adjoint, `matched_adjoint`, and with
+    the default `pe.ImplicitAdjoint()`) against the reference's, check whether
+    every BiCGStab solve of the matched one converged, and measure the gradients'
+    relative error from ours unrolled through the same iterations.
 
     `ours_grad(projector)` returns a jitted gradient function of `args`.
 
-    **Returns:** the measurements, and our jitted gradient functions at
-    `N_ITER_BWD` and at the default budget.
+    **Returns:** the measurements, and our jitted gradient functions with the
+    matched and the default adjoint.
     """
+    import dataclasses
+
     import jax
 
     import pinet_eqx as pe
 
     go = ours_grad(proj)
-    # Also our default backward budget (n_iter_bwd=50): in float32, lineax's
-    # BiCGStab needs restarts (see pinet_eqx/_implicit.py), which 25 steps can cut
-    # short for a few instances.
-    go_default = ours_grad(proj.with_settings(n_iter_bwd=N_ITER_BWD_DEFAULT))
+    # Also our default adjoint: the exact active-set derivative for polyhedral
+    # sets, BiCGStab on the fixed point (dtype tolerance, 100 steps) otherwise.
+    go_default = ours_grad(proj.with_settings(adjoint=pe.ImplicitAdjoint()))
     t = _time_interleaved(
         {
             "ours": (go, args),
@@ -331,9 +341,10 @@ def _backward_stats(ours_grad, proj, ref_grad, args, repeats: int) -> dict:
         },
         repeats,
     )
-    # Did every instance's BiCGStab converge within n_iter_bwd? Our "warn" mode
-    # warns once per call if any instance did not.
-    g_warn = ours_grad(proj.with_settings(bwd_failure="warn"))
+    # Did every instance's BiCGStab converge within its step limit? Our "warn"
+    # mode warns once per call if any instance did not.
+    warn = dataclasses.replace(proj.adjoint, on_failure="warn")
+    g_warn = ours_grad(proj.with_settings(adjoint=warn))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         jax.block_until_ready(g_warn(*args))
@@ -343,7 +354,8 @@ def _backward_stats(ours_grad, proj, ref_grad, args, repeats: int) -> dict:
     )
     # Accuracy of both implicit gradients against an independent adjoint: ours
     # unrolled through the same iterations, in the same precision.
-    g_unroll = np.asarray(ours_grad(proj.with_settings(unroll=True))(*args))
+    unrolled = proj.with_settings(adjoint=pe.UnrolledAdjoint())
+    g_unroll = np.asarray(ours_grad(unrolled)(*args))
     t["grad_err_ours"] = _rel_err(go(*args), g_unroll)
     t["grad_err_ref"] = _rel_err(ref_grad(*args), g_unroll)
     t["grad_err_ours_default"] = _rel_err(go_default(*args), g_unroll)
@@ -473,15 +485,17 @@ def _tables(results: list[dict]) -> str:
         )
     lines += [
         "",
-        f"**c) Forward + implicit VJP, n_iter = {N_ITER}, n_iter_bwd = {N_ITER_BWD}** "
-        f"(ours: per-instance BiCGStab, rtol {rtol:g}, atol {atol:g}; reference: "
-        "batched "
+        f"**c) Forward + implicit VJP, n_iter = {N_ITER}, at most {N_ITER_BWD} "
+        "BiCGStab steps on the fixed point** (ours: "
+        '`ImplicitAdjoint(method="fixed_point")`, per-instance BiCGStab, '
+        f"rtol {rtol:g}, atol {atol:g}; reference: batched "
         "`jax.scipy` BiCGStab, tol 1e-5). Gradient error = largest per-instance "
         "relative 2-norm difference from our unrolled gradient (autodiff through "
-        "the same 50 iterations, same precision).",
+        f"the same {N_ITER} iterations, same precision). Ours, default: "
+        "`ImplicitAdjoint()`, the exact active-set derivative.",
         "",
         "| size | prec | ours ms | reference ms | ratio | ours BiCGStab all converged "
-        "| grad error ours / ref | ours, n_iter_bwd = 50: ms, grad error | load |",
+        "| grad error ours / ref | ours, default: ms, grad error | load |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:

@@ -84,7 +84,6 @@ def make_projector(problem):
         ],
         n_iter=50,  # Douglas-Rachford iterations while training...
         n_iter_test=100,  # ...and in inference mode.
-        n_iter_bwd=100,  # BiCGStab steps in the implicit backward pass
         # One exact step of equality refinement at the end, so that float32 outputs
         # satisfy A y = x to the rounding of y itself (about 1e-6, not 5e-6).
         refine=True,

@@ -60,7 +60,6 @@ def main():
         ],
         n_iter=50,  # Douglas-Rachford iterations while training...
         n_iter_test=100,  # ...and in inference mode, for a smaller violation.
-        n_iter_bwd=100,  # BiCGStab steps allowed in the implicit backward pass
     )
     backbone = eqx.nn.MLP(
         in_size=problem.n_eq,

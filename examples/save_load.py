@@ -77,9 +77,23 @@ def default_hyperparameters():
             "seed": 17,
         },
         "mlp": {"width_size": 64, "depth": 2, "activation": "relu"},
-        "projector": {"n_iter": 50, "n_iter_test": 100, "n_iter_bwd": 100},
+        "projector": {"n_iter": 50, "n_iter_test": 100},
         "dtype": "float32",
     }
+
+
+def projector_settings(settings):
+    """The `pe.Projector` keywords of a header's `"projector"` entry.
+
+    Headers written before `adjoint=` existed store the implicit backward pass's
+    step limit as `n_iter_bwd`; it becomes `pe.ImplicitAdjoint(max_steps=...)`. The
+    adjoint holds no arrays, so the stored leaves are the same either way.
+    """
+    settings = dict(settings)
+    if "n_iter_bwd" in settings:
+        max_steps = settings.pop("n_iter_bwd")
+        settings["adjoint"] = pe.ImplicitAdjoint(max_steps=max_steps)
+    return settings
 
 
 def make_net(hyperparameters, key=None):
@@ -99,7 +113,7 @@ def make_net(hyperparameters, key=None):
             pe.Equality(problem.A, pe.Parameter("b")),
             pe.AffineInequality(problem.G, upper=problem.h),
         ],
-        **hp["projector"],
+        **projector_settings(hp["projector"]),
     )
     make_mlp = functools.partial(
         eqx.nn.MLP,

@@ -132,7 +132,6 @@ def make_projector(n_iter=100, n_iter_test=1000, sigma=0.01):
         sigma=sigma,
         n_iter=n_iter,
         n_iter_test=n_iter_test,
-        n_iter_bwd=100,
         refine=True,
     )
 

@@ -148,8 +148,7 @@ def _soc_net(key, d=6, k=3, n_ctx=4):
             pe.Box(-2.0, 2.0 * np.ones(d)),
         ],
         n_iter=100,
-        n_iter_bwd=100,
-        bwd_failure="ignore",
+        adjoint=pe.ImplicitAdjoint(on_failure="ignore"),
     )
     backbone = eqx.nn.Linear(n_ctx, d, key=key)
     return pe.HardConstrainedNet(backbone, proj)

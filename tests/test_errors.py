@@ -78,14 +78,46 @@ def _proj(**kw):
         (lambda: _proj(sigma=-1.0), ValueError, "sigma"),
         (lambda: _proj(omega=2.5), ValueError, "omega"),
         (lambda: _proj(n_iter=0), ValueError, "n_iter"),
-        (lambda: _proj(unroll=True, tol=1e-6), ValueError, "unroll"),
-        (lambda: _proj(bwd_failure="loud"), ValueError, "bwd_failure"),
+        (
+            lambda: _proj(adjoint=pe.UnrolledAdjoint(), tol=1e-6),
+            ValueError,
+            r"UnrolledAdjoint\(\), tol=.*tol=None",
+        ),
+        (lambda: pe.ImplicitAdjoint(on_failure="loud"), ValueError, "on_failure"),
+        (lambda: pe.ImplicitAdjoint(method="exact"), ValueError, "method"),
+        (
+            lambda: pe.ImplicitAdjoint(linear_solver=pe.BiCGStab(), rtol=1e-8),
+            ValueError,
+            "on that solver instead",
+        ),
+        (lambda: _proj(adjoint="implicit"), TypeError, "adjoint="),
+        (
+            lambda: _proj(adjoint=pe.ImplicitAdjoint(), n_iter_bwd=10),
+            ValueError,
+            "either `adjoint=` or the deprecated",
+        ),
+        (
+            lambda: _proj().with_settings(
+                adjoint=pe.UnrolledAdjoint(), bwd_failure="ignore"
+            ),
+            ValueError,
+            "either `adjoint=` or the deprecated",
+        ),
         (lambda: _proj().with_settings(n_itr=3), TypeError, "unknown setting"),
     ],
 )
 def test_construction_errors(make, exc, match):
     with pytest.raises(exc, match=match):
         make()
+
+
+def test_active_set_adjoint_on_a_cone_problem_raises():
+    proj = pe.Projector(
+        [pe.SecondOrderCone(np.eye(3)[:2], f=np.eye(3)[2])],
+        adjoint=pe.ImplicitAdjoint(method="active_set"),
+    )
+    with pytest.raises(ValueError, match="method='active_set'.*polyhedral"):
+        proj(jnp.ones(3))
 
 
 def test_call_errors_name_the_argument():

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from helpers import _clarabel_solve, assert_close
 
+import pinet_eqx as pe
 from examples import motion_planning as mp
 from examples.motion_planning._cli import load_planner, main
 
@@ -192,6 +193,18 @@ def test_small_run(tmp_path):
     assert header["problem"]["horizon"] == 10
     Y2 = mp.predict(model, mp.context_features(S, G, TINY), S, G)
     assert_close(Y2, Y, 1e-12, what="reloaded model")
+    # Files written before `adjoint=` store the backward step limit as n_iter_bwd.
+    head, rest = pathlib.Path(run, "model.eqx").read_bytes().split(b"\n", 1)
+    old = json.loads(head)
+    assert old["projector"].pop("bwd_max_steps") is None
+    old["projector"]["n_iter_bwd"] = 50
+    pathlib.Path(tmp_path, "old.eqx").write_bytes(
+        json.dumps(old).encode() + b"\n" + rest
+    )
+    model, _ = load_planner(tmp_path / "old.eqx")
+    assert model.projector.adjoint == pe.ImplicitAdjoint(max_steps=50)
+    Y2 = mp.predict(model, mp.context_features(S, G, TINY), S, G)
+    assert_close(Y2, Y, 1e-12, what="model from an old header")
 
     base = main(["baseline", "--run", run])
     assert base["qp_cv_max"] <= 1e-7 and np.isfinite(base["rs_mean"])

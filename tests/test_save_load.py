@@ -4,11 +4,13 @@ import json
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import jax
 import numpy as np
 import pytest
 
+import pinet_eqx as pe
 from examples import save_load
 
 _EXAMPLE = pathlib.Path(save_load.__file__)
@@ -91,6 +93,16 @@ def test_mismatched_header_is_a_clear_error(saved, tmp_path, change, message):
         pytest.raises(save_load.HeaderMismatchError, match=message),
     ):
         save_load.load(path)
+
+
+def test_header_from_before_adjoint_still_loads(saved, tmp_path):
+    # Older files store the backward step limit as `n_iter_bwd`: it is mapped onto
+    # the adjoint, without the deprecated Projector keyword.
+    path = _with_header(saved, tmp_path, _set("projector", "n_iter_bwd", value=100))
+    with jax.enable_x64(False), warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        net, _, _ = save_load.load(path)
+    assert net.projector.adjoint == pe.ImplicitAdjoint(max_steps=100)
 
 
 def test_truncated_or_padded_file_is_a_clear_error(saved, tmp_path):

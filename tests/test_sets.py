@@ -226,10 +226,9 @@ def test_equilibration_does_not_change_the_projection(case):
 GRAD_SETTINGS = dict(
     n_iter=20_000,
     tol=1e-12,
-    n_iter_bwd=500,
-    bwd_rtol=1e-10,
-    bwd_atol=1e-12,
-    bwd_failure="raise",
+    adjoint=pe.ImplicitAdjoint(
+        max_steps=500, rtol=1e-10, atol=1e-12, on_failure="raise"
+    ),
 )
 
 # name: (d, kinds, parameters, argument to differentiate, index of the item that

@@ -85,7 +85,11 @@ def _leaves(tree):
 def test_training_keeps_projector_bit_identical_and_feasible():
     poly, X, target = _setup()
     net = _make_net(
-        jax.random.key(0), poly, n_iter=5000, tol=1e-8, bwd_failure="ignore"
+        jax.random.key(0),
+        poly,
+        n_iter=5000,
+        tol=1e-8,
+        adjoint=pe.ImplicitAdjoint(on_failure="ignore"),
     )
     trained, losses = _train(net, X, target)
     assert losses[-1] < 0.8 * losses[0]
@@ -106,7 +110,7 @@ def test_training_keeps_projector_bit_identical_and_feasible():
 
 def test_trainable_filter_freezes_selected_layers():
     poly, X, target = _setup(1)
-    net = _make_net(jax.random.key(1), poly, n_iter=100, bwd_failure="ignore")
+    net = _make_net(jax.random.key(1), poly, n_iter=100)
     spec = pe.trainable_filter(net, frozen=lambda m: m.backbone.layers[0])
     assert not any(jtu.tree_leaves(spec.projector))
     assert not any(jtu.tree_leaves(spec.backbone.layers[0]))
@@ -115,7 +119,12 @@ def test_trainable_filter_freezes_selected_layers():
 
 def test_serialise_and_pickle_round_trip(tmp_path):
     poly, X, target = _setup(2)
-    make = lambda: _make_net(jax.random.key(2), poly, n_iter=100, bwd_failure="ignore")  # noqa: E731
+    make = lambda: _make_net(  # noqa: E731
+        jax.random.key(2),
+        poly,
+        n_iter=100,
+        adjoint=pe.ImplicitAdjoint(on_failure="ignore"),
+    )
     trained, _ = _train(make(), X, target, steps=5)
     path = tmp_path / "net.eqx"
     eqx.tree_serialise_leaves(path, trained)

@@ -19,7 +19,7 @@ by the end of training (`benchmarks/RESULTS.md`). Hence the defaults: $\sigma$ a
 `tol=1e-4`, each instance iterating until its violation and fixed-point residual
 are at most 1e-4, capped at 1000 iterations in training and 2000 at inference;
 on the large size a fixed 200 and 500, to fit a 20-minute training budget on a
-CPU. Ruiz equilibration, 50 backward iterations, Adam at 1e-2 with a cosine
+CPU. Ruiz equilibration, 50 backward BiCGStab steps, Adam at 1e-2 with a cosine
 decay, batches of 128, 1000 epochs of one fresh batch each.
 `--set autotune=true` runs `pinet_eqx.autotune` first (on normal points, which
 are not where the trained network's outputs lie).
@@ -67,7 +67,8 @@ def default_config(data: SocData) -> dict:
         # fixed count, to fit a 20-minute training budget on a CPU.
         "n_iter": 200 if large else 1000,
         "n_iter_test": 500 if large else 2000,
-        "n_iter_bwd": 50,
+        # Step limit of the implicit backward solve (BiCGStab on the fixed point).
+        "bwd_max_steps": 50,
         "tol": None if large else 1e-4,
         "equilibrate": True,
         # mu in the loss c^T y_1 + mu ||y_raw - y||^2 (0: the objective alone);
@@ -98,7 +99,7 @@ def make_projector(data: SocData, config: dict) -> pe.Projector:
         omega=config["omega"],
         n_iter=config["n_iter"],
         n_iter_test=config["n_iter_test"],
-        n_iter_bwd=config["n_iter_bwd"],
+        adjoint=pe.ImplicitAdjoint(max_steps=config["bwd_max_steps"]),
         tol=config["tol"],
         equilibrate=config["equilibrate"],
     )

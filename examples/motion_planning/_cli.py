@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import pinet_eqx as pe
+
 from ._baseline import relative_suboptimality, solve_effort_qp
 from ._context_map import (
     CENTERS,
@@ -52,21 +54,37 @@ PROJECTOR = {
     "sigma": 0.02,
     "n_iter": 100,
     "n_iter_test": 1000,
-    "n_iter_bwd": 50,
+    # Step limit of the implicit backward solve; None: the adjoint's default.
+    "bwd_max_steps": None,
     "refine": True,
 }
 
 
 def _settings(args) -> tuple[dict, dict]:
-    """The projector's and the MLP's settings from the command line."""
+    """The projector's (as stored in a header: see `projector_settings`) and the
+    MLP's settings from the command line."""
     projector = {
         **PROJECTOR,
         "sigma": args.sigma,
         "n_iter": args.n_iter,
         "n_iter_test": args.n_iter_test,
-        "n_iter_bwd": args.n_iter_bwd,
+        "bwd_max_steps": args.bwd_max_steps,
     }
     return projector, {"width": args.width, "depth": args.depth}
+
+
+def projector_settings(stored: dict) -> dict:
+    """The `pe.Projector` keywords of the settings a header stores (plain JSON):
+    `bwd_max_steps` becomes `adjoint=pe.ImplicitAdjoint(max_steps=...)`, and so
+    does `n_iter_bwd`, its name in files written before `adjoint=` existed. The
+    adjoint holds no arrays, so either way the stored leaves fit the skeleton."""
+    settings = dict(stored)
+    max_steps = settings.pop("bwd_max_steps", None)
+    if "n_iter_bwd" in settings:
+        max_steps = settings.pop("n_iter_bwd")
+    if max_steps is not None:
+        settings["adjoint"] = pe.ImplicitAdjoint(max_steps=max_steps)
+    return settings
 
 
 def _schedule(args) -> dict:
@@ -150,13 +168,14 @@ def load_planner(path):
     with open(path, "rb") as f:
         header = json.loads(f.readline().decode())
         problem = Problem(**header["problem"])
+        projector = projector_settings(header["projector"])
         if "map" in header:
             skeleton = make_map_planner(
-                problem, **header["map"], **header["mlp"], **header["projector"]
+                problem, **header["map"], **header["mlp"], **projector
             )
         else:
             skeleton = make_planner(
-                problem, key=jax.random.key(0), **header["mlp"], **header["projector"]
+                problem, key=jax.random.key(0), **header["mlp"], **projector
             )
         return eqx.tree_deserialise_leaves(f, skeleton), header
 
@@ -206,7 +225,12 @@ def cmd_train(args) -> dict:
     S, G = jnp.asarray(S_tr, dtype), jnp.asarray(G_tr, dtype)
     projector, mlp = _settings(args)
     tic = time.perf_counter()
-    model = make_planner(problem, key=jax.random.key(args.seed), **mlp, **projector)
+    model = make_planner(
+        problem,
+        key=jax.random.key(args.seed),
+        **mlp,
+        **projector_settings(projector),
+    )
     setup = time.perf_counter() - tic
     model, info = train(
         model,
@@ -393,7 +417,12 @@ def cmd_context(args) -> dict:
     cnn = {"res": args.res, "downsample": args.downsample, "seed": args.seed}
     tic = time.perf_counter()
     model = make_map_planner(
-        problem, per_axis=not args.joint, raw_from=args.raw, **cnn, **mlp, **projector
+        problem,
+        per_axis=not args.joint,
+        raw_from=args.raw,
+        **cnn,
+        **mlp,
+        **projector_settings(projector),
     )
     setup = time.perf_counter() - tic
 
@@ -483,7 +512,12 @@ def _training_options(p, *, epochs, n_train, batch_size, lr, residual_weight):
     p.add_argument("--depth", type=int, default=2, help="MLP hidden layers")
     p.add_argument("--n-iter", type=int, default=PROJECTOR["n_iter"])
     p.add_argument("--n-iter-test", type=int, default=PROJECTOR["n_iter_test"])
-    p.add_argument("--n-iter-bwd", type=int, default=PROJECTOR["n_iter_bwd"])
+    p.add_argument(
+        "--bwd-max-steps",
+        type=int,
+        default=PROJECTOR["bwd_max_steps"],
+        help="step limit of the implicit backward solve (default: the adjoint's)",
+    )
     p.add_argument("--sigma", type=float, default=PROJECTOR["sigma"])
     p.add_argument("--time-budget", type=float, help="stop training after (s)")
     p.add_argument("--seed", type=int, default=0, help="initialisation, shuffling")
