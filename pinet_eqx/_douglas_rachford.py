@@ -63,6 +63,7 @@ def prepare(
     m_box = theta["lb_w"].shape[0]
     d_w, d_cone = op.d_w[:m_box], op.d_w[m_box:]
     denom = 1 + 2 * sigma * d_y**2
+    d_clip = jnp.concatenate([d_y, d_w])
     dtype = theta["y_raw"].dtype
     return Prepared(
         a=jnp.concatenate(
@@ -70,14 +71,24 @@ def prepare(
         ),
         c=jnp.concatenate([1 / denom, jnp.ones(d_w.shape, dtype)]),
         part=op.particular(theta["q"]),
-        lower=jnp.concatenate([theta["lb_y"] / d_y, theta["lb_w"] / d_w]),
-        upper=jnp.concatenate([theta["ub_y"] / d_y, theta["ub_w"] / d_w]),
+        lower=_scale_bound(jnp.concatenate([theta["lb_y"], theta["lb_w"]]), d_clip),
+        upper=_scale_bound(jnp.concatenate([theta["ub_y"], theta["ub_w"]]), d_clip),
         scale=jnp.concatenate([d_y, op.d_w]),
         cone_scale=d_cone,
         cone_offset=theta["cone_offset"],
         totals=theta["totals"],
         groups=groups,
     )
+
+
+def _scale_bound(bound, scale):
+    """`bound / scale`, with infinite bounds passed through untouched.
+
+    Per-instance scalings carry derivatives, and inf / scale would turn a zero
+    tangent into NaN (inf * 0); the double `where` keeps them out of both modes.
+    """
+    finite = jnp.isfinite(bound)
+    return jnp.where(finite, jnp.where(finite, bound, 0) / scale, bound)
 
 
 def project_k(v, P: Prepared):
