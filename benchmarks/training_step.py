@@ -370,7 +370,7 @@ def _ours(case: Case):
         "sigma": float(proj.sigma),
         "omega": float(proj.omega),
         "n_iter": proj.n_iter,
-        "n_iter_bwd": proj.n_iter_bwd,
+        "adjoint": repr(proj.adjoint),
         "equilibrate": proj.equilibrated,
         "note": "library defaults; no setting passed to pe.Projector",
     }

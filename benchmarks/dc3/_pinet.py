@@ -57,12 +57,20 @@ def default_config(data: Dataset) -> dict:
         "lr_schedule": "constant",
         "validate_every": 1,
         "max_time_s": None,
+        # True: `pe.Projector(constraints)` with every library default (sigma,
+        # iterations, adjoint, no refinement, no margin, no autotuning); the
+        # projector settings above are then ignored.
+        "library_defaults": False,
     }
 
 
 def make_projector(data: Dataset, config: dict) -> pe.Projector:
     """The projection layer onto $\\{y : A y = x, G y \\le h\\}$ for `config`."""
     P = data.problem
+    if config.get("library_defaults"):
+        return pe.Projector(
+            [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)]
+        )
     return pe.Projector(
         [
             pe.Equality(P.A, pe.Parameter("b")),
@@ -94,7 +102,7 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
     start = time.perf_counter()
     projector = make_projector(data, config)
     info["setup_s"] = time.perf_counter() - start
-    if config["autotune"]:
+    if config["autotune"] and not config.get("library_defaults"):
         result = tune(projector, data, config, seed)
         projector = result.projector.with_settings(
             n_iter_test=max(result.n_iter, config["n_iter_test"])
