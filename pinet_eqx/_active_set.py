@@ -146,7 +146,7 @@ def _masked_operator(apply_gram, active, structure):
 def _solve(apply_gram, active, rhs, solver):
     if rhs.size == 0:
         return rhs
-    structure = jax.eval_shape(lambda: rhs)
+    structure = jax.ShapeDtypeStruct(rhs.shape, rhs.dtype)
     operator = _masked_operator(apply_gram, active, structure)
     return lx.linear_solve(operator, rhs, solver, throw=False).value
 

@@ -171,9 +171,8 @@ class ConjugateGradient(_AbstractKrylov):
         x0 = jnp.zeros_like(b)
         gamma0 = jnp.dot(b, b)
         init = (x0, b, b, gamma0, jnp.asarray(0), jnp.sqrt(gamma0) <= threshold)
-        x, r, _, _, steps, _ = jax.lax.while_loop(cond, body, init)
-        converged = jnp.linalg.norm(b - operator.mv(x)) <= 2 * threshold
-        return self._finish(x, converged, steps)
+        x, _, _, gamma, steps, _ = jax.lax.while_loop(cond, body, init)
+        return self._finish(x, jnp.sqrt(gamma) <= threshold, steps)
 
 
 class BiCGStab(_AbstractKrylov):
@@ -253,9 +252,8 @@ class BiCGStab(_AbstractKrylov):
             jnp.asarray(0),
             jnp.linalg.norm(b) <= threshold,
         )
-        x, *_, steps, _ = jax.lax.while_loop(cond, body, init)
-        converged = jnp.linalg.norm(b - operator.mv(x)) <= 2 * threshold
-        return self._finish(x, converged, steps)
+        x, r, *_, steps, _ = jax.lax.while_loop(cond, body, init)
+        return self._finish(x, jnp.linalg.norm(r) <= threshold, steps)
 
 
 def _safe(x):

@@ -417,9 +417,10 @@ class Projector(eqx.Module):
 
         **Returns:** the projected point, shape `(d,)`.
         """
-        return self.solve(y_raw, **params).y
+        # Only y: the diagnostics of `solve` would cost nothing at run time (XLA
+        # drops them) but their tracing and lowering add to every compile.
+        return self._solve(y_raw, None, params, diagnostics=False)
 
-    @full_precision
     def solve(
         self, y_raw: Float[ArrayLike, " d"], s0=None, **params
     ) -> ProjectionSolution:
@@ -436,6 +437,10 @@ class Projector(eqx.Module):
 
         **Returns:** a `ProjectionSolution`.
         """
+        return self._solve(y_raw, s0, params, diagnostics=True)
+
+    @full_precision
+    def _solve(self, y_raw, s0, params: dict, diagnostics: bool):
         y_raw = self._check_y(y_raw, "y_raw")
         dtype = y_raw.dtype
         values = self._resolve(params, dtype)
@@ -470,11 +475,19 @@ class Projector(eqx.Module):
                     "`solution.s` from an earlier call."
                 )
         s0 = jax.lax.stop_gradient(s0)
+        if self.check_inputs:
+            # Checked on the start, which every path consumes but no derivative
+            # flows through: the check then stays out of the traced derivative
+            # rules (and their compile time).
+            bad = ~jnp.all(jnp.isfinite(jax.lax.stop_gradient(y_raw)))
+            s0 = eqx.error_if(s0, bad, NAN_Y_RAW)
         n_max = self.n_iter_test if self.inference else self.n_iter
         omega = self.omega
         if n == self.dim and self.n_eq == 0:
             # Only boxes: the projection is a clip, exact in one step.
             y = jnp.clip(y_raw, theta["lb_y"], theta["ub_y"])
+            if not diagnostics:
+                return y
             zero = jnp.zeros((), dtype)
             return ProjectionSolution(
                 y=y,
@@ -524,10 +537,12 @@ class Projector(eqx.Module):
                 solver=adjoint.solver(polyhedral),
             )
             y = None
-        # The same z (and t, which only the status needs) feeds the infeasibility
-        # certificate; on the active-set path y already is D_y [Pi_A(s)]_y.
-        P = dr.prepare(theta, op, sigma, self.groups)
-        z, t = dr.z_and_t(s, P, op)
+        # On the active-set path y already is D_y [Pi_A(s)]_y; otherwise it is
+        # computed here, and the same z (and t, which only the status needs)
+        # feeds the infeasibility certificate.
+        if y is None or diagnostics:
+            P = dr.prepare(theta, op, sigma, self.groups)
+            z, t = dr.z_and_t(s, P, op)
         if y is None:
             y = op.d_y * z[: self.dim]
         if self.refinement is not None:
@@ -536,6 +551,8 @@ class Projector(eqx.Module):
             fix = self.refinement(jax.lax.stop_gradient(y), data["q"])
             # y - y is exactly zero, so the value is exactly `fix`.
             y = (y - jax.lax.stop_gradient(y)) + jax.lax.stop_gradient(fix)
+        if not diagnostics:
+            return y
         viol = jax.lax.stop_gradient(self._violation(y, data))
         fp = jax.lax.stop_gradient(fp)
         tol = 1e-5 if self.tol is None else self.tol
@@ -569,13 +586,13 @@ class Projector(eqx.Module):
 
         **Returns:** a scalar.
         """
-        y = self._check_y(y, "y", check_finite=False)
+        y = self._check_y(y, "y")
         values = self._resolve(params, y.dtype)
         return self._violation(y, self._data(values, y.dtype))
 
     # -------------------------------------------------------------- internals
 
-    def _check_y(self, y, argname, check_finite=True):
+    def _check_y(self, y, argname):
         y = jnp.asarray(y)
         if not jnp.issubdtype(y.dtype, jnp.floating):
             y = y.astype(jnp.result_type(float))
@@ -589,8 +606,6 @@ class Projector(eqx.Module):
                 f"Projector: `{argname}` must have shape ({self.dim},) (one instance),"
                 f" got {y.shape}.{hint}"
             )
-        if check_finite and self.check_inputs:
-            y = eqx.error_if(y, ~jnp.all(jnp.isfinite(y)), NAN_Y_RAW)
         return y
 
     def _resolve(self, params: dict, dtype) -> dict:
