@@ -9,7 +9,6 @@ backbone and the loss differ, so they are the arguments here.
 from __future__ import annotations
 
 import time
-
 from collections.abc import Callable
 from typing import NamedTuple
 
