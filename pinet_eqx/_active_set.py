@@ -180,9 +180,18 @@ def project(inputs: Inputs, *, forward: Forward, fixed: FixedRows | None, cfg):
     P = dr.prepare(theta, op, forward.sigma)
     s, n_steps, fp = dr.iterate(forward.s0, P, op, omega, n_max, tol)
     z = op.project(s, P.part)
-    pre = P.a + P.c * (2 * z - s)[: P.a.shape[0]]
     y = op.d_y * z[: inputs.y_raw.shape[0]]
-    return y, (s, n_steps, fp, pre > P.upper, pre < P.lower)
+    return y, (s, n_steps, fp, *activity(s, P, op, z))
+
+
+def activity(s, P: dr.Prepared, op: AbstractAffineProjection, z=None):
+    """Which clipped coordinates ($y$, then the inequality rows) are active at
+    the iterate $s$: their prox argument lies above the upper bound (first
+    flags) or below the lower one (second), where the clip's derivative
+    vanishes."""
+    z = op.project(s, P.part) if z is None else z
+    pre = P.a + P.c * (2 * z - s)[: P.a.shape[0]]
+    return pre > P.upper, pre < P.lower
 
 
 def _theta(inputs: Inputs) -> dict:
@@ -272,3 +281,39 @@ def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solv
     rhs = jnp.where(active, Ms @ r - scale * dh, 0.0)
     zeta = _solve(apply_gram, active, rhs, solver)
     return r - zeta @ Ms
+
+
+def refine(residual, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
+    """One step of iterative refinement onto the active constraints.
+
+    $y \\leftarrow y - \\delta$, with $\\delta$ the minimum-norm solution of
+    $E \\delta = E y - q$ and $B_a \\delta = B_a y - h_a$ over the rows $a$ that
+    are active or violated at $y$, their residuals computed nearly exactly
+    (`residual`, the Ozaki slices of $[E; C]$). In float32 this brings the active
+    rows from the rounding of the products that made $y$ down to the rounding of
+    $y$ itself.
+
+    **Arguments:**
+
+    - `residual`: a `RowResidual` of the stacked fixed matrix $[E; C]$.
+    - `fixed`: the `FixedRows` of the same matrices.
+    - `y`: the point to refine; `inputs` its data; `hi`, `lo` the activity flags
+        returned by `project`; `box` the bounded coordinates; `solver` the
+        linear solver (symmetric positive semi-definite).
+
+    **Returns:** the refined point.
+    """
+    d = y.shape[0]
+    m_eq = inputs.q.shape[0]
+    box = np.asarray(box, np.int32)
+    m = inputs.lb_w.shape[0]
+    r = residual(y, jnp.concatenate([inputs.q, jnp.zeros((m,), y.dtype)]))
+    value = jnp.concatenate([r[m_eq:], y[box]])
+    lower = jnp.concatenate([inputs.lb_w, inputs.lb_y[box]])
+    upper = jnp.concatenate([inputs.ub_w, inputs.ub_y[box]])
+    hi = jnp.concatenate([hi[d:], hi[:d][box]]) | (value > upper)
+    lo = (jnp.concatenate([lo[d:], lo[:d][box]]) | (value < lower)) & ~hi
+    dh = jnp.where(hi, value - upper, jnp.where(lo, value - lower, 0.0))
+    active = (hi | lo) & fixed.usable
+    delta = _fixed_tangent(fixed, active, jnp.zeros_like(y), r[:m_eq], dh, solver)
+    return y - delta

@@ -37,9 +37,10 @@ from ._errors import (
     REFINE_NEEDS_FIXED_EQUALITY,
 )
 from ._implicit import fixed_point
+from ._krylov import ConjugateGradient
 from ._parameter import Parameter
 from ._precision import full_precision
-from ._refine import EqualityRefinement
+from ._refine import EqualityRefinement, RowResidual
 from ._solution import RESULTS, ProjectionSolution
 
 # A vector or matrix assembled at call time from fixed pieces and named parameters.
@@ -149,7 +150,7 @@ class Projector(eqx.Module):
     inference: bool
     op: AbstractAffineProjection | None
     active_rows: FixedRows | None
-    refinement: EqualityRefinement | None
+    refinement: EqualityRefinement | RowResidual | None
     column_groups: Int[Array, " n"] | None
     E: _Segments
     C: _Segments
@@ -181,7 +182,7 @@ class Projector(eqx.Module):
         check_inputs: bool = True,
         dim: int | None = None,
         inference: bool = False,
-        refine: bool = False,
+        refine: bool | Literal["auto"] = "auto",
         unroll: bool | None = None,
         n_iter_bwd: int | None = None,
         bwd_rtol: float | None = None,
@@ -356,9 +357,23 @@ class Projector(eqx.Module):
         self.n_column_groups = int(n_col_groups)
         self.inference = inference
         self.op = op
-        if refine and (per_instance or not E_items):
+        if refine not in (True, False, "auto"):
+            raise ValueError(
+                f"Projector(refine={refine!r}): must be True, False or 'auto'."
+            )
+        if refine is True and (
+            per_instance or not (E_items or self.active_rows is not None)
+        ):
             raise ValueError(REFINE_NEEDS_FIXED_EQUALITY)
-        self.refinement = EqualityRefinement.build(E_fixed) if refine else None
+        if not refine or per_instance:
+            self.refinement = None
+        elif self.active_rows is not None and self.n_ineq + len(self.box_index):
+            # Polyhedral with fixed matrices: the active rows are refined too.
+            self.refinement = RowResidual.build(np.concatenate([E_fixed, C_fixed]))
+        elif E_items:
+            self.refinement = EqualityRefinement.build(E_fixed)
+        else:
+            self.refinement = None
         self.column_groups = jnp.asarray(col_groups) if per_instance else None
         self.E = segments(E_items, cols=dim)
         self.C = segments(C_items, cols=dim)
@@ -499,21 +514,13 @@ class Projector(eqx.Module):
             )
         polyhedral = not self.groups
         adjoint = self.adjoint
+        flags = None  # the active set, where the iteration reports it
         if isinstance(adjoint, UnrolledAdjoint):
             P = dr.prepare(theta, op, sigma, self.groups)
             s, n_steps, fp = dr.iterate(s0, P, op, omega, n_max, None)
             y = None
         elif adjoint.uses_active_set(polyhedral):
-            inputs = _active_set.Inputs(
-                y_raw=y_raw,
-                q=data["q"],
-                lb_y=data["lb_y"],
-                ub_y=data["ub_y"],
-                lb_w=data["lb_w"],
-                ub_w=data["ub_w"],
-                E=data["E"] if self.per_instance_matrices else None,
-                C=data["C"] if self.per_instance_matrices else None,
-            )
+            inputs = self._inputs(y_raw, data)
             # Keyword arguments of a custom_jvp carry no tangents.
             forward, fixed = jax.lax.stop_gradient(
                 (
@@ -522,7 +529,7 @@ class Projector(eqx.Module):
                 )
             )
             cfg = (omega, n_max, self.tol, adjoint.solver(polyhedral), self.box_index)
-            y, (s, n_steps, fp, _, _) = _active_set.project(
+            y, (s, n_steps, fp, *flags) = _active_set.project(
                 inputs, forward=forward, fixed=fixed, cfg=cfg
             )
         else:
@@ -546,11 +553,18 @@ class Projector(eqx.Module):
         if y is None:
             y = op.d_y * z[: self.dim]
         if self.refinement is not None:
-            # The correction is at rounding level, so the implicit VJP of the
+            # The correction is at rounding level, so the derivative of the
             # unrefined map is kept (stop_gradient).
-            fix = self.refinement(jax.lax.stop_gradient(y), data["q"])
+            y_plain = jax.lax.stop_gradient(y)
+            if isinstance(self.refinement, RowResidual):
+                if flags is None:
+                    P = dr.prepare(theta, op, sigma, self.groups)
+                    flags = _active_set.activity(s, P, op)
+                fix = self._refine_active(y_plain, data, *flags)
+            else:
+                fix = self.refinement(y_plain, data["q"])
             # y - y is exactly zero, so the value is exactly `fix`.
-            y = (y - jax.lax.stop_gradient(y)) + jax.lax.stop_gradient(fix)
+            y = (y - y_plain) + jax.lax.stop_gradient(fix)
         if not diagnostics:
             return y
         viol = jax.lax.stop_gradient(self._violation(y, data))
@@ -570,6 +584,39 @@ class Projector(eqx.Module):
             fixed_point_residual=fp,
             result=result,
         )
+
+    def _inputs(self, y_raw, data) -> _active_set.Inputs:
+        per_instance = self.per_instance_matrices
+        return _active_set.Inputs(
+            y_raw=y_raw,
+            q=data["q"],
+            lb_y=data["lb_y"],
+            ub_y=data["ub_y"],
+            lb_w=data["lb_w"],
+            ub_w=data["ub_w"],
+            E=data["E"] if per_instance else None,
+            C=data["C"] if per_instance else None,
+        )
+
+    def _refine_active(self, y, data, hi, lo):
+        """`y` refined onto its active rows (see `_active_set.refine`), kept only
+        where that is finite and no less feasible."""
+        inputs, fixed, hi, lo = jax.lax.stop_gradient(
+            (self._inputs(y, data), self.active_rows, hi, lo)
+        )
+        # The forward pass does not warn: a failed refinement is simply dropped.
+        solver = ConjugateGradient(on_failure="ignore")
+        fix = _active_set.refine(
+            self.refinement, fixed, y, inputs, hi, lo, self.box_index, solver
+        )
+        # Violations computed in the working precision are only good to a few
+        # ulps of the products, hence the slack: this rejects a correction that
+        # goes astray (an inconsistent active set), not rounding noise.
+        slack = 64 * jnp.finfo(y.dtype).eps * (1 + jnp.max(jnp.abs(y)))
+        keep = jnp.all(jnp.isfinite(fix)) & (
+            self._violation(fix, data) <= self._violation(y, data) + slack
+        )
+        return jnp.where(keep, fix, y)
 
     @full_precision
     def violation(self, y: Float[ArrayLike, " d"], **params) -> Float[Array, ""]:

@@ -96,37 +96,54 @@ def exact_residual(E_slices, y, rhs, bits: int):
     return total + compensation
 
 
+class RowResidual(eqx.Module):
+    """$M y - r$ for a fixed matrix $M$, computed nearly exactly (Ozaki slices).
+
+    **Fields:**
+
+    - `slices`: Ozaki slices of $M$ (see `split_rows`), shape `(k, m, d)`.
+    - `bits`: the slices' width.
+    """
+
+    slices: Float[Array, "k m d"]
+    bits: int = eqx.field(static=True)
+
+    @classmethod
+    def build(cls, M: np.ndarray) -> RowResidual:
+        """From the float64 matrix $M$, on the host, for JAX's default float."""
+        M = np.asarray(M, np.float64)
+        bits = slice_bits(M.shape[1], jnp.result_type(float))
+        return cls(slices=jnp.asarray(split_rows(M, bits)), bits=bits)
+
+    def __call__(self, y, rhs):
+        """$M y - \\mathrm{rhs}$ at the stored (rounded) $y$."""
+        # The slices must add up to the stored y: without the barrier XLA may
+        # fuse the computation of y into them, unrounded (fused multiply-adds).
+        y = jax.lax.optimization_barrier(y)
+        slices = self.slices.astype(y.dtype)
+        return exact_residual(slices, y, rhs.astype(y.dtype), self.bits)
+
+
 class EqualityRefinement(eqx.Module):
     """One refinement step $y \\leftarrow y - E^+ (E y - q)$ for fixed $E$.
 
     **Fields:**
 
-    - `E_slices`: Ozaki slices of $E$ (see `split_rows`), shape `(k, m, d)`.
+    - `residual`: the exact residual of $E$.
     - `pinv`: the pseudo-inverse $E^+$, shape `(d, m)`.
-    - `bits`: the slices' width.
     """
 
-    E_slices: Float[Array, "k m d"]
+    residual: RowResidual
     pinv: Float[Array, "d m"]
-    bits: int = eqx.field(static=True)
 
     @classmethod
     def build(cls, E: np.ndarray) -> EqualityRefinement:
         """From the float64 matrix $E$, on the host, for JAX's default float."""
-        E = np.asarray(E, np.float64)
-        bits = slice_bits(E.shape[1], jnp.result_type(float))
         return cls(
-            E_slices=jnp.asarray(split_rows(E, bits)),
-            pinv=jnp.asarray(np.linalg.pinv(E)),
-            bits=bits,
+            residual=RowResidual.build(E),
+            pinv=jnp.asarray(np.linalg.pinv(np.asarray(E, np.float64))),
         )
 
     def __call__(self, y, q):
         """The refined $y$, for the right-hand side $q$."""
-        dtype = y.dtype
-        # The slices must add up to the stored y: without the barrier XLA may
-        # fuse the computation of y into them, unrounded (fused multiply-adds).
-        y = jax.lax.optimization_barrier(y)
-        E_slices = self.E_slices.astype(dtype)
-        r = exact_residual(E_slices, y, q.astype(dtype), self.bits)
-        return y - self.pinv.astype(dtype) @ r
+        return y - self.pinv.astype(y.dtype) @ self.residual(y, q)
