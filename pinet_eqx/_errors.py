@@ -62,7 +62,8 @@ RANK_DEFICIENT = (
 )
 
 REFINE_NEEDS_FIXED_EQUALITY = (
-    "Projector(refine=True) refines the equality constraints with a precomputed "
-    "pseudo-inverse, so it needs at least one Equality constraint and fixed (not "
-    "Parameter) equality and inequality matrices. Drop `refine=True` otherwise."
+    "Projector(refine=True) refines with precomputed factorisations, so it needs "
+    "fixed (not Parameter) matrices and either an Equality constraint or only "
+    "polyhedral sets (Equality, AffineInequality, Box). Use refine='auto' (the "
+    "default) to refine wherever that applies."
 )

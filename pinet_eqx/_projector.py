@@ -119,12 +119,17 @@ class Projector(eqx.Module):
         parameterised bounds are ordered (`eqx.error_if`).
     - `dim`: the output dimension $d$, only needed when no constraint implies it.
     - `inference`: start in inference mode.
-    - `refine`: finish with one step of iterative refinement of the equality
-        constraints, $y \\leftarrow y - E^+ (E y - q)$, with the residual computed
-        exactly (Ozaki splitting). In float32 this brings $\\|E y - q\\|_\\infty$
-        from a few $\\sqrt{d}\\,\\varepsilon$ down to the rounding of $y$ itself
-        (DC3 small: 4e-6 to 9e-7), for about ten matrix-vector products. Needs
-        fixed equality matrices; gradients are those of the unrefined map.
+    - `refine`: finish with iterative refinement, residuals computed exactly
+        (Ozaki splitting), so that in float32 the constraints hold to the
+        rounding of $y$ itself rather than of the products that made it.
+        `"auto"` (default) refines wherever it applies: for polyhedral sets with
+        fixed matrices, two steps onto the active (and violated) rows, $y
+        \\leftarrow y - \\delta$ with $\\delta$ the minimum-norm solution of the
+        active rows' residuals (the active-set solve of the backward pass), each
+        kept only where it is finite and no less feasible; otherwise, with fixed
+        equality matrices, $y \\leftarrow y - E^+ (E y - q)$. `True` requires
+        one of these, `False` turns it off. Gradients are those of the unrefined
+        map (the correction is at rounding level near the solution).
     """
 
     dim: int = eqx.field(static=True)
@@ -606,9 +611,13 @@ class Projector(eqx.Module):
         )
         # The forward pass does not warn: a failed refinement is simply dropped.
         solver = ConjugateGradient(on_failure="ignore")
-        fix = _active_set.refine(
-            self.refinement, fixed, y, inputs, hi, lo, self.box_index, solver
-        )
+        # Two steps: far from the set the first correction is large, and its
+        # own rounding (and an approximate active set) leave a second, small one.
+        fix = y
+        for _ in range(_REFINE_STEPS):
+            fix = _active_set.refine(
+                self.refinement, fixed, fix, inputs, hi, lo, self.box_index, solver
+            )
         # Violations computed in the working precision are only good to a few
         # ulps of the products, hence the slack: this rejects a correction that
         # goes astray (an inconsistent active set), not rounding noise.
@@ -770,6 +779,9 @@ class Projector(eqx.Module):
 # sigma * gmean(d_y^2) at the best sigma: 0.18 (DC3 small), about 0.25 (DC3 large),
 # 0.03-0.3 on random polytopes (see benchmarks/RESULTS.md).
 _AUTO_SIGMA = 0.2
+
+# Refinement steps onto the active rows (see `Projector._refine_active`).
+_REFINE_STEPS = 2
 
 # The per-instance data that the fixed point depends on (and differentiates).
 _THETA_KEYS = ("q", "lb_y", "ub_y", "lb_w", "ub_w", "cone_offset", "totals")

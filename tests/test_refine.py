@@ -111,8 +111,10 @@ def test_refine_reaches_the_float32_rounding_floor():
 
 def test_refine_needs_fixed_equalities():
     A = np.ones((1, 3))
+    # Fixed polyhedral sets refine their active rows, equalities or not.
+    assert pe.Projector(pe.AffineInequality(A, upper=np.ones(1)), refine=True)
     with pytest.raises(ValueError, match="refine=True"):
-        pe.Projector(pe.AffineInequality(A, upper=np.ones(1)), refine=True)
+        pe.Projector(pe.SecondOrderCone(np.eye(3)), refine=True)
     with pytest.raises(ValueError, match="refine=True"):
         pe.Projector(
             pe.Equality(pe.Parameter("A", shape=(1, 3)), np.ones(1)), refine=True
