@@ -122,14 +122,15 @@ class Projector(eqx.Module):
     - `refine`: finish with iterative refinement, residuals computed exactly
         (Ozaki splitting), so that in float32 the constraints hold to the
         rounding of $y$ itself rather than of the products that made it.
-        `"auto"` (default) refines wherever it applies: for polyhedral sets with
-        fixed matrices, two steps onto the active (and violated) rows, $y
-        \\leftarrow y - \\delta$ with $\\delta$ the minimum-norm solution of the
-        active rows' residuals (the active-set solve of the backward pass), each
-        kept only where it is finite and no less feasible; otherwise, with fixed
-        equality matrices, $y \\leftarrow y - E^+ (E y - q)$. `True` requires
-        one of these, `False` turns it off. Gradients are those of the unrefined
-        map (the correction is at rounding level near the solution).
+        `"auto"` (default) refines in inference mode, wherever it applies: for
+        polyhedral sets with fixed matrices, two steps onto the active (and
+        violated) rows, $y \\leftarrow y - \\delta$ with $\\delta$ the
+        minimum-norm solution of the active rows' residuals (the active-set
+        solve of the backward pass), each kept only where it is finite and no
+        less feasible; otherwise, with fixed equality matrices, $y \\leftarrow
+        y - E^+ (E y - q)$. `True` refines in both modes and requires one of
+        these; `False` turns it off. Gradients are those of the unrefined map
+        (the correction is at rounding level near the solution).
     """
 
     dim: int = eqx.field(static=True)
@@ -155,6 +156,7 @@ class Projector(eqx.Module):
     inference: bool
     op: AbstractAffineProjection | None
     active_rows: FixedRows | None
+    refine_always: bool = eqx.field(static=True)
     refinement: EqualityRefinement | RowResidual | None
     column_groups: Int[Array, " n"] | None
     E: _Segments
@@ -370,6 +372,9 @@ class Projector(eqx.Module):
             per_instance or not (E_items or self.active_rows is not None)
         ):
             raise ValueError(REFINE_NEEDS_FIXED_EQUALITY)
+        # "auto" refines at inference only: it costs compile time (two more
+        # solves per call), and training does not need rounding-level feasibility.
+        self.refine_always = refine is True
         if not refine or per_instance:
             self.refinement = None
         elif self.active_rows is not None and self.n_ineq + len(self.box_index):
@@ -557,7 +562,7 @@ class Projector(eqx.Module):
             z, t = dr.z_and_t(s, P, op)
         if y is None:
             y = op.d_y * z[: self.dim]
-        if self.refinement is not None:
+        if self.refinement is not None and (self.inference or self.refine_always):
             # The correction is at rounding level, so the derivative of the
             # unrefined map is kept (stop_gradient).
             y_plain = jax.lax.stop_gradient(y)
