@@ -183,7 +183,7 @@ class ExactProjection:
         self._GN = self.G @ self.N
 
     def restricted(self, y, x, active):
-        """The projection of `y` onto $\{A z = x,\ G_S z = h_S\}$, $S$ = `active`.
+        r"""The projection of `y` onto $\{A z = x,\ G_S z = h_S\}$, $S$ = `active`.
 
         **Returns:**
 
