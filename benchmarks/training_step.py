@@ -206,7 +206,7 @@ class ExactProjection:
         return z - self.N @ (K.T @ lam[active]), lam, Q
 
     def project(self, y, x, max_steps: int = 100):
-        """Project `y` by a primal-dual active-set method, certified by KKT.
+        r"""Project `y` by a primal-dual active-set method, certified by KKT.
 
         From the rows violated by the projection onto $\{A z = x\}$, it projects
         onto the active rows, drops those with negative multipliers and adds the
