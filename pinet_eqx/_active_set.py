@@ -217,14 +217,11 @@ def _project_jvp(primals, tangents, *, forward, fixed, cfg):
     solver, box = cfg[3], np.asarray(cfg[4], np.int32)
     # Symbolic-zero tangents (data that is not differentiated) become zeros.
     t = jax.tree.map(_zeros_if_none, t_in, inputs, is_leaf=lambda x: x is None)
-    # Rows: the inequality rows, then the bounded coordinates of y.
     d = y.shape[0]
-    hi = jnp.concatenate([hi[d:], hi[:d][box]])
-    lo = jnp.concatenate([lo[d:], lo[:d][box]])
+    hi = _rows(hi[:d], hi[d:], box)
+    lo = _rows(lo[:d], lo[d:], box)
     dh = jnp.where(
-        hi,
-        jnp.concatenate([t.ub_w, t.ub_y[box]]),
-        jnp.where(lo, jnp.concatenate([t.lb_w, t.lb_y[box]]), 0.0),
+        hi, _rows(t.ub_y, t.ub_w, box), jnp.where(lo, _rows(t.lb_y, t.lb_w, box), 0.0)
     )
     if fixed is not None:
         dy = _fixed_tangent(fixed, (hi | lo) & fixed.usable, t.y_raw, t.q, dh, solver)
@@ -232,6 +229,12 @@ def _project_jvp(primals, tangents, *, forward, fixed, cfg):
         moving = t_in.E is not None or t_in.C is not None
         dy = _general_tangent(inputs, t, y, hi | lo, dh, box, moving, solver)
     return out, (dy, (None,) * 5)
+
+
+def _rows(y_part, w_part, box):
+    """A quantity per row of the active-set system: the inequality rows, then
+    the bounded coordinates `box` of $y$."""
+    return jnp.concatenate([w_part, y_part[box]])
 
 
 def _fixed_tangent(fixed: FixedRows, active, dy_raw, dq, dh, solver):
@@ -243,8 +246,6 @@ def _fixed_tangent(fixed: FixedRows, active, dy_raw, dq, dh, solver):
     )
     y0 = dq @ fixed.P_y.astype(dtype)
     v = dy_raw @ N
-    if BN.shape[0] == 0:
-        return y0 + N @ v
     # The scaled active rows' residual at the unconstrained tangent y0 + N v.
     rhs = jnp.where(active, BN @ v + BP @ dq - scale * dh, 0.0)
     if fixed.gram is not None:
@@ -308,11 +309,11 @@ def refine(residual, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
     box = np.asarray(box, np.int32)
     m = inputs.lb_w.shape[0]
     r = residual(y, jnp.concatenate([inputs.q, jnp.zeros((m,), y.dtype)]))
-    value = jnp.concatenate([r[m_eq:], y[box]])
-    lower = jnp.concatenate([inputs.lb_w, inputs.lb_y[box]])
-    upper = jnp.concatenate([inputs.ub_w, inputs.ub_y[box]])
-    hi = jnp.concatenate([hi[d:], hi[:d][box]]) | (value > upper)
-    lo = (jnp.concatenate([lo[d:], lo[:d][box]]) | (value < lower)) & ~hi
+    value = _rows(y, r[m_eq:], box)
+    lower = _rows(inputs.lb_y, inputs.lb_w, box)
+    upper = _rows(inputs.ub_y, inputs.ub_w, box)
+    hi = _rows(hi[:d], hi[d:], box) | (value > upper)
+    lo = (_rows(lo[:d], lo[d:], box) | (value < lower)) & ~hi
     dh = jnp.where(hi, value - upper, jnp.where(lo, value - lower, 0.0))
     active = (hi | lo) & fixed.usable
     delta = _fixed_tangent(fixed, active, jnp.zeros_like(y), r[:m_eq], dh, solver)

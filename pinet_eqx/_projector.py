@@ -568,8 +568,8 @@ class Projector(eqx.Module):
             y_plain = jax.lax.stop_gradient(y)
             if isinstance(self.refinement, RowResidual):
                 if flags is None:
-                    P = dr.prepare(theta, op, sigma, self.groups)
-                    flags = _active_set.activity(s, P, op)
+                    # Off the active-set path, P and z were computed above.
+                    flags = _active_set.activity(s, P, op, z)
                 fix = self._refine_active(y_plain, data, *flags)
             else:
                 fix = self.refinement(y_plain, data["q"])
