@@ -6,8 +6,17 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
 import pinet_eqx as pe
+from benchmarks._reference import reference_available
+
+# For tests that run the published reference: it cannot be a pip extra.
+needs_reference = pytest.mark.skipif(
+    not reference_available(),
+    reason="pinet-hcnn is not installed (pip install --no-deps pinet-hcnn==0.2.0 "
+    "beartype); it cannot be a pip extra",
+)
 
 
 @dataclasses.dataclass

@@ -10,8 +10,8 @@ import json
 
 import numpy as np
 import pytest
+from helpers import needs_reference
 
-from benchmarks._reference import reference_available
 from benchmarks.dc3 import _data, _harness, _methods
 from benchmarks.dc3._report import report
 from benchmarks.dc3._train import train
@@ -27,11 +27,7 @@ METHODS = [
     pytest.param(
         "reference",
         EPOCHS,
-        marks=pytest.mark.skipif(
-            not reference_available(),
-            reason="pinet-hcnn is not installed (pip install --no-deps "
-            "pinet-hcnn==0.2.0 beartype); it cannot be a pip extra",
-        ),
+        marks=needs_reference,
     ),
 ]
 

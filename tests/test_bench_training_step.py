@@ -11,15 +11,9 @@ import json
 
 import numpy as np
 import pytest
+from helpers import needs_reference
 
 from benchmarks import training_step
-from benchmarks._reference import reference_available
-
-needs_reference = pytest.mark.skipif(
-    not reference_available(),
-    reason="pinet-hcnn is not installed (pip install --no-deps pinet-hcnn==0.2.0 "
-    "beartype); it cannot be a pip extra",
-)
 
 
 @pytest.fixture(scope="module")
