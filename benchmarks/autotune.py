@@ -16,8 +16,6 @@ Prints a Markdown table; paste it into `benchmarks/RESULTS.md` (section
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 
 
 def main(argv=None) -> None:
@@ -33,8 +31,10 @@ def main(argv=None) -> None:
     import numpy as np
 
     import pinet_eqx as pe
-    from benchmarks._families import SocFamily
     from pinet_eqx.problems import make_dc3
+
+    from ._common.problems import soc_batch, soc_projector
+    from ._common.provenance import command_line, describe, machine
 
     dtype = jnp.float64 if args.precision == "f64" else jnp.float32
     rng = np.random.default_rng(0)
@@ -51,8 +51,10 @@ def main(argv=None) -> None:
         return proj, Y, {"b": prob.X}
 
     def soc():
-        fam = SocFamily("large", 166)
-        return fam.ours(pe), fam.Y, {"b": fam.P["b"]}
+        # The projection benchmark's large App. B.4 instances.
+        A, b = soc_batch(500, 500, 166)
+        Y = np.random.RandomState(0).normal(size=(166, 1000))
+        return soc_projector(np.hstack([A, np.eye(500)]), 500), Y, {"b": b}
 
     cases = {
         "DC3 small 100/50/50": lambda: dc3(100, 50, 50),
@@ -83,10 +85,8 @@ def main(argv=None) -> None:
 
     print()
     print(
-        f"Command: `python -m benchmarks.autotune --precision {args.precision}`. "
-        f"Machine: {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs, jax {jax.__version__} "
-        f"({jax.default_backend()}). Tolerance {tol:g}."
+        f"Command: `{command_line('python -m benchmarks.autotune', argv)}`. "
+        f"Machine: {describe(machine())}. Tolerance {tol:g}."
     )
     print()
     print(

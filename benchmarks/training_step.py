@@ -14,7 +14,7 @@ For each DC3 problem (small 100/50/50 at batch 2048, large 1000/500/500 at batch
 - **the reference** is `pinet-hcnn` 0.2.0 at the paper's configuration (App. B.2):
   tuned $\sigma$ (0.068068 small, 0.161069 large), 50 iterations, Ruiz
   equilibration with 25 iterations, $\omega = 1.7$ and 25 backward iterations,
-  through `benchmarks._reference.ReferenceDC3Projector`.
+  through `benchmarks._common.reference.ReferenceDC3Projector`.
 
 Timed are the whole jitted projection (`fwd`) and the whole jitted
 `jax.value_and_grad` of $L(Y) = \sum_{ij} V_{ij} \Pi(Y)_{ij}$ with respect to the
@@ -67,10 +67,18 @@ import scipy.linalg
 
 from pinet_eqx.problems import DC3Problem, dc3_violation, make_dc3
 
-from ._reference import reference_available
-from .dc3._data import SIZES, load_instances
-from .dc3._harness import machine, time_calls
-from .dc3._pinet import PAPER_SIGMA
+from ._common.problems import (
+    DC3_SIZES,
+    PAPER_N_ITER,
+    PAPER_N_ITER_BWD,
+    PAPER_OMEGA,
+    PAPER_RUIZ_ITERS,
+    PAPER_SIGMA,
+    read_paper_instances,
+)
+from ._common.provenance import command_line, machine
+from ._common.reference import reference_available
+from ._common.timing import time_calls
 
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "_out" / "training_step.json"
 PROG = "python -m benchmarks.training_step"
@@ -79,11 +87,11 @@ DTYPES = ("float32", "float64")
 RAW_NOISE = 0.5
 # The reference at the paper's configuration (App. B.2); sigma is per size.
 REFERENCE_CONFIG = {
-    "omega": 1.7,
-    "n_iter": 50,
-    "n_iter_bwd": 25,
+    "omega": PAPER_OMEGA,
+    "n_iter": PAPER_N_ITER,
+    "n_iter_bwd": PAPER_N_ITER_BWD,
     "equilibrate": True,
-    "equilibration_max_iter": 25,
+    "equilibration_max_iter": PAPER_RUIZ_ITERS,
 }
 # A row with slack and multiplier both below this is weakly active: the
 # projection is not differentiable there.
@@ -120,7 +128,7 @@ def make_case(
 
     **Arguments:**
 
-    - `size`: a key of `benchmarks.dc3._data.SIZES`.
+    - `size`: a key of `benchmarks._common.problems.DC3_SIZES`.
     - `batch`: the batch size; default `BATCH[size]`.
     - `instances`: optional folder of the paper's DC3 `.npz` files; used for the
         small problem only (its 2048 validation and test contexts).
@@ -131,9 +139,9 @@ def make_case(
     A `Case`, with `X`, `Y` and `V` rounded to float32 values.
     """
     batch = BATCH[size] if batch is None else batch
-    n_var, n_eq, n_ineq, n_examples = SIZES[size][:4]
+    n_var, n_eq, n_ineq, n_examples = DC3_SIZES[size][:4]
     if instances is not None and size == "small":
-        problem = load_instances(instances, "nonconvex").problem
+        problem = read_paper_instances(instances, "nonconvex").problem
         source = {"instances": str(instances)}
     else:
         problem = make_dc3(n_var, n_eq, n_ineq, n_examples=n_examples, seed=17)
@@ -379,7 +387,7 @@ def _ours(case: Case):
 
 def _reference(case: Case, dtype):
     """The reference at the paper's configuration: `(project, params, settings)`."""
-    from ._reference import ReferenceDC3Projector
+    from ._common.reference import ReferenceDC3Projector
 
     P = case.problem
     cfg = REFERENCE_CONFIG
@@ -405,7 +413,7 @@ def _timed(fn, args, repeats: int) -> tuple[object, dict]:
     start = time.perf_counter()
     out = jax.block_until_ready(fn(*args))
     first = time.perf_counter() - start
-    stats = time_calls(lambda: jax.block_until_ready(fn(*args)), repeats, warmup=1)
+    stats = time_calls(lambda: fn(*args), repeats, warmup=1)
     return out, {"compile_s": first, **stats}
 
 
@@ -642,16 +650,9 @@ def main(argv: list[str] | None = None) -> dict:
     with_ref = not args.no_reference and reference_available()
     if not with_ref and not args.no_reference:
         _log("The reference (pinet-hcnn) is not installed: timing ours only.")
-    command = " ".join([PROG, *(sys.argv[1:] if argv is None else argv)])
-    device = jax.devices()[0]
+    command = command_line(PROG, argv)
     record = {
-        "machine": {
-            **machine(),
-            "device_kind": device.device_kind,
-            "device_count": jax.device_count(),
-            "matmul_precision": str(jax.config.jax_default_matmul_precision),
-            "command": command,
-        },
+        "machine": {**machine(devices=True), "command": command},
         "settings": {
             "sizes": sizes,
             "dtypes": args.dtypes,
@@ -664,7 +665,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ground_truth": {},
         "results": [],
     }
-    _log(f"{command}\n{device.device_kind}, jax {jax.__version__}")
+    _log(f"{command}\n{record['machine']['device_kind']}, jax {jax.__version__}")
     for size in sizes:
         if args.instances is not None and size != "small":
             _log(f"--instances holds the small problem; {size} is generated.")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import pinet_eqx as pe
-from benchmarks._reference import reference_available
+from benchmarks._common.reference import reference_available
 
 # For tests that run the published reference: it cannot be a pip extra.
 needs_reference = pytest.mark.skipif(

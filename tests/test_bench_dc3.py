@@ -2,7 +2,7 @@
 
 Every method that installs with the `test` extras trains for two epochs (the
 reference only where `pinet-hcnn` is installed: it cannot be a pip extra, see
-`benchmarks/_reference.py`), then the report renders. The heavy paper-scale runs
+`benchmarks/_common/reference.py`), then the report renders. The heavy paper-scale runs
 are benchmarks (`python -m benchmarks.dc3`), not tests.
 """
 
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from helpers import needs_reference
 
-from benchmarks.dc3 import _data, _harness, _methods
+from benchmarks._common.timing import TIMING_STATS
+from benchmarks.dc3 import _data, _methods
 from benchmarks.dc3._report import report
 from benchmarks.dc3._train import train
 
@@ -81,11 +82,11 @@ def test_method_end_to_end(method, overrides, results, cache, instances):
     )
     saved = json.loads((folder / "results.json").read_text())
     assert saved["config"] == record["config"]
-    assert set(_harness.METRICS) <= set(saved["metrics"])
+    assert set(_data.METRICS) <= set(saved["metrics"])
     assert all(np.isfinite(v) for v in saved["metrics"].values())
     inference = saved["timing"]["inference"]
     for kind in ("single", "batch"):
-        assert set(_harness.TIMING_STATS) <= set(inference[kind])
+        assert set(TIMING_STATS) <= set(inference[kind])
         stats = inference[kind]
         assert 0 < stats["min"] <= stats["lq"] <= stats["median"] <= stats["uq"]
         assert stats["uq"] <= stats["max"]

@@ -14,8 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from benchmarks._common.harness import Run
+from benchmarks._common.timing import time_inference
 from benchmarks.dc3 import _cvxpylayers, _data, _jaxopt
-from benchmarks.dc3._harness import Run
 from pinet_eqx.problems import make_dc3
 
 _N = 3  # instances checked per layer
@@ -125,8 +126,7 @@ def test_one_epoch_fit(module, cv_tol, data):
     # cvxpylayers' eager JAX glue recompiles) for every new batch shape.
     n = len(data.X_valid)
     data = dataclasses.replace(data, X_train=data.X_train[:n], X_test=data.X_test[:n])
-    config = module.default_config(data)
-    config.update(epochs=1)
+    config = module.default_config(data).replace(epochs=1)
     run = Run(data, disable=True)
     trained = module.fit(data, config, 0, run)
     assert run.steps == 1
@@ -139,10 +139,8 @@ def test_one_epoch_fit(module, cv_tol, data):
     if module is _cvxpylayers:  # jaxopt's would compile again for a batch of one
         y = np.asarray(trained.predict_single(data.X_test[0]))
         np.testing.assert_allclose(y, Y[0], atol=cv_tol)
-        timing = _cvxpylayers.time_inference(
-            trained, data, batch_size=n, single_repeats=2
-        )
-        assert timing["batch"]["repeats"] == config["timing_repeats"]
+        timing = time_inference(trained, data, batch_size=n, single_repeats=2)
+        assert timing["batch"]["repeats"] == config.timing_repeats
 
 
 def test_cvxpylayers_refuses_large_problems(data):

@@ -8,7 +8,9 @@ import pathlib
 import numpy as np
 import pytest
 
-from benchmarks.dc3 import _harness, _report
+from benchmarks._common import harness as _harness, report as _report
+from benchmarks._common.metrics import CV_OPTIMAL, RS_OPTIMAL
+from benchmarks.dc3._report import SUITE
 
 DATASETS = {
     "convex-tiny": {
@@ -65,9 +67,7 @@ def _fabricate_run(root: pathlib.Path, dataset: str, label: str, seed: int, rng)
         "cv_max": float(cv.max()),
         "eq_cv_max": float(cv.max()),
         "ineq_cv_max": float(cv.max() / 2),
-        "optimal_pct": float(
-            100 * np.mean((cv <= _harness.CV_OPTIMAL) & (rs <= _harness.RS_OPTIMAL))
-        ),
+        "optimal_pct": float(100 * np.mean((cv <= CV_OPTIMAL) & (rs <= RS_OPTIMAL))),
     }
     curve = []
     if label != "solver":
@@ -152,7 +152,7 @@ def _assert_png(path: pathlib.Path) -> None:
 def test_report_writes_figures_and_tables(tmp_path):
     records = _fabricate(tmp_path / "results")
     out = tmp_path / "report"
-    written = _report.report(tmp_path / "results", out)
+    written = _report.report(tmp_path / "results", out, SUITE)
 
     expected = {out / "tables.md"}
     for dataset in DATASETS:
@@ -190,7 +190,7 @@ def test_report_writes_figures_and_tables(tmp_path):
 
 def test_report_defaults_to_results_dir_and_one_seed(tmp_path):
     _fabricate(tmp_path, datasets=("convex-tiny",), labels=("pinet",), seeds=(3,))
-    written = _report.report(tmp_path)
+    written = _report.report(tmp_path, None, SUITE)
     assert {p.name for p in written} == {
         "scatter_convex-tiny.png",
         "curves_convex-tiny.png",
@@ -231,28 +231,28 @@ def test_report_skips_broken_runs(tmp_path):
 
     # load_runs is what report() reads with; calling it alone skips the drawing
     with pytest.warns(UserWarning, match="Skipping") as caught:
-        runs = _report.load_runs(tmp_path)
+        runs = _report.load_runs(tmp_path, SUITE.prog)
     messages = " ".join(str(w.message) for w in caught)
     assert "dc3" in messages and "per_instance.csv" in messages
     assert "jaxopt" in messages and "same data set" in messages
     assert sorted((r.label, r.seed) for r in runs) == [("pinet", 0), ("pinet", 1)]
     assert all("backup" not in str(r.path) for r in runs)
-    text = _report.markdown(_report._group(runs), tmp_path)
+    text = _report.markdown(_report._group(runs, SUITE.methods), tmp_path, SUITE)
     assert "`pinet`" in text
     assert "`dc3`" not in text and "`soft`" not in text and "`jaxopt`" not in text
 
 
 def test_report_empty_or_unreadable_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="empty-results"):
-        _report.report(tmp_path / "empty-results")  # does not exist
+        _report.report(tmp_path / "empty-results", None, SUITE)  # does not exist
     (tmp_path / "empty-results").mkdir()
     with pytest.raises(FileNotFoundError, match="empty-results"):
-        _report.report(tmp_path / "empty-results")
+        _report.report(tmp_path / "empty-results", None, SUITE)
     bad = tmp_path / "empty-results" / "x" / "y" / "seed0"
     bad.mkdir(parents=True)
     (bad / "results.json").write_text(json.dumps({"metrics": {}}))
     with pytest.warns(UserWarning), pytest.raises(ValueError, match="empty-results"):
-        _report.report(tmp_path / "empty-results")
+        _report.report(tmp_path / "empty-results", None, SUITE)
 
 
 @pytest.mark.parametrize(
@@ -278,8 +278,8 @@ def test_fmt(x, text):
 
 
 def test_thresholds_match_harness():
-    assert _report.CV_OPTIMAL == _harness.CV_OPTIMAL
-    assert _report.RS_OPTIMAL == _harness.RS_OPTIMAL
+    assert _report.CV_OPTIMAL == CV_OPTIMAL
+    assert _report.RS_OPTIMAL == RS_OPTIMAL
 
 
 def test_seed_band_uses_the_common_time_span():

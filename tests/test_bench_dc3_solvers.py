@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from benchmarks.dc3 import _data, _harness, _solver_method
+from benchmarks._common.harness import Run
+from benchmarks._common.timing import TIMING_STATS, time_inference
+from benchmarks.dc3 import _data, _solver_method
 from benchmarks.dc3._solvers import NonconvexIpopt, kkt_residuals, solve_nonconvex
 from pinet_eqx.problems import dc3_violation, make_dc3, solve_dc3_convex
 
@@ -98,8 +100,8 @@ def datasets(tiny):
 
 
 def _fit(data, **overrides):
-    config = {**_solver_method.default_config(data), **overrides}
-    run = _harness.Run(data, disable=True)
+    config = _solver_method.default_config(data).replace(**overrides)
+    run = Run(data, disable=True)
     trained = _solver_method.fit(data, config, 0, run)
     run.close()
     return trained
@@ -125,11 +127,11 @@ def test_nonconvex_solver_method_and_timing(datasets):
     np.testing.assert_allclose(Y, data.Y_test[:10], rtol=0, atol=1e-5)
     assert data.violation(Y, data.X_test[:10]).max() < 1e-6
     assert trained.info["failures"] == 0
-    timing = _solver_method.time_inference(trained, data, repeats=20, batch_size=16)
+    timing = time_inference(trained, data, repeats=20, batch_size=16)
     assert timing["batch_size"] == 16 and timing["batch_extrapolated_from"] == 4
     assert timing["batch"]["repeats"] == 3  # capped by the config
-    assert set(timing["single"]) == set(_harness.TIMING_STATS)
-    assert set(timing["batch"]) == set(_harness.TIMING_STATS)
+    assert set(timing["single"]) == set(TIMING_STATS)
+    assert set(timing["batch"]) == set(TIMING_STATS)
 
 
 def test_solve_nonconvex_falls_back_to_full(tiny, monkeypatch):
@@ -156,9 +158,9 @@ def test_solve_nonconvex_falls_back_to_full(tiny, monkeypatch):
 def test_solver_timing_picks_rows_from_budget(datasets):
     data = datasets["convex"]
     trained = _fit(data, mode="parametric", timing_budget_s=1e-9)
-    timing = _solver_method.time_inference(trained, data, repeats=2, batch_size=16)
+    timing = time_inference(trained, data, repeats=2, batch_size=16)
     assert timing["batch_extrapolated_from"] == 8  # the minimum
     assert timing["batch"]["repeats"] == 2
     trained = _fit(data, mode="parametric", timing_budget_s=1e9)
-    timing = _solver_method.time_inference(trained, data, repeats=2, batch_size=16)
+    timing = time_inference(trained, data, repeats=2, batch_size=16)
     assert "batch_extrapolated_from" not in timing

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from benchmarks._common.harness import Run
 from benchmarks.dc3 import _data, _dc3net
-from benchmarks.dc3._harness import Run
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +105,8 @@ def test_correction_reduces_violation_and_keeps_equalities(data, completion):
 
 def test_short_fit(data):
     config = _dc3net.default_config(data)
-    assert config["corr_lr"] == 1e-7 and config["validate_every"] == 20
-    config.update(epochs=3, batch_size=100, validate_every=1)
+    assert config.corr_lr == 1e-7 and config.validate_every == 20
+    config = config.replace(epochs=3, batch_size=100, validate_every=1)
     run = Run(data, disable=True)
     trained = _dc3net.fit(data, config, seed=0, run=run)
     Y = trained.predict(data.X_test)

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import pinet_eqx as pe
-from benchmarks._families import soc_projector, soc_truth
-from benchmarks.dc3 import _harness
+from benchmarks._common.problems import soc_projector
+from benchmarks._common.timing import TIMING_STATS
+from benchmarks.projection._families import soc_truth
 from benchmarks.soc import _data, _methods
 from benchmarks.soc._report import report
 from benchmarks.soc._train import train
@@ -64,7 +65,7 @@ def test_method_end_to_end(method, overrides, results):
     assert inference["batch_size"] == 1024
     for kind in ("single", "batch"):
         stats = inference[kind]
-        assert set(_harness.TIMING_STATS) <= set(stats)
+        assert set(TIMING_STATS) <= set(stats)
         assert 0 < stats["min"] <= stats["lq"] <= stats["median"] <= stats["uq"]
         assert stats["uq"] <= stats["max"]
     assert len(saved["machine"]["load_avg"]) == 3
@@ -126,7 +127,7 @@ def test_projection_sign_against_clarabel(data):
     """Ours projects y_raw, not -y_raw (the reference's stand-alone SOC script's
     sign slip): compared with cvxpy + Clarabel (Newton-polished), float64."""
     rng = np.random.default_rng(3)
-    proj = soc_projector(pe, data.E, data.d1, n_iter=1000)
+    proj = soc_projector(data.E, data.d1, n_iter=1000)
     project = jax.jit(lambda y, b: proj(y, b=b))
     for i in range(3):
         y_raw = 3.0 * rng.normal(size=data.d1 + data.d2)
@@ -143,22 +144,19 @@ def test_residual_loss_against_clarabel(data):
     # The residual term of our loss, mu (||y_raw - y|| - m)_+^2, against the same
     # term with y from cvxpy + Clarabel's projection of y_raw.
     margin = 0.5
-    from benchmarks.dc3._training import backbone
+    from benchmarks._common.training import backbone
     from benchmarks.soc import _pinet
 
     d1, d2 = data.d1, data.d2
-    config = _pinet.default_config(data) | {
-        "sigma": "auto",
-        "tol": 1e-10,
-        "n_iter": 5000,
-        "n_iter_test": 5000,
-    }
+    config = _pinet.default_config(data).replace(
+        sigma="auto", tol=1e-10, n_iter=5000, n_iter_test=5000
+    )
     net = pe.HardConstrainedNet(
         backbone(d1 + d2, d1 + d2, 0, np.float64), _pinet.make_projector(data, config)
     )
     X = jax.numpy.asarray(data.X_valid[:4])
     mu = 0.3
-    with_residual = config | {"residual_weight": mu, "residual_margin": margin}
+    with_residual = config.replace(residual_weight=mu, residual_margin=margin)
     added = _pinet.make_loss(with_residual, d1, d2)(net, X) - _pinet.make_loss(
         config, d1, d2
     )(net, X)

@@ -17,64 +17,13 @@ and `per_instance.csv` (test RS and CV of every instance). OUT defaults to
 
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
 import sys
 
+from .._common import cli
 from ._methods import METHODS
 
 DEFAULT_OUT = pathlib.Path("results") / "dc3"
-
-
-def _value(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def _overrides(pairs: list[str]) -> dict:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--set expects key=value, got {pair!r}.")
-        out[key] = _value(value)
-    return out
-
-
-def add_train_arguments(train, methods: tuple[str, ...], default_out: pathlib.Path):
-    """The `train` options every suite shares: method, seeds, precision,
-    overrides, label, output folder, timing repeats, quiet."""
-    train.add_argument("--method", choices=methods, default=methods[0])
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--precision", type=int, choices=(32, 64), default=32)
-    train.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a hyperparameter (JSON value), repeatable",
-    )
-    train.add_argument("--epochs", type=int, help="shorthand for --set epochs=N")
-    train.add_argument("--label", help="results sub-folder (default: the method)")
-    train.add_argument("--out", type=pathlib.Path, default=default_out)
-    train.add_argument(
-        "--repeats",
-        type=int,
-        default=20,
-        help="timed repeats of batch inference (single: 5x)",
-    )
-    train.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def train_overrides(args) -> dict:
-    """The hyperparameters that `--set` and `--epochs` override."""
-    config = _overrides(args.set)
-    if args.epochs is not None:
-        config["epochs"] = args.epochs
-    return config
 
 
 def _add_data_arguments(parser):
@@ -90,18 +39,15 @@ def _add_data_arguments(parser):
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.dc3", description=__doc__.splitlines()[0]
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def _parser():
+    parser, sub = cli.suite_parser("python -m benchmarks.dc3", __doc__)
 
     data = sub.add_parser("data", help="generate a problem and cache its solutions")
     _add_data_arguments(data)
 
     train = sub.add_parser("train", help="train and evaluate one method")
     _add_data_arguments(train)
-    add_train_arguments(train, tuple(METHODS), DEFAULT_OUT)
+    cli.add_train_arguments(train, tuple(METHODS), DEFAULT_OUT)
     train.add_argument(
         "--autotune",
         action="store_true",
@@ -114,9 +60,7 @@ def _parser() -> argparse.ArgumentParser:
         "in this folder (small problem only)",
     )
 
-    report = sub.add_parser("report", help="figures and tables from a results folder")
-    report.add_argument("results_dir", type=pathlib.Path)
-    report.add_argument("--out", type=pathlib.Path, help="default: results_dir")
+    cli.add_report_command(sub)
 
     ablations = sub.add_parser("ablations", help="the paper's ablation studies")
     ablations.add_argument(
@@ -140,11 +84,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    if getattr(args, "precision", 32) == 64:
-        import jax
-
-        jax.config.update("jax_enable_x64", True)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    cli.apply_precision(args)
     if args.command == "data":
         from . import _data
 
@@ -156,22 +98,23 @@ def main(argv=None) -> int:
     elif args.command == "train":
         from ._train import train
 
-        config = train_overrides(args)
+        config = cli.train_overrides(args)
         if args.autotune:
             config["autotune"] = True
-        train(
-            args.problem,
-            args.size,
-            args.method,
-            seed=args.seed,
-            overrides=config,
-            out=args.out,
-            label=args.label,
-            data_seed=args.data_seed,
-            repeats=args.repeats,
-            instances=args.instances,
-            quiet=args.quiet,
-        )
+        with cli.config_errors(parser):
+            train(
+                args.problem,
+                args.size,
+                args.method,
+                seed=args.seed,
+                overrides=config,
+                out=args.out,
+                label=args.label,
+                data_seed=args.data_seed,
+                repeats=args.repeats,
+                instances=args.instances,
+                quiet=args.quiet,
+            )
     elif args.command == "report":
         from ._report import report
 

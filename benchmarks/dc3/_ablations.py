@@ -38,8 +38,10 @@ import numpy as np
 
 import pinet_eqx as pe
 
-from . import _data, _harness, _pinet
-from ._train import train
+from .._common.provenance import command_line, describe, machine
+from .._common.timing import time_calls
+from . import _data, _pinet
+from ._train import PROG, train
 
 STUDIES = ("config", "inf", "n_iter_test", "sigma_omega", "vjp", "cv_iters")
 CONFIGS = {
@@ -151,10 +153,8 @@ def study_n_iter_test(args, data, out):
             lambda n: n.projector, net, net.projector.with_settings(n_iter_test=k)
         )
         Y = predict(model, X)
-        metrics, _, _ = _harness.test_metrics(data, Y)
-        timing = _harness.time_calls(
-            lambda: jax.block_until_ready(predict(model, X)), 5 if args.quick else 20
-        )
+        metrics = data.test_metrics(Y).summary()
+        timing = time_calls(lambda: predict(model, X), 5 if args.quick else 20)
         rows.append({"n_iter_test": k, **metrics, "batch_s": timing["median"]})
     plt, fig, (ax1, ax2) = _figure(2)
     ks = [r["n_iter_test"] for r in rows]
@@ -297,7 +297,7 @@ def study_cv_iters(args, data, out):
             ("not equilibrated, sigma 1", {"equilibrate": False, "sigma": 1.0}),
         )
     ):
-        proj = _pinet.make_projector(data, {**config, **overrides})
+        proj = _pinet.make_projector(data, config.replace(**overrides))
         project = eqx.filter_jit(lambda p, Y, X: jax.vmap(lambda y, x: p(y, b=x))(Y, X))
         cv = []
         for k in ks:
@@ -311,14 +311,11 @@ def study_cv_iters(args, data, out):
     return {"rows": rows}
 
 
-def _markdown(results: dict, args, machine: dict) -> str:
+def _markdown(results: dict, args, provenance: dict) -> str:
     lines = [
         f"# Ablations on DC3 {args.problem}-{args.size}",
         "",
-        f"`{_harness.command_line()}` on {machine['cpu']} "
-        f"({machine['cpu_count']} CPUs), JAX {machine['jax']} "
-        f"({machine['jax_backend']}), float{args.precision}, git "
-        f"{machine['git']}.",
+        f"`{command_line(PROG)}` on {describe(provenance)}, float{args.precision}.",
         "",
     ]
     for study in ("config", "inf"):
@@ -424,7 +421,6 @@ def run_ablations(args) -> dict:
         path = out / f"{study}.json"
         if study not in results and path.exists():
             results[study] = json.loads(path.read_text())
-    machine = _harness.machine()
-    (out / "ablations.md").write_text(_markdown(results, args, machine))
+    (out / "ablations.md").write_text(_markdown(results, args, machine()))
     print(f"-> {out / 'ablations.md'}")
     return results

@@ -16,15 +16,16 @@ import numpy as np
 
 from pinet_eqx.problems import DC3Problem, dc3_violation, make_dc3
 
+from .._common import metrics
+from .._common.problems import (
+    DC3_PROBLEMS as PROBLEMS,
+    DC3_SIZES as SIZES,
+    read_paper_instances,
+)
 from ._solvers import solve_convex, solve_nonconvex
 
-PROBLEMS = ("convex", "nonconvex")
-# name: (n_var, n_eq, n_ineq, n_examples, n_valid, n_test)
-SIZES = {
-    "tiny": (20, 10, 10, 600, 100, 100),
-    "small": (100, 50, 50, 10000, 1024, 1024),
-    "large": (1000, 500, 500, 10000, 1024, 1024),
-}
+# The keys of this suite's metrics record.
+METRICS = (*metrics.METRICS, "eq_cv_max", "ineq_cv_max")
 # How many validation and test contexts get optimal solutions (the rest of the
 # split is unused): on the large problem an IPOPT solve takes 0.6-2.5 s on a
 # 2-core CPU, so only the first 256 of each.
@@ -94,6 +95,18 @@ class Dataset:
         """
         del X
         return np.maximum(0.0, (self.objective(Y) - J_star) / np.abs(J_star))
+
+    def test_metrics(self, Y) -> metrics.Metrics:
+        """The test metrics of predictions `Y` for the first `len(Y)` test
+        contexts (all of them, except for solvers too slow to solve 1024 large
+        instances), in float64; the parts are `eq` and `ineq`."""
+        P = self.problem
+        Y = np.asarray(Y, np.float64)
+        n = len(Y)
+        rs = self.relative_suboptimality(Y, self.J_test[:n])
+        eq = np.abs(Y @ P.A.T - self.X_test[:n]).max(axis=1)
+        ineq = np.maximum(Y @ P.G.T - P.h, 0.0).max(axis=1)
+        return metrics.Metrics(rs, np.maximum(eq, ineq), {"eq": eq, "ineq": ineq})
 
     @property
     def sizes(self) -> dict:
@@ -205,45 +218,23 @@ def _dataset(name, dc3, nonconvex, splits, solutions, source) -> Dataset:
 
 
 def load_instances(path: str | pathlib.Path, problem: str = "nonconvex") -> Dataset:
-    """Load the paper's exact instances from DC3-layout `.npz` files.
+    """Load the paper's exact instances from DC3-layout `.npz` files (see
+    `benchmarks._common.problems.read_paper_instances`).
 
-    `path` is a folder holding `dc3_random_{simple,nonconvex}_dataset_*valid.npz`
-    and `*test.npz` (keys Q p A G h X Ystar), e.g. `../shared/data/dc3`. The
-    training contexts are drawn afresh from $U[-1, 1]$ (the files hold none), with
-    the DC3 generator's seed 17, so that training never sees the test set.
+    The training contexts are drawn afresh from $U[-1, 1]$ (the files hold
+    none), with the DC3 generator's seed 17, so that training never sees the test
+    set.
 
     **Returns:** a `Dataset` named `"{problem}-paper"`.
     """
-    if problem not in PROBLEMS:
-        raise ValueError(f"`problem` must be one of {PROBLEMS}, got {problem!r}.")
-    stem = "simple" if problem == "convex" else "nonconvex"
-    folder = pathlib.Path(path)
-    files = {}
-    for label in ("valid", "test"):
-        matches = sorted(folder.glob(f"dc3_random_{stem}_dataset_*{label}.npz"))
-        if not matches:
-            raise FileNotFoundError(
-                f"`--instances {folder}`: no file dc3_random_{stem}_dataset_*"
-                f"{label}.npz there. Point it at the folder of the DC3 .npz files."
-            )
-        files[label] = np.load(matches[0])
-    f = files["test"]
-    dc3 = DC3Problem(
-        Q=f["Q"][0],
-        p=f["p"][0, :, 0],
-        A=f["A"][0],
-        G=f["G"][0],
-        h=f["h"][0, :, 0],
-        X=np.concatenate([files[k]["X"][..., 0] for k in ("valid", "test")]),
-        seed=None,
-    )
+    paper = read_paper_instances(path, problem)
     rng = np.random.RandomState(17)
-    X_train = rng.uniform(-1.0, 1.0, size=(7952, dc3.n_eq))
+    X_train = rng.uniform(-1.0, 1.0, size=(7952, paper.problem.n_eq))
     return _dataset(
         f"{problem}-paper",
-        dc3,
+        paper.problem,
         problem == "nonconvex",
-        (X_train, files["valid"]["X"][..., 0], files["test"]["X"][..., 0]),
-        (files["valid"]["Ystar"][..., 0], files["test"]["Ystar"][..., 0]),
-        {"instances": str(folder), "problem": problem},
+        (X_train, paper.X_valid, paper.X_test),
+        (paper.Y_valid, paper.Y_test),
+        {"instances": str(pathlib.Path(path)), "problem": problem},
     )

@@ -23,6 +23,7 @@ the correction diverge for some draws on the 1000-variable problem.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -33,45 +34,51 @@ import numpy as np
 
 from pinet_eqx.problems import DC3Problem
 
+from .._common.config import TrainingConfig
+from .._common.harness import Run, Trained
+from .._common.training import optimiser, plan, train_loop
 from ._data import Dataset
-from ._harness import Run, Trained
-from ._training import optimiser, plan
 
 
-def default_config(data: Dataset) -> dict:
-    """DC3's hyperparameters for `data` (every one of them, JSON-serialisable).
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(TrainingConfig):
+    """DC3's hyperparameters (every one of them).
 
-    The correction's step size is 1e-7, as in DC3, except for problems with 1000
-    or more variables, for which the paper tuned it to 1e-8.
+    The correction's step size `corr_lr` is 1e-7, as in DC3, except for problems
+    with 1000 or more variables, for which the paper tuned it to 1e-8.
     """
-    epochs = 1000
-    return {
-        "hidden": 200,
-        "n_hidden_layers": 2,
-        "dropout": 0.2,
-        "batch_norm_momentum": 0.1,  # PyTorch's BatchNorm1d defaults, as in DC3
-        "batch_norm_eps": 1e-5,
-        "soft_weight": 10.0,
-        "soft_weight_eq_frac": 0.5,
-        "corr_train_steps": 10,
-        "corr_test_max_steps": 10,
-        "corr_eps": 1e-4,
-        "corr_lr": 1e-8 if data.problem.n_var >= 1000 else 1e-7,
-        "corr_momentum": 0.5,
-        # A random n_eq x n_eq submatrix of a Gaussian A has a condition number of
-        # a few times n_eq; redraw only the rare ill-conditioned tail.
-        "completion_max_cond": 100.0 * data.problem.n_eq,
-        "completion_max_tries": 100,
-        # Redraw the columns until the correction is stable at `corr_lr` (see
-        # `make_completion`): DC3's fixed step diverges for some draws.
-        "completion_stable_correction": True,
-        "epochs": epochs,
-        "batch_size": 200,
-        "lr": 1e-4,
-        "lr_schedule": "constant",
-        "validate_every": max(1, epochs // 50),
-        "max_time_s": None,
-    }
+
+    hidden: int = 200
+    n_hidden_layers: int = 2
+    dropout: float = 0.2
+    batch_norm_momentum: float = 0.1  # PyTorch's BatchNorm1d defaults, as in DC3
+    batch_norm_eps: float = 1e-5
+    soft_weight: float = 10.0
+    soft_weight_eq_frac: float = 0.5
+    corr_train_steps: int = 10
+    corr_test_max_steps: int = 10
+    corr_eps: float = 1e-4
+    corr_lr: float = 1e-7
+    corr_momentum: float = 0.5
+    # A random n_eq x n_eq submatrix of a Gaussian A has a condition number of
+    # a few times n_eq; redraw only the rare ill-conditioned tail.
+    completion_max_cond: float
+    completion_max_tries: int = 100
+    # Redraw the columns until the correction is stable at `corr_lr` (see
+    # `make_completion`): DC3's fixed step diverges for some draws.
+    completion_stable_correction: bool = True
+    epochs: int = 1000
+    batch_size: int = 200
+    lr: float = 1e-4
+    validate_every: int | None = 20  # 50 points over the 1000 epochs
+
+
+def default_config(data: Dataset) -> Config:
+    """DC3's hyperparameters for `data`."""
+    return Config(
+        corr_lr=1e-8 if data.problem.n_var >= 1000 else 1e-7,
+        completion_max_cond=100.0 * data.problem.n_eq,
+    )
 
 
 class Completion(eqx.Module):
@@ -319,7 +326,7 @@ class Network(eqx.Module):
         return H @ self.weights[-1].T + self.biases[-1][None], tuple(new_stats)
 
 
-def init_network(n_in: int, n_out: int, config: dict, key, dtype):
+def init_network(n_in: int, n_out: int, config: Config, key, dtype):
     r"""A `Network` and its initial running statistics.
 
     The linear layers have PyTorch's (and Equinox's) default initialisation: the
@@ -328,7 +335,7 @@ def init_network(n_in: int, n_out: int, config: dict, key, dtype):
     call site costs about a second of compilation. Batch norm starts as the
     identity, with running mean 0 and variance 1.
     """
-    width, depth = config["hidden"], config["n_hidden_layers"]
+    width, depth = config.hidden, config.n_hidden_layers
     sizes = [n_in, *[width] * depth, n_out]
     shapes = [((b, a), (b,)) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
     total = sum(b * a + b for (b, a), _ in shapes)
@@ -345,9 +352,9 @@ def init_network(n_in: int, n_out: int, config: dict, key, dtype):
         biases=tuple(biases),
         scales=tuple(jnp.ones(width, dtype) for _ in range(depth)),
         shifts=tuple(jnp.zeros(width, dtype) for _ in range(depth)),
-        dropout=float(config["dropout"]),
-        momentum=float(config["batch_norm_momentum"]),
-        eps=float(config["batch_norm_eps"]),
+        dropout=float(config.dropout),
+        momentum=float(config.batch_norm_momentum),
+        eps=float(config.batch_norm_eps),
     )
     stats = tuple(
         (jnp.zeros(width, dtype), jnp.ones(width, dtype)) for _ in range(depth)
@@ -355,7 +362,7 @@ def init_network(n_in: int, n_out: int, config: dict, key, dtype):
     return net, stats
 
 
-def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
+def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     """Draw the completion, train DC3's network on the soft loss, return it.
 
     Each step draws a batch, predicts $z$, corrects it (`corr_train_steps` steps,
@@ -371,10 +378,10 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
         P,
         rng,
         dtype,
-        config["completion_max_cond"],
-        config["completion_max_tries"],
-        config["corr_lr"] if config["completion_stable_correction"] else None,
-        config["corr_momentum"],
+        config.completion_max_cond,
+        config.completion_max_tries,
+        config.corr_lr if config.completion_stable_correction else None,
+        config.corr_momentum,
     )
     info["setup_s"] = time.perf_counter() - start
     net, stats = init_network(
@@ -383,22 +390,20 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
     # Row by row, as the batched objective broadcasts a vector against a matrix,
     # which the tests' strict rank promotion forbids.
     objective = jax.vmap(data.objective_jax(dtype))
-    weight, frac = config["soft_weight"], config["soft_weight_eq_frac"]
-    corr = {"lr": config["corr_lr"], "momentum": config["corr_momentum"]}
+    weight, frac = config.soft_weight, config.soft_weight_eq_frac
+    corr = {"lr": config.corr_lr, "momentum": config.corr_momentum}
 
     def soft_loss(net, stats, comp, X, key):
         Z, stats = net(X, stats, train=True, key=key)
-        Z = correct(comp, X, Z, steps=config["corr_train_steps"], **corr)
+        Z = correct(comp, X, Z, steps=config.corr_train_steps, **corr)
         Y = complete(comp, X, Z)
         ineq = jnp.sum(jax.nn.relu(slack(comp, X, Z)) ** 2, axis=1)
         eq = jnp.sum((Y @ comp.A.T - X) ** 2, axis=1)
         penalty = weight * ((1 - frac) * ineq + frac * eq)
         return jnp.mean(objective(Y) + penalty), stats
 
-    X_train, n, batch, per_epoch, epochs, every, max_time = plan(data, config)
-    run.set_total(epochs * per_epoch)
-    optim = optimiser(config, epochs * per_epoch)
-    opt_state = optim.init(net)
+    schedule = plan(data, config)
+    optim = optimiser(config, schedule.epochs * schedule.per_epoch)
 
     # Everything is an argument, not a closed-over constant, so that no array is
     # folded into the compiled program.
@@ -411,40 +416,29 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
         updates, opt_state = optim.update(grads, opt_state, net)
         return eqx.apply_updates(net, updates), stats, opt_state, key, value
 
+    def step(state, X):
+        *state, value = train_step(*state, comp, X)
+        return tuple(state), value
+
     @eqx.filter_jit
     def infer(net, stats, comp, X):
         Z, _ = net(X, stats, train=False)
         Z = correct(
-            comp,
-            X,
-            Z,
-            steps=config["corr_test_max_steps"],
-            eps=config["corr_eps"],
-            **corr,
+            comp, X, Z, steps=config.corr_test_max_steps, eps=config.corr_eps, **corr
         )
         return complete(comp, X, Z)
 
-    def predictor(net, stats):
+    def predictor(state):
+        net, stats = state[:2]
         return lambda X: infer(net, stats, comp, jnp.asarray(np.asarray(X), dtype))
 
     key = jax.random.fold_in(jax.random.key(seed), 1)  # the init used key(seed)
-    epoch = 0
-    for epoch in range(1, epochs + 1):
-        order = jnp.asarray(rng.permutation(n))
-        for i in range(per_epoch):
-            X = X_train[order[i * batch : (i + 1) * batch]]
-            net, stats, opt_state, key, value = train_step(
-                net, stats, opt_state, key, comp, X
-            )
-            run.step(value)
-        done = max_time is not None and run.elapsed() >= max_time
-        if epoch % every == 0 or epoch == epochs or done:
-            run.validate(predictor(net, stats), epoch)
-        if done:
-            break
-    info["epochs_run"] = epoch
-    info["steps_per_epoch"] = per_epoch
+    state = (net, stats, optim.init(net), key)
+    state, epochs_done, _ = train_loop(state, step, data, config, rng, run, predictor)
+    net = state[0]
+    info["epochs_run"] = epochs_done
+    info["steps_per_epoch"] = schedule.per_epoch
     info["n_parameters"] = int(
         sum(math.prod(a.shape) for a in jax.tree.leaves(eqx.filter(net, eqx.is_array)))
     )
-    return Trained(predict=predictor(net, stats), info=info)
+    return Trained(predict=predictor(state), info=info)

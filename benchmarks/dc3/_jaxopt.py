@@ -1,51 +1,54 @@
 r"""jaxopt's OSQP as the projection layer: the paper's "JAXopt" baseline.
 
-The backbone is the shared MLP (`_training.backbone`: two hidden layers of 200
-ReLU units). Its output $y_{\text{raw}}$ is projected by solving the QP
+The backbone is the shared MLP (two hidden layers of 200 ReLU units). Its output
+$y_{\text{raw}}$ is projected by solving the QP
 $\min_y \tfrac12\|y - y_{\text{raw}}\|^2$ s.t. $Ay = x$, $Gy \le h$ with
 `jaxopt.OSQP` (tolerance $10^{-3}$, as in the paper), vmapped over the batch and
 differentiated implicitly (jaxopt's OSQP always differentiates through the KKT
 conditions). Training is self-supervised (the mean objective of the projected
-outputs) with the shared loop `_training.fit_network`; the whole model, solver
-included, is one jitted function.
+outputs) with the shared loop (`benchmarks._common.training`); the whole model,
+solver included, is one jitted function.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from .._common.config import TrainingConfig
+from .._common.harness import Run, Trained
+from .._common.training import backbone, fit_model
 from ._data import Dataset
-from ._harness import Run, Trained
-from ._training import backbone, fit_network
 
 _TOL = 1e-3  # the paper's OSQP tolerance for this baseline
 
 
-def default_config(data: Dataset) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(TrainingConfig):
     """The hyperparameters of the JAXopt baseline.
 
     Batch size and learning rate are the paper's Pinet configuration (as for the
     reference method); the paper trains this baseline for 12 epochs only, "in the
     interest of training time". `max_time_s` (seconds of training time, `None` for
     no limit) stops it after the epoch that reaches it, which matters on a CPU.
-    `maxiter` is OSQP's iteration cap (jaxopt's default).
+    `tol` is OSQP's tolerance and `maxiter` its iteration cap (jaxopt's default).
     """
+
+    epochs: int = 12
+    batch_size: int = 2048
+    lr: float = 1e-2
+    tol: float = _TOL
+    maxiter: int = 4000
+
+
+def default_config(data: Dataset) -> Config:
+    """The hyperparameters of the JAXopt baseline (the same for every data set)."""
     del data
-    return {
-        "epochs": 12,
-        "batch_size": 2048,
-        "lr": 1e-2,
-        "lr_schedule": "constant",
-        "validate_every": 1,
-        "max_time_s": None,
-        "tol": _TOL,
-        "maxiter": 4000,
-    }
+    return Config()
 
 
 def make_projection(A, G, h, tol: float = _TOL, maxiter: int = 4000):
@@ -90,8 +93,8 @@ class _Model(eqx.Module):
         return self.project(self.mlp(x), x)
 
 
-def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
-    """Train the shared backbone through the OSQP projection (`fit_network`).
+def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
+    """Train the shared backbone through the OSQP projection (`fit_model`).
 
     **Arguments:**
 
@@ -105,7 +108,7 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
     dtype = jnp.result_type(float)
     P = data.problem
     A, G, h = (jnp.asarray(M, dtype) for M in (P.A, P.G, P.h))
-    project = make_projection(A, G, h, config["tol"], config["maxiter"])
+    project = make_projection(A, G, h, config.tol, config.maxiter)
     model = _Model(backbone(P.n_eq, P.n_var, seed, dtype), project)
     # Row by row: the batched form broadcasts (n,) against (B, n), which
     # jax_numpy_rank_promotion='raise' (our tests' setting) rejects.
@@ -114,26 +117,22 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
     def loss(model, X):
         return jnp.mean(objective(jax.vmap(model)(X)))
 
-    # The model is an argument, not a closed-over constant, so that its arrays are
-    # not folded into the compiled program.
-    batch_predict = eqx.filter_jit(lambda model, X: jax.vmap(model)(X))
-    single = eqx.filter_jit(lambda model, x: model(x))
-
-    def predict(model, X):
-        return batch_predict(model, jnp.asarray(X, dtype))
-
-    model = fit_network(
-        model, data, config, seed, run, loss, predict, filter_spec=eqx.is_inexact_array
-    )
-    return Trained(
-        predict=lambda X: predict(model, X),
-        predict_single=lambda x: single(model, jnp.asarray(np.asarray(x), dtype)),
+    trained = fit_model(
+        model,
+        data,
+        config,
+        seed,
+        run,
+        loss,
+        lambda model, X: jax.vmap(model)(X),
+        lambda model, x: model(x),
         info={
             "solver": "jaxopt.OSQP",
-            "tol": config["tol"],
-            "maxiter": config["maxiter"],
+            "tol": config.tol,
+            "maxiter": config.maxiter,
             "implicit_diff": True,
-            "epochs_done": run.curve[-1]["epoch"],
         },
-        model=model,
+        filter_spec=eqx.is_inexact_array,
     )
+    trained.info["epochs_done"] = run.curve[-1]["epoch"]
+    return trained

@@ -2,12 +2,14 @@
 
 Each method is a module with two functions:
 
-- `default_config(data: Dataset) -> dict`: its hyperparameters for a data set
-    (the CLI overrides them with `--set key=value`);
-- `fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained`: train (or
-    set up) the model, calling `run.set_total(steps)` once, `run.step(loss)` after
+- `default_config(data: Dataset) -> Config`: its hyperparameters for a data set,
+    a frozen dataclass (`benchmarks._common.config`); the CLI overrides them with
+    `--set key=value`, and an unknown key is an error;
+- `fit(data: Dataset, config, seed: int, run: Run) -> Trained`: train (or set
+    up) the model, calling `run.set_total(steps)` once, `run.step(loss)` after
     each optimiser step and `run.validate(predict, epoch)` after each epoch (or
-    every `config["validate_every"]` epochs), and return a `Trained`.
+    every `config.validate_every` epochs), and return a `Trained`; the shared loop
+    `benchmarks._common.training.train_loop` does all this.
 
 Methods compute in JAX's default float dtype (`float32`, or `float64` when the CLI
 runs with `--precision 64`); the data arrive as float64 NumPy arrays.
@@ -15,30 +17,37 @@ runs with `--precision 64`); the data arrive as float64 NumPy arrays.
 
 from __future__ import annotations
 
-import importlib
+from .._common.harness import Registry
 
-METHODS = {
-    "pinet": "Our projection layer (pinet_eqx.HardConstrainedNet)",
-    "reference": "The published Pinet (PyPI pinet-hcnn 0.2.0) with the paper's setup",
-    "dc3": "DC3 (Donti et al., 2021), a clean-room JAX reimplementation",
-    "jaxopt": "jaxopt.OSQP as the projection layer, implicit differentiation",
-    "cvxpylayers": "cvxpylayers (JAX interface) as the projection layer",
-    "solver": "OSQP (convex) or IPOPT (non-convex), one context at a time",
-    "soft": "Soft-penalty training, our projection only at inference (App. H.4)",
-}
-_MODULES = {
-    "pinet": "_pinet",
-    "reference": "_reference_method",
-    "dc3": "_dc3net",
-    "jaxopt": "_jaxopt",
-    "cvxpylayers": "_cvxpylayers",
-    "solver": "_solver_method",
-    "soft": "_soft",
-}
-
-
-def get(name: str):
-    """The module implementing method `name`."""
-    if name not in _MODULES:
-        raise ValueError(f"Unknown method {name!r}; choose one of {tuple(METHODS)}.")
-    return importlib.import_module(f"benchmarks.dc3.{_MODULES[name]}")
+REGISTRY = Registry(
+    "benchmarks.dc3",
+    {
+        "pinet": ("Our projection layer (pinet_eqx.HardConstrainedNet)", "_pinet"),
+        "reference": (
+            "The published Pinet (PyPI pinet-hcnn 0.2.0) with the paper's setup",
+            "_reference_method",
+        ),
+        "dc3": (
+            "DC3 (Donti et al., 2021), a clean-room JAX reimplementation",
+            "_dc3net",
+        ),
+        "jaxopt": (
+            "jaxopt.OSQP as the projection layer, implicit differentiation",
+            "_jaxopt",
+        ),
+        "cvxpylayers": (
+            "cvxpylayers (JAX interface) as the projection layer",
+            "_cvxpylayers",
+        ),
+        "solver": (
+            "OSQP (convex) or IPOPT (non-convex), one context at a time",
+            "_solver_method",
+        ),
+        "soft": (
+            "Soft-penalty training, our projection only at inference (App. H.4)",
+            "_soft",
+        ),
+    },
+)
+METHODS = REGISTRY.descriptions
+get = REGISTRY.get

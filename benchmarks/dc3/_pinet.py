@@ -15,102 +15,109 @@ steps on the fixed point (`bwd_max_steps` caps its steps).
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from typing import Literal
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import pinet_eqx as pe
 
+from .._common.config import TrainingConfig
+from .._common.harness import Run, Trained
+from .._common.problems import PAPER_N_ITER, PAPER_OMEGA, PAPER_SIGMA
+from .._common.training import (
+    backbone,
+    fit_model,
+    projector_info,
+    tune_projector,
+)
 from ._data import Dataset
-from ._harness import Run, Trained
-from ._training import backbone, fit_network
-
-# The paper's tuned sigma (App. B.2), for the equilibrated problems.
-PAPER_SIGMA = {"small": 0.068068, "large": 0.161069}
 
 
-def default_config(data: Dataset) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(TrainingConfig):
+    """Our method's hyperparameters (see the module docstring).
+
+    `library_defaults=True` builds `pe.Projector(constraints)` with every library
+    default (sigma, iterations, adjoint, refinement, no margin, no autotuning);
+    the projector settings here are then ignored.
+    """
+
+    sigma: float | Literal["auto"] = "auto"
+    omega: float = PAPER_OMEGA
+    n_iter: int = PAPER_N_ITER
+    n_iter_test: int = 100
+    # Step limit of the implicit backward solve (the paper's 25 BiCGStab steps);
+    # None: the adjoint's default, an exact active-set solve here.
+    bwd_max_steps: int | None = None
+    equilibrate: bool = True
+    refine: bool | Literal["auto"] = True
+    ineq_margin: float = 0.0
+    autotune: bool = False
+    autotune_points: int = 150
+    epochs: int = 50
+    batch_size: int = 256
+    lr: float = 1e-2
+    library_defaults: bool = False
+
+
+def default_config(data: Dataset) -> Config:
     """The paper's configuration for `data`, plus our inference iterations."""
     size = data.source.get("size", "small")
-    return {
-        "sigma": PAPER_SIGMA.get(size, "auto"),
-        "omega": 1.7,
-        "n_iter": 50,
-        "n_iter_test": 100,
-        # Step limit of the implicit backward solve (the paper's 25 BiCGStab
-        # steps); None: the adjoint's default, an exact active-set solve here.
-        "bwd_max_steps": None,
-        "equilibrate": True,
-        "refine": True,
+    return Config(
+        sigma=PAPER_SIGMA.get(size, "auto"),
         # In float32 the arithmetic noise of y reaches a few 1e-6 on the active
         # inequalities; projecting onto G y <= h - margin keeps them satisfied.
-        "ineq_margin": 1e-5 if jnp.result_type(float) == jnp.float32 else 0.0,
+        ineq_margin=1e-5 if jnp.result_type(float) == jnp.float32 else 0.0,
         # The paper tuned sigma for small and large; other sizes are auto-tuned.
-        "autotune": size not in PAPER_SIGMA,
-        "autotune_points": 150,
-        "epochs": 50,
-        "batch_size": 256,
-        "lr": 1e-2,
-        "lr_schedule": "constant",
-        "validate_every": 1,
-        "max_time_s": None,
-        # True: `pe.Projector(constraints)` with every library default (sigma,
-        # iterations, adjoint, no refinement, no margin, no autotuning); the
-        # projector settings above are then ignored.
-        "library_defaults": False,
-    }
+        autotune=size not in PAPER_SIGMA,
+    )
 
 
-def make_projector(data: Dataset, config: dict) -> pe.Projector:
+def make_projector(data: Dataset, config: Config) -> pe.Projector:
     """The projection layer onto $\\{y : A y = x, G y \\le h\\}$ for `config`."""
     P = data.problem
-    if config.get("library_defaults"):
+    if config.library_defaults:
         return pe.Projector(
             [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)]
         )
     return pe.Projector(
         [
             pe.Equality(P.A, pe.Parameter("b")),
-            pe.AffineInequality(P.G, upper=P.h - config["ineq_margin"]),
+            pe.AffineInequality(P.G, upper=P.h - config.ineq_margin),
         ],
-        sigma=config["sigma"],
-        omega=config["omega"],
-        n_iter=config["n_iter"],
-        n_iter_test=config["n_iter_test"],
-        adjoint=pe.ImplicitAdjoint(max_steps=config["bwd_max_steps"]),
-        equilibrate=config["equilibrate"],
-        refine=config["refine"],
+        sigma=config.sigma,
+        omega=config.omega,
+        n_iter=config.n_iter,
+        n_iter_test=config.n_iter_test,
+        adjoint=pe.ImplicitAdjoint(max_steps=config.bwd_max_steps),
+        equilibrate=config.equilibrate,
+        refine=config.refine,
     )
 
 
-def tune(projector: pe.Projector, data: Dataset, config: dict, seed: int):
+def tune(projector: pe.Projector, data: Dataset, config: Config, seed: int):
     """Run `pinet_eqx.autotune` as in App. H.2: validation contexts, normal points."""
-    n = min(config["autotune_points"], len(data.X_valid))
-    dtype = jnp.result_type(float)
-    X = jnp.asarray(data.X_valid[:n], dtype)
-    Y = jax.random.normal(jax.random.key(seed), (n, data.problem.n_var), dtype)
-    return pe.autotune(projector, Y, {"b": X})
+    B = data.X_valid[: config.autotune_points]
+    return tune_projector(projector, B, data.problem.n_var, seed)
 
 
-def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
+def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     """Set up the projector (and auto-tune it if asked), then train the network."""
     dtype = jnp.result_type(float)
     info = {}
     start = time.perf_counter()
     projector = make_projector(data, config)
     info["setup_s"] = time.perf_counter() - start
-    if config["autotune"] and not config.get("library_defaults"):
+    if config.autotune and not config.library_defaults:
         result = tune(projector, data, config, seed)
         projector = result.projector.with_settings(
-            n_iter_test=max(result.n_iter, config["n_iter_test"])
+            n_iter_test=max(result.n_iter, config.n_iter_test)
         )
         info.update(autotune_s=result.seconds, sigma=result.sigma, n_iter=result.n_iter)
-    info["sigma_used"] = float(projector.sigma)
-    info["n_iter_used"] = int(projector.n_iter)
-    info["n_iter_test_used"] = int(projector.n_iter_test)
+    info.update(projector_info(projector))
     net = pe.HardConstrainedNet(
         backbone(data.problem.n_eq, data.problem.n_var, seed, dtype), projector
     )
@@ -119,23 +126,14 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
     def loss(model, X):
         return jnp.mean(objective(jax.vmap(model)(X, b=X)))
 
-    @eqx.filter_jit
-    def batch_predict(model, X):
-        return jax.vmap(model)(X, b=X)
-
-    def predict(model, X):
-        return batch_predict(model, jnp.asarray(X, dtype))
-
-    net = fit_network(net, data, config, seed, run, loss, predict)
-    model = eqx.nn.inference_mode(net)
-
-    # The model is an argument, not a closed-over constant, so that its arrays are
-    # not folded into the compiled program.
-    single = eqx.filter_jit(lambda model, x: model(x, b=x))
-
-    return Trained(
-        predict=lambda X: predict(model, X),
-        predict_single=lambda x: single(model, jnp.asarray(np.asarray(x), dtype)),
+    return fit_model(
+        net,
+        data,
+        config,
+        seed,
+        run,
+        loss,
+        lambda model, X: jax.vmap(model)(X, b=X),
+        lambda model, x: model(x, b=x),
         info=info,
-        model=model,
     )

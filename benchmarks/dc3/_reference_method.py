@@ -1,7 +1,7 @@
 """The published Pinet (PyPI `pinet-hcnn` 0.2.0) in our harness, as a baseline.
 
 The backbone, loss, optimiser and data are ours and shared with every method; only
-the projection layer is the reference's (`benchmarks._reference`), with the
+the projection layer is the reference's (`benchmarks._common.reference`), with the
 paper's configuration for the problem (App. B.2): its tuned $\\sigma$, 50
 iterations for training and testing, Ruiz equilibration with 25 iterations,
 $\\omega = 1.7$, 25 backward iterations, Adam at 1e-2 with a constant rate,
@@ -11,38 +11,46 @@ batch 2048 and 50 epochs. Install it with
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .._reference import ReferenceDC3Projector
+from .._common.config import TrainingConfig
+from .._common.harness import Run, Trained
+from .._common.problems import (
+    PAPER_N_ITER,
+    PAPER_N_ITER_BWD,
+    PAPER_OMEGA,
+    PAPER_SIGMA,
+)
+from .._common.reference import ReferenceDC3Projector
+from .._common.training import backbone, fit_model
 from ._data import Dataset
-from ._harness import Run, Trained
-from ._pinet import PAPER_SIGMA
-from ._training import backbone, fit_network
 
 
-def default_config(data: Dataset) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(TrainingConfig):
+    """The reference's projection settings and the shared optimiser's."""
+
+    sigma: float = 1.0
+    omega: float = PAPER_OMEGA
+    n_iter: int = PAPER_N_ITER
+    n_iter_test: int = PAPER_N_ITER
+    n_iter_bwd: int = PAPER_N_ITER_BWD
+    equilibrate: bool = True
+    epochs: int = 50
+    batch_size: int = 2048
+    lr: float = 1e-2
+
+
+def default_config(data: Dataset) -> Config:
     """The paper's configuration of the reference for `data`."""
-    size = data.source.get("size", "small")
-    return {
-        "sigma": PAPER_SIGMA.get(size, 1.0),
-        "omega": 1.7,
-        "n_iter": 50,
-        "n_iter_test": 50,
-        "n_iter_bwd": 25,
-        "equilibrate": True,
-        "epochs": 50,
-        "batch_size": 2048,
-        "lr": 1e-2,
-        "lr_schedule": "constant",
-        "validate_every": 1,
-        "max_time_s": None,
-    }
+    return Config(sigma=PAPER_SIGMA.get(data.source.get("size", "small"), 1.0))
 
 
-def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
+def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     """Train the shared backbone through the reference's projection layer."""
     dtype = jnp.result_type(float)
     P = data.problem
@@ -50,31 +58,26 @@ def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
         P.A,
         P.G,
         P.h,
-        sigma=config["sigma"],
-        omega=config["omega"],
-        equilibrate=config["equilibrate"],
+        sigma=config.sigma,
+        omega=config.omega,
+        equilibrate=config.equilibrate,
         dtype=dtype,
     )
-    mlp = backbone(P.n_eq, P.n_var, seed, dtype)
+    train_projection = layer.projection(config.n_iter, config.n_iter_bwd)
+    test_projection = layer.projection(config.n_iter_test, config.n_iter_bwd)
     objective = data.objective_jax(dtype)
 
-    def project(model, X, n_iter):
-        Y_raw = jax.vmap(model)(X)
-        return layer._call(Y_raw, X, n_iter, config["n_iter_bwd"])
-
     def loss(model, X):
-        return jnp.mean(objective(project(model, X, config["n_iter"])))
+        return jnp.mean(objective(train_projection(jax.vmap(model)(X), X)))
 
-    batch_predict = eqx.filter_jit(lambda m, X: project(m, X, config["n_iter_test"]))
-
-    def predict(model, X):
-        return batch_predict(model, jnp.asarray(X, dtype))
-
-    mlp = fit_network(
-        mlp, data, config, seed, run, loss, predict, filter_spec=eqx.is_inexact_array
-    )
-    return Trained(
-        predict=lambda X: predict(mlp, X),
-        predict_single=lambda x: predict(mlp, np.asarray(x)[None]),
+    return fit_model(
+        backbone(P.n_eq, P.n_var, seed, dtype),
+        data,
+        config,
+        seed,
+        run,
+        loss,
+        lambda model, X: test_projection(jax.vmap(model)(X), X),
         info={"package": "pinet-hcnn 0.2.0"},
+        filter_spec=eqx.is_inexact_array,
     )

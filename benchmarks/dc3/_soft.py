@@ -10,6 +10,9 @@ projection.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Literal
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -17,19 +20,28 @@ import numpy as np
 
 import pinet_eqx as pe
 
+from .._common.harness import Run, Trained
+from .._common.training import backbone, fit_network
 from . import _pinet
 from ._data import Dataset
-from ._harness import Run, Trained
-from ._training import backbone, fit_network
 
 
-def default_config(data: Dataset) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(_pinet.Config):
     """The projection's settings of `pinet`, a penalty weight and the optimiser."""
-    config = _pinet.default_config(data)
-    config.update(
-        penalty=10.0, lr=1e-3, batch_size=200, epochs=50, lr_schedule="cosine"
-    )
-    return config
+
+    penalty: float = 10.0
+    lr: float = 1e-3
+    batch_size: int = 200
+    lr_schedule: Literal["constant", "cosine"] = "cosine"
+
+
+def default_config(data: Dataset) -> Config:
+    """`pinet`'s configuration for `data`, with this method's optimiser."""
+    pinet = _pinet.default_config(data).as_dict()
+    for key in ("lr", "batch_size", "lr_schedule"):
+        del pinet[key]
+    return Config(**pinet)
 
 
 def penalty(data: Dataset, dtype):
@@ -43,21 +55,21 @@ def penalty(data: Dataset, dtype):
     return one
 
 
-def fit(data: Dataset, config: dict, seed: int, run: Run) -> Trained:
+def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     """Train the bare backbone on the penalised loss, then add the projection."""
     dtype = jnp.result_type(float)
     P = data.problem
     projector = _pinet.make_projector(data, config)
     info = {}
-    if config["autotune"]:
+    if config.autotune:
         result = _pinet.tune(projector, data, config, seed)
         projector = result.projector.with_settings(
-            n_iter_test=max(result.n_iter, config["n_iter_test"])
+            n_iter_test=max(result.n_iter, config.n_iter_test)
         )
         info.update(autotune_s=result.seconds, sigma=result.sigma)
     objective = data.objective_jax(dtype)
     violation = jax.vmap(penalty(data, dtype))
-    weight = config["penalty"]
+    weight = config.penalty
 
     def loss(model, X):
         Y = jax.vmap(model)(X)

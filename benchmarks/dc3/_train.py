@@ -7,7 +7,11 @@ import time
 
 import numpy as np
 
-from . import _data, _harness, _methods
+from .._common.harness import Trained, train_and_save
+from . import _data
+from ._methods import REGISTRY
+
+PROG = "python -m benchmarks.dc3"
 
 
 def _paper_metrics(data: _data.Dataset, trained, instances: pathlib.Path) -> dict:
@@ -24,9 +28,7 @@ def _paper_metrics(data: _data.Dataset, trained, instances: pathlib.Path) -> dic
             f"`--instances {instances}` holds a different problem than {data.name}: "
             "the paper's files are the small problem generated with seed 17."
         )
-    Y = trained.predict(paper.X_test)
-    metrics, _, _ = _harness.test_metrics(paper, Y)
-    return metrics
+    return paper.test_metrics(trained.predict(paper.X_test)).summary()
 
 
 def train(
@@ -34,31 +36,26 @@ def train(
     size: str,
     method: str,
     *,
-    seed: int = 0,
-    overrides: dict | None = None,
     out: pathlib.Path | str = "results/dc3",
-    label: str | None = None,
     data_seed: int = 17,
-    repeats: int = 20,
     instances: pathlib.Path | None = None,
-    quiet: bool = False,
     cache_dir: pathlib.Path | str | None = None,
-) -> tuple[dict, pathlib.Path, _harness.Trained]:
+    quiet: bool = False,
+    **options,
+) -> tuple[dict, pathlib.Path, Trained]:
     """Train `method` on the `problem`/`size` data set and write its results.
 
     **Arguments:**
 
     - `problem`, `size`: the data set (see `benchmarks.dc3._data.load`).
     - `method`: a key of `benchmarks.dc3._methods.METHODS`.
-    - `seed`: seeds the initialisation, shuffling and tuning points.
-    - `overrides`: hyperparameters replacing the method's defaults.
     - `out`: the results root; the run goes to `out/{data}/{label}/seed{seed}`.
-    - `label`: the results sub-folder, default the method's name.
     - `data_seed`: the DC3 generator's seed.
-    - `repeats`: timed repeats of batch inference (single inference: 5x).
     - `instances`: a folder of the paper's DC3 `.npz` files to evaluate on too.
-    - `quiet`: hide the progress bar and the summary.
     - `cache_dir`: where the optimal solutions are cached (see `_data.load`).
+    - `quiet`: hide the progress bar and the summary.
+    - `options`: `seed`, `overrides`, `label` and `repeats`, as for
+        `benchmarks._common.harness.train_and_save`.
 
     **Returns:** the result record (also in `results.json`), its folder and the
     `Trained` model.
@@ -67,30 +64,22 @@ def train(
     data = _data.load(
         problem, size, seed=data_seed, cache_dir=cache_dir, verbose=not quiet
     )
-    module = _methods.get(method)
-    config = _harness.configure(module, data, method, overrides)
-    label = label or method
-    record, rs, cv, trained = _harness.run_method(
-        module,
+
+    def paper_metrics(trained) -> dict:
+        if instances is None:
+            return {}
+        return {"metrics_paper_instances": _paper_metrics(data, trained, instances)}
+
+    return train_and_save(
+        REGISTRY,
+        method,
         data,
-        config,
-        method=method,
-        label=label,
-        seed=seed,
-        dataset={
-            "name": data.name,
-            "problem": problem,
-            "size": size,
-            **data.sizes,
-            "source": data.source,
-        },
-        metrics=lambda Y: _harness.test_metrics(data, Y),
-        repeats=repeats,
+        problem=problem,
+        size=size,
+        prog=PROG,
+        out=out,
         quiet=quiet,
         start=start,
+        extra=paper_metrics,
+        **options,
     )
-    if instances is not None:
-        record["metrics_paper_instances"] = _paper_metrics(data, trained, instances)
-    folder = pathlib.Path(out) / data.name / label / f"seed{seed}"
-    _harness.save_run(folder, record, rs, cv, quiet)
-    return record, folder, trained

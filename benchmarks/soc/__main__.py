@@ -15,55 +15,46 @@ instance), overwriting an earlier run of the same label and seed. OUT defaults t
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import sys
 
-from ..dc3.__main__ import add_train_arguments, train_overrides
+from .._common import cli
 from ._methods import METHODS
 
 DEFAULT_OUT = pathlib.Path("results") / "soc"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.soc", description=__doc__.splitlines()[0]
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _parser():
+    parser, sub = cli.suite_parser("python -m benchmarks.soc", __doc__)
     train = sub.add_parser("train", help="train and evaluate one method")
     train.add_argument("--size", choices=("small", "large"), default="small")
-    add_train_arguments(train, tuple(METHODS), DEFAULT_OUT)
+    cli.add_train_arguments(train, tuple(METHODS), DEFAULT_OUT)
     train.add_argument(
         "--data-seed", type=int, default=0, help="seed of A and the test instances"
     )
-
-    report = sub.add_parser("report", help="figures and tables from a results folder")
-    report.add_argument("results_dir", type=pathlib.Path)
-    report.add_argument("--out", type=pathlib.Path, help="default: results_dir")
+    cli.add_report_command(sub)
     return parser
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    if getattr(args, "precision", 32) == 64:
-        import jax
-
-        jax.config.update("jax_enable_x64", True)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    cli.apply_precision(args)
     if args.command == "train":
         from ._train import train
 
-        train(
-            args.size,
-            args.method,
-            seed=args.seed,
-            overrides=train_overrides(args),
-            out=args.out,
-            label=args.label,
-            data_seed=args.data_seed,
-            repeats=args.repeats,
-            quiet=args.quiet,
-        )
+        with cli.config_errors(parser):
+            train(
+                args.size,
+                args.method,
+                seed=args.seed,
+                overrides=cli.train_overrides(args),
+                out=args.out,
+                label=args.label,
+                data_seed=args.data_seed,
+                repeats=args.repeats,
+                quiet=args.quiet,
+            )
     elif args.command == "report":
         from ._report import report
 

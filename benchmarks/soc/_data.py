@@ -23,26 +23,19 @@ import dataclasses
 
 import numpy as np
 
-from .._families import soc_project
-from ..dc3._harness import summary_metrics
+from .._common import metrics
+from .._common.problems import soc_instances
 
 # name: (d1, d2)
 SIZES = {"small": (25, 25), "large": (500, 500)}
 N_VALID = 1024  # validation contexts (learning curves)
 N_TEST = 1024  # held-out test contexts (the reported metrics)
 METRICS = (
-    "rs_mean",
-    "rs_median",
-    "rs_max",
+    *metrics.METRICS,
     "rs_signed_mean",
     "rs_signed_min",
-    "cv_mean",
-    "cv_median",
-    "cv_max",
     "eq_cv_max",
     "cone_cv_max",
-    "optimal_pct",
-    "test_rows",
 )
 
 
@@ -56,9 +49,7 @@ def generate(A: np.ndarray, rng: np.random.Generator, n: int):
     d2, d1 = A.shape
     z = rng.uniform(-1.0, 1.0, (n, d2))
     y1 = rng.uniform(-1.0, 1.0, (n, d1))
-    y2 = soc_project(z)
-    b = y1 @ A.T + y2
-    c = -(y2 - z) @ A
+    b, c, y2 = soc_instances(A, z, y1)
     return np.hstack([b, c]), np.sum(c * y1, axis=1), np.hstack([y1, y2])
 
 
@@ -143,21 +134,21 @@ class SocData:
         """CV of each row: the larger of the two `violations`."""
         return np.maximum(*self.violations(Y, X))
 
-    def test_metrics(self, Y) -> tuple[dict, np.ndarray, np.ndarray]:
+    def test_metrics(self, Y) -> metrics.Metrics:
         """The test metrics of predictions `Y` for the first `len(Y)` test
-        contexts, in float64, and the per-instance RS and CV."""
+        contexts, in float64; the parts are `eq` and `cone`, and the signed RS is
+        kept."""
         Y = np.asarray(Y, np.float64)
         n = len(Y)
         X, J = self.X_test[:n], self.J_test[:n]
         signed = self.signed_rs(Y, J, X)
-        rs = np.maximum(0.0, signed)
         eq, cone = self.violations(Y, X)
-        cv = np.maximum(eq, cone)
-        metrics = summary_metrics(rs, cv, {"eq": eq, "cone": cone})
-        metrics.update(
-            rs_signed_mean=float(signed.mean()), rs_signed_min=float(signed.min())
+        return metrics.Metrics(
+            np.maximum(0.0, signed),
+            np.maximum(eq, cone),
+            {"eq": eq, "cone": cone},
+            signed_rs=signed,
         )
-        return metrics, rs, cv
 
 
 def load(size: str = "small", *, seed: int = 0) -> SocData:

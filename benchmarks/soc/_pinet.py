@@ -1,7 +1,7 @@
 r"""Our method: an MLP followed by `pinet_eqx.Projector`, trained end to end.
 
 The backbone is the DC3 suite's (two hidden layers of 200 ReLU units) on the
-context $x = (b, c)$. The projector (`benchmarks._families.soc_projector`) maps
+context $x = (b, c)$. The projector (`benchmarks._common.problems.soc_projector`) maps
 its output onto $\{y : [A\ I]\, y = b,\ \|y_{2,:-1}\| \le y_{2,-1}\}$, with
 $b$ as the `Parameter` `"b"`. The loss is the objective $c^\top y_1$, averaged
 over the batch.
@@ -40,68 +40,86 @@ it is off by default.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from typing import Literal
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import pinet_eqx as pe
 
-from .._families import soc_projector
-from ..dc3._harness import Run, Trained
-from ..dc3._training import backbone, fit_network
+from .._common.config import TrainingConfig
+from .._common.harness import Run, Trained
+from .._common.problems import PAPER_OMEGA, soc_projector
+from .._common.training import (
+    backbone,
+    fit_model,
+    projector_info,
+    tune_projector,
+)
 from ._data import SocData
 
 
-def default_config(data: SocData) -> dict:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(TrainingConfig):
+    """Our configuration (see the module docstring); the defaults are the small
+    size's."""
+
+    # 1/32 of sigma="auto" (0.095 small, 0.0217 large), see above.
+    sigma: float | Literal["auto"] = 0.003
+    omega: float = PAPER_OMEGA
+    # Small: stop each instance at violation and fixed-point residual 1e-4
+    # (the float32 floor here is about 4e-5), within these caps. Large: a
+    # fixed count, to fit a 20-minute training budget on a CPU.
+    n_iter: int = 1000
+    n_iter_test: int = 2000
+    # Step limit of the implicit backward solve (BiCGStab on the fixed point).
+    bwd_max_steps: int = 50
+    tol: float | None = 1e-4
+    equilibrate: bool = True
+    # mu in the loss c^T y_1 + mu ||y_raw - y||^2 (0: the objective alone);
+    # with residual_stop_gradient, y is a constant in the penalty's gradient.
+    residual_weight: float = 0.0
+    residual_stop_gradient: bool = True
+    # Only the distance beyond this margin is penalised.
+    residual_margin: float = 0.0
+    autotune: bool = False
+    autotune_points: int = 150
+    epochs: int = 1000
+    batch_size: int = 128
+    lr: float = 1e-2
+    lr_schedule: Literal["constant", "cosine"] = "cosine"
+    validate_every: int | None = 20
+    n_valid: int | None = None
+
+
+def default_config(data: SocData) -> Config:
     """Our configuration for `data` (see the module docstring)."""
-    large = data.d1 >= 500
-    return {
-        # 1/32 of sigma="auto" (0.095 small, 0.0217 large), see above.
-        "sigma": 0.0007 if large else 0.003,
-        "omega": 1.7,
-        # Small: stop each instance at violation and fixed-point residual 1e-4
-        # (the float32 floor here is about 4e-5), within these caps. Large: a
-        # fixed count, to fit a 20-minute training budget on a CPU.
-        "n_iter": 200 if large else 1000,
-        "n_iter_test": 500 if large else 2000,
-        # Step limit of the implicit backward solve (BiCGStab on the fixed point).
-        "bwd_max_steps": 50,
-        "tol": None if large else 1e-4,
-        "equilibrate": True,
-        # mu in the loss c^T y_1 + mu ||y_raw - y||^2 (0: the objective alone);
-        # with residual_stop_gradient, y is a constant in the penalty's gradient.
-        "residual_weight": 0.0,
-        "residual_stop_gradient": True,
-        # Only the distance beyond this margin is penalised.
-        "residual_margin": 0.0,
-        "autotune": False,
-        "autotune_points": 150,
-        "epochs": 1000,
-        "batch_size": 128,
-        "lr": 1e-2,
-        "lr_schedule": "cosine",
-        "validate_every": 50 if large else 20,
-        "n_valid": 256 if large else None,
-        "max_time_s": None,
-    }
+    if data.d1 < 500:
+        return Config()
+    return Config(
+        sigma=0.0007,
+        n_iter=200,
+        n_iter_test=500,
+        tol=None,
+        validate_every=50,
+        n_valid=256,
+    )
 
 
-def make_projector(data: SocData, config: dict) -> pe.Projector:
+def make_projector(data: SocData, config: Config) -> pe.Projector:
     """The projection layer onto the data set's feasible set for `config`."""
     return soc_projector(
-        pe,
         data.E,
         data.d1,
-        sigma=config["sigma"],
-        omega=config["omega"],
-        n_iter=config["n_iter"],
-        n_iter_test=config["n_iter_test"],
-        adjoint=pe.ImplicitAdjoint(max_steps=config["bwd_max_steps"]),
-        tol=config["tol"],
-        equilibrate=config["equilibrate"],
+        sigma=config.sigma,
+        omega=config.omega,
+        n_iter=config.n_iter,
+        n_iter_test=config.n_iter_test,
+        adjoint=pe.ImplicitAdjoint(max_steps=config.bwd_max_steps),
+        tol=config.tol,
+        equilibrate=config.equilibrate,
     )
 
 
@@ -114,38 +132,38 @@ def _apply(d2: int):
     return apply
 
 
-def make_loss(config: dict, d1: int, d2: int):
+def make_loss(config: Config, d1: int, d2: int):
     r"""The training loss $\operatorname{mean}(c^\top y_1 + \mu\, r^2)$ over a batch.
 
     $r = (\|y_{raw} - y\| - m)_+$, with $y$ the projection of the raw output
-    $y_{raw}$, $\mu$ = `config["residual_weight"]` and $m$ =
-    `config["residual_margin"]` (with `config["residual_stop_gradient"]`, $y$ is
+    $y_{raw}$, $\mu$ = `config.residual_weight` and $m$ =
+    `config.residual_margin` (with `config.residual_stop_gradient`, $y$ is
     a constant in $r$'s gradient). For $\mu = 0$, the objective alone.
 
     **Returns:** `loss(model, X)`, `X` a batch of contexts $(b, c)$.
     """
     apply = _apply(d2)
-    mu = config["residual_weight"]
+    mu = config.residual_weight
 
     def loss(model, X):
         if not mu:
             return jnp.mean(jnp.sum(X[:, d2:] * apply(model, X)[:, :d1], axis=1))
         Y_raw = jax.vmap(model.raw)(X)
         Y = jax.vmap(lambda y, x: model.projector(y, b=x[:d2]))(Y_raw, X)
-        if config["residual_stop_gradient"]:
+        if config.residual_stop_gradient:
             Y_target = jax.lax.stop_gradient(Y)
         else:
             Y_target = Y
         # The small constant keeps the norm's gradient finite at zero distance.
         distance = jnp.sqrt(jnp.sum((Y_raw - Y_target) ** 2, axis=1) + 1e-12)
-        residual = jnp.maximum(distance - config["residual_margin"], 0) ** 2
+        residual = jnp.maximum(distance - config.residual_margin, 0) ** 2
         objective = jnp.sum(X[:, d2:] * Y[:, :d1], axis=1)
         return jnp.mean(objective + mu * residual)
 
     return loss
 
 
-def fit(data: SocData, config: dict, seed: int, run: Run) -> Trained:
+def fit(data: SocData, config: Config, seed: int, run: Run) -> Trained:
     """Set up the projector (auto-tuned if asked), then train the network."""
     dtype = jnp.result_type(float)
     d1, d2 = data.d1, data.d2
@@ -153,43 +171,29 @@ def fit(data: SocData, config: dict, seed: int, run: Run) -> Trained:
     start = time.perf_counter()
     projector = make_projector(data, config)
     info["setup_s"] = time.perf_counter() - start
-    if config["autotune"]:
-        n = min(config["autotune_points"], len(data.X_valid))
-        X = jnp.asarray(data.X_valid[:n, :d2], dtype)
-        Y = jax.random.normal(jax.random.key(seed), (n, d1 + d2), dtype)
-        result = pe.autotune(projector, Y, {"b": X})
+    if config.autotune:
+        B = data.X_valid[: config.autotune_points, :d2]
+        result = tune_projector(projector, B, d1 + d2, seed)
         projector = result.projector.with_settings(
-            n_iter=max(result.n_iter, config["n_iter"]),
-            n_iter_test=max(result.n_iter, config["n_iter_test"]),
+            n_iter=max(result.n_iter, config.n_iter),
+            n_iter_test=max(result.n_iter, config.n_iter_test),
         )
         info.update(autotune_s=result.seconds, sigma=result.sigma, n_iter=result.n_iter)
-    info["sigma_used"] = float(projector.sigma)
-    info["n_iter_used"] = int(projector.n_iter)
-    info["n_iter_test_used"] = int(projector.n_iter_test)
+    info.update(projector_info(projector))
     net = pe.HardConstrainedNet(backbone(d1 + d2, d1 + d2, seed, dtype), projector)
-
-    apply = _apply(d2)
-    loss = make_loss(config, d1, d2)
-
-    batch_predict = eqx.filter_jit(apply)
-
-    def predict(model, X):
-        return batch_predict(model, jnp.asarray(X, dtype))
-
-    net = fit_network(net, data, config, seed, run, loss, predict)
-    model = eqx.nn.inference_mode(net)
+    trained = fit_model(
+        net,
+        data,
+        config,
+        seed,
+        run,
+        make_loss(config, d1, d2),
+        _apply(d2),
+        lambda model, x: model(x, b=x[:d2]),
+        info=info,
+    )
     # The last validation point is the last epoch trained (`max_time_s` may stop
     # the run early).
     info["epochs_done"] = run.curve[-1]["epoch"] if run.curve else 0
-    info["stopped_by_max_time"] = info["epochs_done"] < config["epochs"]
-
-    # The model is an argument, not a closed-over constant, so that its arrays are
-    # not folded into the compiled program.
-    single = eqx.filter_jit(lambda model, x: model(x, b=x[:d2]))
-
-    return Trained(
-        predict=lambda X: predict(model, X),
-        predict_single=lambda x: single(model, jnp.asarray(np.asarray(x), dtype)),
-        info=info,
-        model=model,
-    )
+    info["stopped_by_max_time"] = info["epochs_done"] < config.epochs
+    return trained

@@ -1,16 +1,11 @@
-"""Figures and Markdown tables from a folder of SOC benchmark results.
-
-The DC3 suite's report (`benchmarks/dc3/_report.py`) with this suite's title and
-method order: per-instance RS/CV scatters with the paper's thresholds, learning
-curves (with seed bands when there are several seeds) and the accuracy and
-inference-time tables, in `tables.md`.
-"""
+"""Figures and Markdown tables from a folder of SOC results: the shared report
+(`benchmarks._common.report`) with this suite's title and method order."""
 
 from __future__ import annotations
 
 import pathlib
 
-from ..dc3 import _report
+from .._common import report as _report
 from ._methods import METHODS
 
 SUITE = _report.Suite(
@@ -20,9 +15,6 @@ SUITE = _report.Suite(
 )
 
 
-def report(
-    results_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None
-) -> list[pathlib.Path]:
-    """Write the figures and tables of every SOC run in `results_dir` (see
-    `benchmarks.dc3._report.report`); returns the paths written."""
+def report(results_dir, out_dir=None) -> list[pathlib.Path]:
+    """Write the figures and tables of every SOC run in `results_dir`."""
     return _report.report(results_dir, out_dir, SUITE)

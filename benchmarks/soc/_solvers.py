@@ -20,36 +20,33 @@ iterations here). The single-instance time is a cold solve: the harness times on
 instance over and over, and a warm start from its own solution would time SCS
 confirming an already-solved problem (0 iterations).
 
-Timing reuses the DC3 solver baseline's `time_inference`: the batch is timed on
-as many rows as take about `timing_budget_s` seconds and scaled to 1024 rows
-(recorded as `batch_extrapolated_from`).
+The harness times the batch on as many rows as take about `timing_budget_s`
+seconds and scales it to 1024 rows (recorded as `batch_extrapolated_from`); see
+`benchmarks._common.solvers`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 
-from ..dc3._harness import Run, Trained
-from ..dc3._solver_method import _Stats, time_inference
+from .._common.config import SolverConfig
+from .._common.harness import Run, Trained
+from .._common.solvers import SolverStats, fit_solver
 from ._data import SocData
 
 
-def default_config(data: SocData, large_test_rows: int | None = None) -> dict:
-    """The solver's tolerance and how to time it (see the DC3 solver baseline);
-    on the large size only the first `large_test_rows` test instances are scored
-    (`None`: all)."""
-    return {
-        "eps": 1e-5,
-        "timing_batch_rows": None,
-        "timing_budget_s": 20.0,
-        "timing_repeats": 3,
-        "test_rows": None if data.d1 < 500 else large_test_rows,
-    }
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(SolverConfig):
+    """SCS's tolerances `eps_abs = eps_rel = eps`, and how to time and score it
+    (`benchmarks._common.config.SolverConfig`)."""
+
+    eps: float = 1e-5
 
 
-def _cvxpy_solver(data: SocData, config: dict, stats: _Stats):
+def _cvxpy_solver(data: SocData, config: Config, stats: SolverStats):
     import cvxpy as cp
 
     d1, d2 = data.d1, data.d2
@@ -59,7 +56,7 @@ def _cvxpy_solver(data: SocData, config: dict, stats: _Stats):
         cp.Minimize(c @ y1), [data.A @ y1 + y2 == b, cp.SOC(y2[-1], y2[:-1])]
     )
     assert problem.is_dpp()
-    settings = {"eps_abs": config["eps"], "eps_rel": config["eps"]}
+    settings = {"eps_abs": config.eps, "eps_rel": config.eps}
 
     def solve(x, warm_start=True):
         start = time.perf_counter()
@@ -97,7 +94,7 @@ def scs_data(A: np.ndarray):
     return M, {"z": d2, "q": [d2]}
 
 
-def _scs_solver(data: SocData, config: dict, stats: _Stats):
+def _scs_solver(data: SocData, config: Config, stats: SolverStats):
     import scs
 
     d1, d2 = data.d1, data.d2
@@ -106,8 +103,8 @@ def _scs_solver(data: SocData, config: dict, stats: _Stats):
     solver = scs.SCS(
         {"A": M, "b": b_full, "c": c_full},
         cone,
-        eps_abs=config["eps"],
-        eps_rel=config["eps"],
+        eps_abs=config.eps,
+        eps_rel=config.eps,
         verbose=False,
     )
 
@@ -126,39 +123,32 @@ def _scs_solver(data: SocData, config: dict, stats: _Stats):
 
 
 class _Method:
-    """One solver baseline, with the interface of a method module."""
+    """One solver baseline, with the interface of a method module.
+
+    On the large size only the first `large_test_rows` test instances are scored
+    (`None`: all).
+    """
 
     def __init__(self, name: str, description: str, make_solver, large_test_rows):
         self.name, self.description, self._make_solver = name, description, make_solver
         self.large_test_rows = large_test_rows
-        self.time_inference = time_inference
 
-    def default_config(self, data: SocData) -> dict:
-        return default_config(data, self.large_test_rows)
+    def default_config(self, data: SocData) -> Config:
+        return Config(test_rows=None if data.d1 < 500 else self.large_test_rows)
 
-    def fit(self, data: SocData, config: dict, seed: int, run: Run) -> Trained:
-        """Set the solver up (the "training" time) and return its predictors,
-        which take and return float64 NumPy arrays, one row per instance:
-        `predict` warm-starts each instance from the previous one,
-        `predict_single` solves cold."""
+    def fit(self, data: SocData, config: Config, seed: int, run: Run) -> Trained:
+        """Set the solver up (the "training" time) and return its predictors
+        (`benchmarks._common.solvers.fit_solver`)."""
         del seed  # deterministic
-        run.set_total(1)
-        info: dict = {
-            "config": dict(config),
+        info = {
             "solver": self.description,
             "precision": 64,  # SCS computes in float64, whatever JAX's setting
         }
-        solve = self._make_solver(data, config, _Stats(info))
-        run.step()
 
-        def predict(X):
-            return np.stack([solve(x) for x in np.asarray(X, np.float64)])
+        def make_solve(stats):
+            return self._make_solver(data, config, stats)
 
-        return Trained(
-            predict=predict,
-            predict_single=lambda x: solve(np.asarray(x, np.float64), False),
-            info=info,
-        )
+        return fit_solver(make_solve, config, run, info, data.d1 + data.d2)
 
 
 # A large CVXPY solve takes about a second here: score the first 256 instances.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pathlib
 import time
 
-from ..dc3 import _harness
-from . import _data, _methods
+from .._common.harness import Trained, train_and_save
+from . import _data
+from ._methods import REGISTRY
 
 PROG = "python -m benchmarks.soc"
 
@@ -15,57 +16,35 @@ def train(
     size: str,
     method: str,
     *,
-    seed: int = 0,
-    overrides: dict | None = None,
     out: pathlib.Path | str = "results/soc",
-    label: str | None = None,
     data_seed: int = 0,
-    repeats: int = 20,
-    quiet: bool = False,
-) -> tuple[dict, pathlib.Path, _harness.Trained]:
+    **options,
+) -> tuple[dict, pathlib.Path, Trained]:
     """Train `method` on the `size` data set and write its results.
 
     **Arguments:**
 
     - `size`: `"small"` (25/25) or `"large"` (500/500).
     - `method`: a key of `benchmarks.soc._methods.METHODS`.
-    - `seed`: seeds the initialisation and the training batches.
-    - `overrides`: hyperparameters replacing the method's defaults.
     - `out`: the results root; the run goes to `out/soc-{size}/{label}/seed{seed}`
         (an earlier run there is overwritten, so a method can be re-run alone).
-    - `label`: the results sub-folder, default the method's name.
     - `data_seed`: the seed of `A` and of the validation and test instances.
-    - `repeats`: timed repeats of batch inference (single inference: 5x).
-    - `quiet`: hide the progress bar and the summary.
+    - `options`: `seed`, `overrides`, `label`, `repeats` and `quiet`, as for
+        `benchmarks._common.harness.train_and_save`.
 
     **Returns:** the result record (also in `results.json`), its folder and the
     `Trained` model.
     """
     start = time.perf_counter()
     data = _data.load(size, seed=data_seed)
-    module = _methods.get(method)
-    config = _harness.configure(module, data, method, overrides)
-    label = label or method
-    record, rs, cv, trained = _harness.run_method(
-        module,
+    return train_and_save(
+        REGISTRY,
+        method,
         data,
-        config,
-        method=method,
-        label=label,
-        seed=seed,
-        dataset={
-            "name": data.name,
-            "problem": "soc",
-            "size": size,
-            **data.sizes,
-            "source": data.source,
-        },
-        metrics=data.test_metrics,
-        repeats=repeats,
-        quiet=quiet,
+        problem="soc",
+        size=size,
         prog=PROG,
+        out=out,
         start=start,
+        **options,
     )
-    folder = pathlib.Path(out) / data.name / label / f"seed{seed}"
-    _harness.save_run(folder, record, rs, cv, quiet)
-    return record, folder, trained

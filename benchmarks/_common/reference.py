@@ -10,19 +10,22 @@ The harness wraps the reference's projection onto the DC3 polytope
 $\{y : A y = x,\ G y \le h\}$, where only the context $x$ changes per instance.
 Everything is batched: `Y` has shape `(B, n_var)` and `X` shape `(B, n_eq)`.
 
-From the repository root, `python -m benchmarks._reference` times the reference on
-the small DC3 problem in float32, and `python -m benchmarks._reference --check`
-checks the harness against cvxpy and Clarabel in float64.
+From the repository root, `python -m benchmarks._common.reference` times the
+reference on the small DC3 problem in float32, and
+`python -m benchmarks._common.reference --check` checks the harness against cvxpy
+and Clarabel in float64.
 """
 
 import importlib.util
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-_REFERENCE_MISSING = (
+from .problems import PAPER_SIGMA
+from .timing import time_calls
+
+REFERENCE_MISSING = (
     "The reference implementation `pinet` is not installed. Install it with "
     "`pip install --no-deps pinet-hcnn==0.2.0 beartype`."
 )
@@ -45,7 +48,102 @@ def reference_available() -> bool:
     return hasattr(pinet, "Project") and hasattr(pinet, "ProjectionInstance")
 
 
-class ReferenceDC3Projector:
+class _ReferenceLayer:
+    """The reference's projection as batched, jitted functions.
+
+    Subclasses build `self._project` (a reference `Project`) and set `sigma`,
+    `omega` and `dtype`, and implement `_instance(Y, P)`, which turns a batch of
+    points `Y` of shape `(B, n_var)` and the per-instance data `P` into the
+    reference's `ProjectionInstance`. `P` is what changes per instance: the
+    contexts `X` of shape `(B, n_eq)` for a DC3 polytope, or a dict of arrays
+    (each of shape `(B, ...)`), which matches our `jax.vmap(lambda y, p: proj(y,
+    **p))`.
+    """
+
+    def _call(self, Y, P, n_iter: int, n_iter_bwd: int, s0=None):
+        y_instance, s_next = self._project.call(
+            y_raw=self._instance(Y, P),
+            s0=s0,
+            sigma=self.sigma,
+            omega=self.omega,
+            n_iter=n_iter,
+            n_iter_bwd=n_iter_bwd,
+            fpi=False,
+        )
+        return y_instance.x[..., 0], s_next
+
+    def projection(self, n_iter: int, n_iter_bwd: int = 25):
+        """The projection as a plain function, differentiable and not yet jitted.
+
+        For a caller that builds its own loss around the layer (for example a
+        `jax.jit(jax.value_and_grad(loss))` training step).
+
+        **Arguments:**
+
+        - `n_iter`: the number of forward iterations.
+        - `n_iter_bwd`: the number of iterations of the reference's backward
+            linear solve, used when the function is differentiated.
+
+        **Returns:**
+
+        A function `(Y, P) -> Y_proj`, with `Y` and `Y_proj` of shape
+        `(B, n_var)`.
+        """
+        return lambda Y, P: self._call(Y, P, n_iter, n_iter_bwd)[0]
+
+    def make_forward(self, n_iter: int):
+        """A jitted `(Y, P) -> Y_proj` with `n_iter` Douglas-Rachford iterations.
+
+        Call it once to compile before timing it.
+        """
+        # n_iter_bwd matters only for the backward pass; any value is fine here.
+        return jax.jit(self.projection(n_iter, 1))
+
+    def initial_state(self, Y, P):
+        """The reference's starting governing sequence for a batch (a pytree), to
+        pass to a function from `make_continuation`."""
+        return self._project.initialize(self._instance(Y, P))
+
+    def make_continuation(self, n_iter: int):
+        """A jitted projection that resumes from a governing sequence.
+
+        Running `n_iter` iterations from the state another call returned gives the
+        same iterate as one longer run, so a benchmark can follow the constraint
+        violation iteration by iteration without recompiling.
+
+        **Returns:**
+
+        A jitted function `(Y, P, S) -> (Y_proj, S_next)`, with `S` from
+        `initial_state` or from an earlier call.
+        """
+        return jax.jit(lambda Y, P, S: self._call(Y, P, n_iter, 1, s0=S))
+
+    def make_vjp(self, n_iter: int, n_iter_bwd: int = 25):
+        r"""A jitted vector-Jacobian product, by the reference's implicit backward.
+
+        The function computes $\nabla_Y \sum_{ij} V_{ij}\, \Pi(Y)_{ij}$, that is
+        $V$ times the Jacobian of the projection.
+
+        **Arguments:**
+
+        - `n_iter`: the number of forward iterations.
+        - `n_iter_bwd`: the number of iterations of the reference's backward
+            linear solve.
+
+        **Returns:**
+
+        A jitted function `(Y, P, V) -> grad` with `Y`, `V` and `grad` of shape
+        `(B, n_var)`.
+        """
+        projection = self.projection(n_iter, n_iter_bwd)
+
+        def loss(Y, P, V):
+            return jnp.sum(V * projection(Y, P))
+
+        return jax.jit(jax.grad(loss))
+
+
+class ReferenceDC3Projector(_ReferenceLayer):
     r"""The reference's Douglas-Rachford projection onto a DC3 polytope.
 
     The projection is $\Pi(y_{raw}) = \arg\min_y \|y - y_{raw}\|_2$ subject to
@@ -82,7 +180,7 @@ class ReferenceDC3Projector:
         try:
             import pinet
         except ImportError as e:
-            raise ImportError(_REFERENCE_MISSING) from e
+            raise ImportError(REFERENCE_MISSING) from e
 
         dtype = jnp.zeros(()).dtype if dtype is None else dtype
         A = jnp.asarray(A, dtype=dtype)
@@ -103,7 +201,6 @@ class ReferenceDC3Projector:
         self.sigma = sigma
         self.omega = omega
         self.dtype = dtype
-        self._forward_cache = {}
 
         n_eq = A.shape[0]
         # Every vector is (batch, n, 1) and every matrix (batch or 1, m, n) in the
@@ -129,161 +226,24 @@ class ReferenceDC3Projector:
             eq_constraint=eq, ineq_constraint=ineq, equilibration_params=params
         )
 
-    def _call(self, Y, X, n_iter: int, n_iter_bwd: int):
+    def _instance(self, Y, X):
         pinet = self._pinet
-        y_raw = pinet.ProjectionInstance(
-            x=Y[..., None],
-            eq=pinet.EqualityConstraintsSpecification(b=X[..., None]),
-        )
-        y_instance, _ = self._project.call(
-            y_raw=y_raw,
-            sigma=self.sigma,
-            omega=self.omega,
-            n_iter=n_iter,
-            n_iter_bwd=n_iter_bwd,
-            fpi=False,
-        )
-        return y_instance.x[..., 0]
-
-    def make_forward(self, n_iter: int):
-        """A jitted projection with a fixed number of iterations.
-
-        **Arguments:**
-
-        - `n_iter`: the number of Douglas-Rachford iterations.
-
-        **Returns:**
-
-        A jitted function `(Y, X) -> Y_proj`, each of shape `(B, n_var)` or
-        `(B, n_eq)`. Call it once to compile before timing it.
-        """
-        # n_iter_bwd matters only for the backward pass; any value is fine here.
-        return jax.jit(lambda Y, X: self._call(Y, X, n_iter, 1))
-
-    def initial_state(self, Y, X):
-        """The reference's starting governing sequence for a batch.
-
-        **Arguments:**
-
-        - `Y`: the points to project, shape `(B, n_var)`.
-        - `X`: the contexts, shape `(B, n_eq)`.
-
-        **Returns:**
-
-        The reference's state (a pytree), to pass to a function from
-        `make_continuation`.
-        """
-        pinet = self._pinet
-        y_raw = pinet.ProjectionInstance(
+        return pinet.ProjectionInstance(
             x=jnp.asarray(Y, self.dtype)[..., None],
             eq=pinet.EqualityConstraintsSpecification(
                 b=jnp.asarray(X, self.dtype)[..., None]
             ),
         )
-        return self._project.initialize(y_raw)
-
-    def make_continuation(self, n_iter: int):
-        """A jitted projection that resumes from a governing sequence.
-
-        Running `n_iter` iterations from the state another call returned gives the
-        same iterate as one longer run, so a benchmark can follow the constraint
-        violation iteration by iteration without recompiling.
-
-        **Arguments:**
-
-        - `n_iter`: the number of Douglas-Rachford iterations per call.
-
-        **Returns:**
-
-        A jitted function `(Y, X, S) -> (Y_proj, S_next)`, with `S` from
-        `initial_state` or from an earlier call.
-        """
-        pinet = self._pinet
-
-        def run(Y, X, S):
-            y_raw = pinet.ProjectionInstance(
-                x=Y[..., None],
-                eq=pinet.EqualityConstraintsSpecification(b=X[..., None]),
-            )
-            y_instance, s_next = self._project.call(
-                y_raw=y_raw,
-                s0=S,
-                sigma=self.sigma,
-                omega=self.omega,
-                n_iter=n_iter,
-                n_iter_bwd=1,
-                fpi=False,
-            )
-            return y_instance.x[..., 0], s_next
-
-        return jax.jit(run)
 
     def forward(self, Y, X, n_iter: int):
-        """Project each row of `Y` onto the polytope of the matching row of `X`.
+        """Project each row of `Y` (shape `(B, n_var)`) onto the polytope of the
+        matching row of `X` (shape `(B, n_eq)`) with `n_iter` iterations.
 
-        **Arguments:**
-
-        - `Y`: the points to project, shape `(B, n_var)`.
-        - `X`: the contexts, shape `(B, n_eq)`.
-        - `n_iter`: the number of Douglas-Rachford iterations.
-
-        **Returns:**
-
-        The projected points, a JAX array of shape `(B, n_var)`.
+        **Returns:** the projected points, a JAX array of shape `(B, n_var)`.
         """
-        Y = jnp.asarray(Y, self.dtype)
-        X = jnp.asarray(X, self.dtype)
-        return self._forward(n_iter)(Y, X)
-
-    def _forward(self, n_iter: int):
-        # Cache the jitted callables so that repeated `forward` calls do not
-        # retrace.
-        if n_iter not in self._forward_cache:
-            self._forward_cache[n_iter] = self.make_forward(n_iter)
-        return self._forward_cache[n_iter]
-
-    def projection(self, n_iter: int, n_iter_bwd: int = 25):
-        """The projection as a plain function, differentiable and not yet jitted.
-
-        For a caller that builds its own loss around the layer (for example a
-        `jax.jit(jax.value_and_grad(loss))` training step). The data must already
-        have the projector's `dtype`.
-
-        **Arguments:**
-
-        - `n_iter`: the number of forward iterations.
-        - `n_iter_bwd`: the number of iterations of the reference's backward
-            linear solve, used when the function is differentiated.
-
-        **Returns:**
-
-        A function `(Y, X) -> Y_proj`, with `Y` and `Y_proj` of shape
-        `(B, n_var)` and `X` of shape `(B, n_eq)`.
-        """
-        return lambda Y, X: self._call(Y, X, n_iter, n_iter_bwd)
-
-    def make_vjp(self, n_iter: int, n_iter_bwd: int = 25):
-        r"""A jitted vector-Jacobian product, by the reference's implicit backward.
-
-        The function computes $\nabla_Y \sum_{ij} V_{ij}\, \Pi(Y)_{ij}$, that is
-        $V$ times the Jacobian of the projection.
-
-        **Arguments:**
-
-        - `n_iter`: the number of forward iterations.
-        - `n_iter_bwd`: the number of iterations of the reference's backward
-            linear solve.
-
-        **Returns:**
-
-        A jitted function `(Y, X, V) -> grad` with `Y`, `V` and `grad` of shape
-        `(B, n_var)` and `X` of shape `(B, n_eq)`.
-        """
-
-        def loss(Y, X, V):
-            return jnp.sum(V * self._call(Y, X, n_iter, n_iter_bwd))
-
-        return jax.jit(jax.grad(loss))
+        return self.make_forward(n_iter)(
+            jnp.asarray(Y, self.dtype), jnp.asarray(X, self.dtype)
+        )
 
     def cv(self, Yproj, X, per_instance: bool = False):
         r"""The constraint violation, in the original coordinates and in float64.
@@ -315,50 +275,7 @@ class ReferenceDC3Projector:
         return violation if per_instance else float(violation.max(initial=0.0))
 
 
-class _ReferenceFamily:
-    """Shared plumbing for the reference on the SOC and per-instance-A families.
-
-    Subclasses build `self._project` (a reference `Project`) and implement
-    `_instance(Y, P)`, which turns a batch of points `Y` of shape `(B, d)` and a
-    dict `P` of per-instance data (each of shape `(B, ...)`) into the reference's
-    `ProjectionInstance`. Every function returned here takes `P` as one dict
-    argument, so it matches our `jax.vmap(lambda y, p: proj(y, **p))`.
-    """
-
-    def _call(self, Y, P, n_iter: int, n_iter_bwd: int, s0=None):
-        y_instance, s_next = self._project.call(
-            y_raw=self._instance(Y, P),
-            s0=s0,
-            sigma=self.sigma,
-            omega=self.omega,
-            n_iter=n_iter,
-            n_iter_bwd=n_iter_bwd,
-            fpi=False,
-        )
-        return y_instance.x[..., 0], s_next
-
-    def make_forward(self, n_iter: int):
-        """A jitted `(Y, P) -> Y_proj` with `n_iter` iterations."""
-        return jax.jit(lambda Y, P: self._call(Y, P, n_iter, 1)[0])
-
-    def initial_state(self, Y, P):
-        """The reference's starting governing sequence (a pytree)."""
-        return self._project.initialize(self._instance(Y, P))
-
-    def make_continuation(self, n_iter: int):
-        """A jitted `(Y, P, S) -> (Y_proj, S_next)` resuming from `S`."""
-        return jax.jit(lambda Y, P, S: self._call(Y, P, n_iter, 1, s0=S))
-
-    def make_vjp(self, n_iter: int, n_iter_bwd: int = 25):
-        """A jitted `(Y, P, V) -> V^T dPi/dY` by the reference's implicit backward."""
-
-        def loss(Y, P, V):
-            return jnp.sum(V * self._call(Y, P, n_iter, n_iter_bwd)[0])
-
-        return jax.jit(jax.grad(loss))
-
-
-class ReferenceSOCProjector(_ReferenceFamily):
+class ReferenceSOCProjector(_ReferenceLayer):
     r"""The reference's projection onto the second-order-cone set of App. B.4.
 
     The set is $\{y = (y_1, y_2) : A y_1 + y_2 = b,\ \|y_{2,:-1}\|_2 \le
@@ -376,7 +293,7 @@ class ReferenceSOCProjector(_ReferenceFamily):
         try:
             import pinet
         except ImportError as e:
-            raise ImportError(_REFERENCE_MISSING) from e
+            raise ImportError(REFERENCE_MISSING) from e
         dtype = jnp.zeros(()).dtype if dtype is None else dtype
         A = np.asarray(A, np.float64)
         d2, d1 = A.shape
@@ -415,7 +332,7 @@ class ReferenceSOCProjector(_ReferenceFamily):
         )
 
 
-class ReferenceAxProjector(_ReferenceFamily):
+class ReferenceAxProjector(_ReferenceLayer):
     r"""The reference's projection onto $\{y : E y = b,\ \ell \le y \le u\}$
     with both $E$ and $b$ per instance.
 
@@ -432,7 +349,7 @@ class ReferenceAxProjector(_ReferenceFamily):
         try:
             import pinet
         except ImportError as e:
-            raise ImportError(_REFERENCE_MISSING) from e
+            raise ImportError(REFERENCE_MISSING) from e
         dtype = jnp.zeros(()).dtype if dtype is None else dtype
         self.sigma, self.omega, self.dtype = sigma, omega, dtype
         self._pinet = pinet
@@ -465,16 +382,13 @@ class ReferenceAxProjector(_ReferenceFamily):
         )
 
 
-def _median_time(fn, *args, repeats: int = 10) -> float:
-    # One call first, to compile; `block_until_ready` because dispatch is
-    # asynchronous and would otherwise time only the launch.
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+# (equilibrate, sigma) of the stand-alone check and timing: the paper's two
+# configurations, and the plain iteration.
+_SETTINGS = ((True, PAPER_SIGMA["small"]), (True, PAPER_SIGMA["large"]), (False, 1.0))
+
+
+def _median_time(fn, *args) -> float:
+    return time_calls(lambda: fn(*args), repeats=10, warmup=1)["median"]
 
 
 def _check(n_instances: int = 8) -> None:
@@ -494,7 +408,7 @@ def _check(n_instances: int = 8) -> None:
         )
         expected.append(z.value)
     expected = np.stack(expected)
-    for equilibrate, sigma in ((True, 0.068068), (True, 0.161069), (False, 1.0)):
+    for equilibrate, sigma in _SETTINGS:
         reference = ReferenceDC3Projector(
             problem.A, problem.G, problem.h, sigma=sigma, equilibrate=equilibrate
         )
@@ -514,7 +428,7 @@ def _time(batch: int = 1024, n_iters=(25, 50, 100, 200)) -> None:
     _, _, X = problem.split(n_test=batch)
     Y = np.random.RandomState(0).normal(size=(batch, problem.n_var))
     Yj, Xj = jnp.asarray(Y, jnp.float32), jnp.asarray(X, jnp.float32)
-    for equilibrate, sigma in ((True, 0.068068), (True, 0.161069), (False, 1.0)):
+    for equilibrate, sigma in _SETTINGS:
         reference = ReferenceDC3Projector(
             problem.A, problem.G, problem.h, sigma=sigma, equilibrate=equilibrate
         )
@@ -524,7 +438,9 @@ def _time(batch: int = 1024, n_iters=(25, 50, 100, 200)) -> None:
             seconds = _median_time(forward, Yj, Xj)
             cv = reference.cv(forward(Yj, Xj), X)
             print(f"  n_iter={n_iter:4d}: {1e3 * seconds:8.2f} ms, cv = {cv:.1e}")
-    reference = ReferenceDC3Projector(problem.A, problem.G, problem.h, sigma=0.068068)
+    reference = ReferenceDC3Projector(
+        problem.A, problem.G, problem.h, sigma=PAPER_SIGMA["small"]
+    )
     vjp = reference.make_vjp(n_iter=50, n_iter_bwd=25)
     V = jnp.asarray(np.random.RandomState(1).normal(size=Y.shape), jnp.float32)
     seconds = _median_time(vjp, Yj, Xj, V)
@@ -545,7 +461,7 @@ if __name__ == "__main__":
     )
     args = parser.parse_args()
     if not reference_available():
-        raise SystemExit(_REFERENCE_MISSING)
+        raise SystemExit(REFERENCE_MISSING)
     if args.check:
         jax.config.update("jax_enable_x64", True)
         _check()

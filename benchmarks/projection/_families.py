@@ -17,13 +17,14 @@ Ours: `pe.Projector([pe.Equality([A I], Parameter("b")), pe.SecondOrderCone(S, f
 with $S$ selecting $y_{2,:-1}$ and $e$ the last unit vector, and
 `pe.Projector([pe.Equality(Parameter("E", shape=(m, d)), Parameter("b")),
 pe.Box(-1, 1)])`. The reference (`pinet-hcnn` 0.2.0): its non-linear `SOCType`
-path and its `var_a_mat=True` path (`benchmarks/_reference.py`). On both paths the
-reference cannot equilibrate, so ours runs twice: with its defaults (`sigma="auto"`,
-equilibrated), and as "ours-same", the reference's own iteration (the reference's
-sigma, `equilibrate=False`), which isolates the cost of one iteration.
+path and its `var_a_mat=True` path (`benchmarks/_common/reference.py`). On both
+paths the reference cannot equilibrate, so ours runs twice: with its defaults
+(`sigma="auto"`, equilibrated), and as "ours-same", the reference's own iteration
+(the reference's sigma, `equilibrate=False`), which isolates the cost of one
+iteration.
 
 Each family, size and precision gets the DC3 section's three timings (same jitted,
-warmed-up, interleaved method, from `benchmarks/projection.py`) plus an accuracy
+warmed-up, interleaved method, `benchmarks/projection/_measure.py`) plus an accuracy
 check against an independent ground truth: cvxpy + Clarabel on the first
 `N_TRUTH` instances of the batch, polished by Newton's method on the KKT system of
 the active constraints (Clarabel alone stops near 1e-7 on the cone).
@@ -34,45 +35,53 @@ go to the section `SECTION` of `benchmarks/RESULTS.md`, one subsection per famil
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
 import pathlib
 import time
 import warnings
 
 import numpy as np
 
-from benchmarks.projection import (
+from .._common.problems import soc_batch, soc_projector
+from ._measure import (
     N_ITER,
     N_ITER_BWD,
     OMEGA,
-    RESULTS_PATH,
     TOLERANCE,
-    _backward_stats,
-    _fmt_t,
-    _log,
-    _rel_err,
-    _run_workers,
-    _search,
-    _start,
-    _time_interleaved,
+    backward_stats,
+    fmt_t,
+    header,
+    log,
     matched_adjoint,
+    ms,
+    n_steps,
+    ours_advancer,
+    ours_forward,
+    ours_grad,
+    ref_advancer,
+    rel_err,
+    run_workers,
+    search,
+    start,
+    timed,
+    worker_setup,
+    write_section,
 )
 
 SECTION = "## Cones and per-instance matrices vs reference (pinet-hcnn 0.2.0)"
 SECTION_INTRO = (
     "Written by `python -m benchmarks.projection --family soc` and `--family ax` "
-    "(`benchmarks/_families.py`), one subsection each. Same timing method as "
-    "above. The reference cannot equilibrate on these paths (its SOC path and its "
-    "per-instance-matrix path skip it), so ours is shown twice: with its defaults, "
-    "and running the reference's own iteration (same σ, no equilibration)."
+    "(`benchmarks/projection/_families.py`), one subsection each. Same timing "
+    "method as above. The reference cannot equilibrate on these paths (its SOC "
+    "path and its per-instance-matrix path skip it), so ours is shown twice: with "
+    "its defaults, and running the reference's own iteration (same σ, no "
+    "equilibration)."
 )
 N_TRUTH = 8  # instances with a ground truth (the first of the batch)
 N_TRUTH_NEG = 4  # of which, instances also solved for -y_raw (sign check)
 N_ITER_CONVERGED = 1000  # the "converged" accuracy check, on the truth subset only
 DATA_SEED = 17
-CACHE_DIR = pathlib.Path(__file__).with_name("_out")
+CACHE_DIR = pathlib.Path(__file__).resolve().parent.parent / "_out"
 
 FAMILIES = {
     # family: {size: (dims, default batch)}
@@ -88,34 +97,6 @@ SIGMA = {"soc": 0.5, "ax": 0.3}
 
 
 # ---------------------------------------------------------------- data
-
-
-def soc_project(Z):
-    """Euclidean projection of each row of `Z` onto $\\{(u, t) : \\|u\\| \\le t\\}$
-    (the last entry is $t$)."""
-    Z = np.asarray(Z, np.float64)
-    u, t = Z[:, :-1], Z[:, -1]
-    nu = np.linalg.norm(u, axis=1)
-    out = np.zeros_like(Z)
-    inside = nu <= t
-    out[inside] = Z[inside]
-    mid = ~inside & (nu > -t)  # the rest (nu <= -t) goes to the apex, 0
-    scale = (t[mid] + nu[mid]) / 2
-    out[mid, :-1] = scale[:, None] * u[mid] / nu[mid, None]
-    out[mid, -1] = scale
-    return out
-
-
-def soc_projector(pe, E, d1: int, **settings):
-    """Our projector onto $\\{y : E y = b,\\ \\|y_{d_1:-1}\\| \\le y_{-1}\\}$, with
-    `b` the `Parameter` `"b"` (`pe` is the `pinet_eqx` module; `settings` go to
-    `pe.Projector`)."""
-    d = E.shape[1]
-    S = np.eye(d)[d1 : d - 1]
-    e = np.eye(d)[d - 1]
-    return pe.Projector(
-        [pe.Equality(E, pe.Parameter("b")), pe.SecondOrderCone(S, f=e)], **settings
-    )
 
 
 def soc_truth(E, b, y, d1: int):
@@ -145,12 +126,9 @@ class SocFamily:
     def __init__(self, size: str, batch: int, seed: int = DATA_SEED):
         (d1, d2), _ = FAMILIES["soc"][size]
         self.size, self.batch, self.d1, self.d2, self.d = size, batch, d1, d2, d1 + d2
-        # One stream per array, so that instance i does not depend on the batch.
-        self.A = np.random.RandomState(seed).uniform(-1, 1, (d2, d1))
-        z = np.random.RandomState(seed + 1).uniform(-1, 1, (batch, d2))
-        y1 = np.random.RandomState(seed + 2).uniform(-1, 1, (batch, d1))
+        self.A, b = soc_batch(d1, d2, batch, seed)
         self.E = np.hstack([self.A, np.eye(d2)])
-        self.P = {"b": y1 @ self.A.T + soc_project(z)}
+        self.P = {"b": b}
         self.Y = np.random.RandomState(0).normal(size=(batch, self.d))
         self.V = np.random.RandomState(1).normal(size=(batch, self.d))
         self.dims = f"d1 = {d1}, d2 = {d2}"
@@ -164,11 +142,11 @@ class SocFamily:
         v = np.maximum(eq, cone)
         return v if per_instance else float(v.max())
 
-    def ours(self, pe, **settings):
-        return soc_projector(pe, self.E, self.d1, **settings)
+    def ours(self, **settings):
+        return soc_projector(self.E, self.d1, **settings)
 
     def reference(self, sigma, omega, dtype):
-        from benchmarks._reference import ReferenceSOCProjector
+        from .._common.reference import ReferenceSOCProjector
 
         return ReferenceSOCProjector(self.A, sigma=sigma, omega=omega, dtype=dtype)
 
@@ -203,7 +181,9 @@ class AxFamily:
         v = np.maximum(np.abs(r).max(axis=1), np.maximum(np.abs(Y) - 1, 0).max(axis=1))
         return v if per_instance else float(v.max())
 
-    def ours(self, pe, **settings):
+    def ours(self, **settings):
+        import pinet_eqx as pe
+
         E = pe.Parameter("E", shape=(self.m, self.d))
         return pe.Projector(
             [
@@ -214,7 +194,7 @@ class AxFamily:
         )
 
     def reference(self, sigma, omega, dtype):
-        from benchmarks._reference import ReferenceAxProjector
+        from .._common.reference import ReferenceAxProjector
 
         return ReferenceAxProjector(
             self.m, self.d, -1.0, 1.0, sigma=sigma, omega=omega, dtype=dtype
@@ -372,7 +352,6 @@ def _ground_truth(fam) -> dict:
 def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> dict:
     """All measurements for one family, size and precision; `sigma` is the
     reference's (also used by our `ours_same` variant)."""
-    import jax
     import jax.numpy as jnp
 
     import pinet_eqx as pe
@@ -380,7 +359,7 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
     tol = TOLERANCE[precision]
     dtype = jnp.float64 if precision == "f64" else jnp.float32
     tag = f"[{fam.name} {fam.size} {precision}]"
-    _log(f"{tag} ground truth (cvxpy + Clarabel + Newton polish, {N_TRUTH} instances)")
+    log(f"{tag} ground truth (cvxpy + Clarabel + Newton polish, {N_TRUTH} instances)")
     gt = _ground_truth(fam)
     T, Tneg = gt["T"], gt["Tneg"]
 
@@ -408,41 +387,38 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
         truth_seconds=float(gt["seconds"]),
     )
 
-    _log(f"{tag} building projectors")
+    log(f"{tag} building projectors")
     settings = dict(omega=OMEGA, n_iter=N_ITER, adjoint=matched_adjoint(pe))
-    start = time.perf_counter()
-    proj = fam.ours(pe, **settings)  # its defaults: sigma="auto", equilibrated
-    setup_ours = time.perf_counter() - start
+    t0 = time.perf_counter()
+    proj = fam.ours(**settings)  # its defaults: sigma="auto", equilibrated
+    setup_ours = time.perf_counter() - t0
     # The reference's own iteration: its sigma, no equilibration.
-    proj_same = fam.ours(pe, sigma=sigma, equilibrate=False, **settings)
-    start = time.perf_counter()
+    proj_same = fam.ours(sigma=sigma, equilibrate=False, **settings)
+    t0 = time.perf_counter()
     ref = fam.reference(sigma, OMEGA, dtype)
-    setup_ref = time.perf_counter() - start
+    setup_ref = time.perf_counter() - t0
     # With per-instance matrices the affine projection is factorised in each call.
     form = "per call" if proj.op is None else type(proj.op).__name__
     res["setup"] = dict(ours=setup_ours, ref=setup_ref, form=form)
     res["bwd_tols"] = (proj.adjoint.rtol, proj.adjoint.atol or 0.0)
 
-    def ours_forward(p):
-        return jax.jit(jax.vmap(lambda y, P: p(y, **P)))
-
     def accuracy(y):
         return dict(cv=fam.cv(y), err=err(y))
 
     # a) Fixed iteration count, with the accuracy of the very calls timed.
-    _log(f"{tag} a) forward, n_iter={N_ITER}, {repeats} interleaved repeats")
+    log(f"{tag} a) forward, n_iter={N_ITER}, {repeats} interleaved repeats")
     fns = {
         "ours": ours_forward(proj),
         "ours_same": ours_forward(proj_same),
         "ref": ref.make_forward(N_ITER),
     }
-    t = _time_interleaved({k: (f, (Yj, Pj)) for k, f in fns.items()}, repeats)
+    t = timed({k: (f, (Yj, Pj)) for k, f in fns.items()}, repeats)
     t["acc"] = {k: accuracy(f(Yj, Pj)) for k, f in fns.items()}
     res["fixed"] = t
-    _log(
+    log(
         f"{tag}    "
         + ", ".join(
-            f"{k} {t[k]['median']:.1f} ms (CV {t['acc'][k]['cv']:.1e}, err "
+            f"{k} {ms(t[k]):.1f} ms (CV {t['acc'][k]['cv']:.1e}, err "
             f"{t['acc'][k]['err']:.1e})"
             for k in fns
         )
@@ -450,51 +426,22 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
     )
 
     # b) Time to CV <= tol and error <= tol.
-    _log(f"{tag} b) searching the smallest n_iter with CV and error <= {tol:g}")
-    ref_step = {}
-
-    def ref_advance(state, k):
-        if k not in ref_step:
-            ref_step[k] = ref.make_continuation(k)
-        return ref_step[k](Yj, Pj, state)
-
-    def ours_advancer(base):
-        steps = {}
-
-        def advance(state, k):
-            # `state` is None on the first call, so that the search starts from
-            # the projector's own default starting point, as a one-shot call does.
-            key = (k, state is None)
-            if key not in steps:
-                p = base.with_settings(n_iter=k)
-
-                def one(y, P, s=None):
-                    sol = p.solve(y, **P) if s is None else p.solve(y, s0=s, **P)
-                    return sol.y, sol.s
-
-                if state is None:
-                    steps[key] = jax.jit(jax.vmap(lambda y, P: one(y, P)))
-                else:
-                    steps[key] = jax.jit(jax.vmap(one))
-            if state is None:
-                return steps[key](Yj, Pj)
-            return steps[key](Yj, Pj, state)
-
-        return advance
-
+    log(f"{tag} b) searching the smallest n_iter with CV and error <= {tol:g}")
+    state = ref.initial_state(Yj, Pj)
     searches = {
-        "ref": _search(ref_advance, ref.initial_state(Yj, Pj), cv_err, tol, search_cap),
-        "ours": _search(ours_advancer(proj), None, cv_err, tol, search_cap),
-        "ours_same": _search(ours_advancer(proj_same), None, cv_err, tol, search_cap),
+        "ref": search(ref_advancer(ref, Yj, Pj), state, cv_err, tol, search_cap),
+        "ours": search(ours_advancer(proj, Yj, Pj), None, cv_err, tol, search_cap),
+        "ours_same": search(
+            ours_advancer(proj_same, Yj, Pj), None, cv_err, tol, search_cap
+        ),
     }
     for k, v in searches.items():
-        _log(f"{tag}    {k}: {v}")
+        log(f"{tag}    {k}: {v}")
 
     so = searches["ours"]
     cap = max(200, 4 * so["n_iter"]) if so["reached"] else search_cap
     p_tol = proj.with_settings(tol=tol, n_iter=cap)
-    sol = jax.jit(jax.vmap(lambda y, P: p_tol.solve(y, **P)))(Yj, Pj)
-    steps = np.asarray(sol.n_steps)
+    steps = np.asarray(n_steps(p_tol, Yj, Pj))
     tolres = dict(cap=cap, steps_max=int(steps.max()), steps_mean=float(steps.mean()))
     fns = {"ours_tol": ours_forward(p_tol)}
     for k, base in (("ours", proj), ("ours_same", proj_same)):
@@ -502,8 +449,8 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
             fns[k] = ours_forward(base.with_settings(n_iter=searches[k]["n_iter"]))
     if searches["ref"]["reached"]:
         fns["ref"] = ref.make_forward(searches["ref"]["n_iter"])
-    _log(f"{tag}    timing {', '.join(fns)}, {repeats} interleaved repeats")
-    t = _time_interleaved({k: (f, (Yj, Pj)) for k, f in fns.items()}, repeats)
+    log(f"{tag}    timing {', '.join(fns)}, {repeats} interleaved repeats")
+    t = timed({k: (f, (Yj, Pj)) for k, f in fns.items()}, repeats)
     # The accuracy of the very calls timed (a one-shot run can round differently
     # from the resumed runs of the search).
     tolres.update(accuracy(fns["ours_tol"](Yj, Pj)))
@@ -512,39 +459,33 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
             searches[k].update(accuracy(fns[k](Yj, Pj)))
     t.update(searches=searches, ours_tol_info=tolres)
     res["tol"] = t
-    _log(
+    log(
         f"{tag}    "
-        + ", ".join(f"{k} {t[k]['median']:.1f} ms" for k in fns)
+        + ", ".join(f"{k} {ms(t[k]):.1f} ms" for k in fns)
         + f"; ours tol steps max {tolres['steps_max']}, CV {tolres['cv']:.1e}, "
         f"err {tolres['err']:.1e}"
     )
 
     # c) Forward plus implicit VJP.
-    _log(f"{tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
-
-    def ours_grad(p):
-        def loss(Yb, Pb, Vb):
-            return jnp.sum(Vb * jax.vmap(lambda y, P: p(y, **P))(Yb, Pb))
-
-        return jax.jit(jax.grad(loss))
+    log(f"{tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
 
     gr = ref.make_vjp(N_ITER, N_ITER_BWD)
-    t, go, go_default = _backward_stats(ours_grad, proj, gr, (Yj, Pj, Vj), repeats)
+    t, go, go_default = backward_stats(proj, gr, (Yj, Pj, Vj), repeats)
     # And against the exact Jacobian of the true projection (first N_TRUTH).
     G = gt["G"]
-    t["grad_exact_ours"] = _rel_err(np.asarray(go(Yj, Pj, Vj))[sub], G)
-    t["grad_exact_ref"] = _rel_err(np.asarray(gr(Yj, Pj, Vj))[sub], G)
-    t["grad_exact_ours_default"] = _rel_err(np.asarray(go_default(Yj, Pj, Vj))[sub], G)
+    t["grad_exact_ours"] = rel_err(np.asarray(go(Yj, Pj, Vj))[sub], G)
+    t["grad_exact_ref"] = rel_err(np.asarray(gr(Yj, Pj, Vj))[sub], G)
+    t["grad_exact_ours_default"] = rel_err(np.asarray(go_default(Yj, Pj, Vj))[sub], G)
     res["bwd"] = t
-    _log(
-        f"{tag}    ours {t['ours']['median']:.1f} ms, ref {t['ref']['median']:.1f} "
+    log(
+        f"{tag}    ours {ms(t['ours']):.1f} ms, ref {ms(t['ref']):.1f} "
         f"ms, ours backward converged: {t['bwd_converged']}, gradient errors "
         f"ours/ref {t['grad_err_ours']:.1e}/{t['grad_err_ref']:.1e}, "
         f"load {t['load']:.2f}"
     )
 
     # d) Converged accuracy on the ground-truth subset, and the sign check.
-    _log(f"{tag} d) accuracy at n_iter={N_ITER_CONVERGED} on {N_TRUTH} instances")
+    log(f"{tag} d) accuracy at n_iter={N_ITER_CONVERGED} on {N_TRUTH} instances")
     yo = ours_forward(proj.with_settings(n_iter=N_ITER_CONVERGED))(Ys, Ps)
     yr = ref.make_forward(N_ITER_CONVERGED)(Ys, Ps)
     vs = Vj[sub]
@@ -554,8 +495,8 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
     gr_c = ref.make_vjp(N_ITER_CONVERGED, 200)
     nn = N_TRUTH_NEG
     res["converged"] = dict(
-        grad_ours=_rel_err(go_c(Ys, Ps, vs), gt["G"]),
-        grad_ref=_rel_err(gr_c(Ys, Ps, vs), gt["G"]),
+        grad_ours=rel_err(go_c(Ys, Ps, vs), gt["G"]),
+        grad_ref=rel_err(gr_c(Ys, Ps, vs), gt["G"]),
         err_ours=err(yo),
         err_ref=err(yr),
         cv_ours=fam.cv(yo),
@@ -564,7 +505,7 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
         ref_vs_pos=err(np.asarray(yr)[:nn], T[:nn]),
         ours_vs_neg=err(np.asarray(yo)[:nn], Tneg),
     )
-    _log(f"{tag}    {res['converged']}")
+    log(f"{tag}    {res['converged']}")
     return res
 
 
@@ -598,8 +539,9 @@ def _tables(results: list[dict]) -> str:
         acc = t["acc"]
         ref = t["ref"]["median"]
         lines.append(
-            f"| {r['size']} | {r['precision']} | {r['batch']} | {t['ours']['n']} | "
-            f"{_fmt_t(t['ours'])} | {_fmt_t(t['ours_same'])} | {_fmt_t(t['ref'])} | "
+            f"| {r['size']} | {r['precision']} | {r['batch']} | "
+            f"{t['ours']['repeats']} | "
+            f"{fmt_t(t['ours'])} | {fmt_t(t['ours_same'])} | {fmt_t(t['ref'])} | "
             f"{ref / t['ours']['median']:.2f}x, {ref / t['ours_same']['median']:.2f}x "
             "| "
             + " | ".join(
@@ -634,13 +576,13 @@ def _tables(results: list[dict]) -> str:
             s = sr[k]
             if not s["reached"]:
                 return f"not reached by n_iter {s['n_iter']}: best {s['best_cv']:.1e}"
-            return f"{s['n_iter']}, {_fmt_t(t[k])}, {s['cv']:.1e}, {s['err']:.1e}" + (
+            return f"{s['n_iter']}, {fmt_t(t[k])}, {s['cv']:.1e}, {s['err']:.1e}" + (
                 "" if ok(s) else " (> tol)"
             )
 
         tol_cell = (
             f"{ti['steps_max']}/{ti['steps_mean']:.0f} (cap {ti['cap']}), "
-            f"{_fmt_t(t['ours_tol'])}, {ti['cv']:.1e}, {ti['err']:.1e}"
+            f"{fmt_t(t['ours_tol'])}, {ti['cv']:.1e}, {ti['err']:.1e}"
             + ("" if ok(ti) else " (> tol)")
         )
         ours_ok = [t["ours_tol"]["median"]] if ok(ti) else []
@@ -680,12 +622,12 @@ def _tables(results: list[dict]) -> str:
     for r in results:
         t = r["bwd"]
         lines.append(
-            f"| {r['size']} | {r['precision']} | {_fmt_t(t['ours'])} | "
-            f"{_fmt_t(t['ref'])} | {t['ref']['median'] / t['ours']['median']:.2f}x | "
+            f"| {r['size']} | {r['precision']} | {fmt_t(t['ours'])} | "
+            f"{fmt_t(t['ref'])} | {t['ref']['median'] / t['ours']['median']:.2f}x | "
             f"{'yes' if t['bwd_converged'] else 'no'} | "
             f"{t['grad_err_ours']:.1e} / {t['grad_err_ref']:.1e} | "
             f"{t['grad_exact_ours']:.1e} / {t['grad_exact_ref']:.1e} | "
-            f"{_fmt_t(t['ours_default'])}, {t['grad_err_ours_default']:.1e}, "
+            f"{fmt_t(t['ours_default'])}, {t['grad_err_ours_default']:.1e}, "
             f"{t['grad_exact_ours_default']:.1e} | {t['load']:.1f} |"
         )
     lines += [
@@ -713,94 +655,50 @@ def _tables(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _write_subsection(heading: str, body: str) -> None:
-    """Replace (or append) `heading` (a `###` line) inside `SECTION` only."""
-    text = (
-        RESULTS_PATH.read_text() if RESULTS_PATH.exists() else "# Benchmark results\n"
-    )
-    block = f"{heading}\n\n{body}\n"
-    start = text.find(SECTION)
-    if start == -1:
-        text = text.rstrip("\n") + f"\n\n{SECTION}\n\n{SECTION_INTRO}\n\n{block}"
-        RESULTS_PATH.write_text(text)
-        return
-    end = text.find("\n## ", start + len(SECTION))
-    end = len(text) if end == -1 else end + 1
-    section = text[start:end]
-    sub = section.find(heading)
-    if sub == -1:
-        section = section.rstrip("\n") + "\n\n" + block
-    else:
-        sub_end = section.find("\n### ", sub + len(heading))
-        rest = "" if sub_end == -1 else section[sub_end + 1 :]
-        section = section[:sub] + block + ("\n" + rest if rest else "")
-    if end < len(text):
-        section = section.rstrip("\n") + "\n\n"
-    RESULTS_PATH.write_text(text[:start] + section + text[end:])
-
-
 HEADINGS = {
     "soc": "### Second-order cone (paper App. B.4), `--family soc`",
     "ax": "### Per-instance equality matrix E(x) with a box, `--family ax`",
 }
 
 
-def main(args, argv) -> None:
-    """`python -m benchmarks.projection --family {soc,ax}`; see `projection.py`."""
-    family = args.family
-    sizes = args.sizes or DEFAULT_SIZES[family]
-    sigma = args.sigma if args.sigma is not None else SIGMA[family]
-    if args.worker:
-        import jax
+def worker(args) -> None:
+    """In a worker process: measure every size of `args.family` in one precision."""
+    worker_setup(args)
+    cls = SocFamily if args.family == "soc" else AxFamily
+    results = []
+    for size in args.sizes:
+        batch = args.batch or FAMILIES[args.family][size][1]
+        repeats = args.repeats
+        if size == "large":
+            repeats = min(repeats, args.repeats_large_f64)
+        cap = 2000 if size == "small" else 1000
+        fam = cls(size, batch)
+        results.append(_run(fam, args.precision[0], repeats, cap, args.sigma))
+        with open(args.json, "w") as f:
+            json.dump(results, f)
 
-        if args.precision[0] == "f64":
-            jax.config.update("jax_enable_x64", True)
-        from benchmarks._reference import _REFERENCE_MISSING, reference_available
 
-        if not reference_available():
-            raise SystemExit(_REFERENCE_MISSING)
-        cls = SocFamily if family == "soc" else AxFamily
-        results = []
-        for size in sizes:
-            batch = args.batch or FAMILIES[family][size][1]
-            repeats = args.repeats
-            if size == "large":
-                repeats = min(repeats, args.repeats_large_f64)
-            cap = 2000 if size == "small" else 1000
-            fam = cls(size, batch)
-            results.append(_run(fam, args.precision[0], repeats, cap, sigma))
-            with open(args.json, "w") as f:
-                json.dump(results, f)
-        return
-
-    command, machine = _start(argv)
-    worker_args = ["--family", family, "--repeats", str(args.repeats)]
+def run(args, argv) -> None:
+    """Measure in one worker per precision, print and write the subsection."""
+    command, provenance = start(argv)
+    worker_args = ["--family", args.family, "--repeats", str(args.repeats)]
     worker_args += ["--repeats-large-f64", str(args.repeats_large_f64)]
-    worker_args += ["--sigma", str(sigma), "--sizes", *sizes]
+    worker_args += ["--sigma", str(args.sigma), "--sizes", *args.sizes]
     if args.batch:
         worker_args += ["--batch", str(args.batch)]
-    results = _run_workers(args.precision, worker_args, sizes)
-    load_end = os.getloadavg()
+    results = run_workers(args.precision, worker_args, args.sizes)
     dims = "; ".join(
         f"{r['size']}: {r['dims']}, batch {r['batch']}"
         for r in results
         if r["precision"] == results[0]["precision"]
     )
-    header = [
-        f"Command: `{command.strip()}`",
-        "",
-        f"Date: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}. Machine: "
-        f"{machine['cpu']}, {machine['cpus']} CPUs, Python {machine['python']}, jax "
-        f"{machine['jax']} ({machine['backend']}), pinet_eqx at git "
-        f"{machine['commit']}. Load average at the end (1, 5, 15 min): "
-        + ", ".join(f"{x:.2f}" for x in load_end)
-        + f". Sizes: {dims}. Data seed {DATA_SEED}, y_raw ~ N(0, I) (seed 0), "
-        f"ω = {OMEGA} everywhere.",
-        "",
-    ]
-    body = "\n".join(header) + "\n" + _tables(results)
+    details = (
+        f"Sizes: {dims}. Data seed {DATA_SEED}, y_raw ~ N(0, I) (seed 0), "
+        f"ω = {OMEGA} everywhere."
+    )
+    body = header(command, provenance, details) + "\n" + _tables(results)
     print()
     print(body)
     if not args.no_write:
-        _write_subsection(HEADINGS[family], body)
-        _log(f"\nwrote {RESULTS_PATH}")
+        write_section(SECTION, body, SECTION_INTRO, HEADINGS[args.family])
+        log("\nwrote benchmarks/RESULTS.md")

@@ -1,0 +1,99 @@
+"""The command-line plumbing of the training suites (`dc3`, `soc`).
+
+Each suite's `__main__` builds its parser from these pieces, so that `train`,
+`report` and the hyperparameter overrides (`--set key=value`) read the same in
+every suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import pathlib
+
+from .config import ConfigError
+
+
+def _value(text: str):
+    """A `--set` value: JSON (`3`, `1e-4`, `true`, `null`, `"auto"`), else text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    """`["key=value", ...]` as a dict; the method's `Config` checks the keys."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects key=value, got {pair!r}.")
+        out[key] = _value(value)
+    return out
+
+
+def add_train_arguments(train, methods: tuple[str, ...], default_out: pathlib.Path):
+    """The `train` options every suite shares: method, seeds, precision,
+    overrides, label, output folder, timing repeats, quiet."""
+    train.add_argument("--method", choices=methods, default=methods[0])
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--precision", type=int, choices=(32, 64), default=32)
+    train.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a hyperparameter (JSON value), repeatable; an unknown key "
+        "is an error",
+    )
+    train.add_argument("--epochs", type=int, help="shorthand for --set epochs=N")
+    train.add_argument("--label", help="results sub-folder (default: the method)")
+    train.add_argument("--out", type=pathlib.Path, default=default_out)
+    train.add_argument(
+        "--repeats",
+        type=int,
+        default=20,
+        help="timed repeats of batch inference (single: 5x)",
+    )
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def train_overrides(args) -> dict:
+    """The hyperparameters that `--set` and `--epochs` override."""
+    config = parse_overrides(args.set)
+    if args.epochs is not None:
+        config["epochs"] = args.epochs
+    return config
+
+
+def add_report_command(sub) -> None:
+    """The `report RESULTS_DIR [--out DIR]` subcommand."""
+    report = sub.add_parser("report", help="figures and tables from a results folder")
+    report.add_argument("results_dir", type=pathlib.Path)
+    report.add_argument("--out", type=pathlib.Path, help="default: results_dir")
+
+
+def suite_parser(prog: str, doc: str):
+    """A suite's parser and its subcommand group (`dest="command"`)."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    return parser, parser.add_subparsers(dest="command", required=True)
+
+
+def apply_precision(args) -> None:
+    """Turn on JAX's float64 for `--precision 64`, before any array exists."""
+    if getattr(args, "precision", 32) == 64:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+
+
+@contextlib.contextmanager
+def config_errors(parser: argparse.ArgumentParser):
+    """Report a `ConfigError` (an unknown `--set` key, a value of the wrong type)
+    as a usage error rather than a traceback."""
+    try:
+        yield
+    except ConfigError as error:
+        parser.error(str(error))

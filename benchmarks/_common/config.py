@@ -1,0 +1,149 @@
+"""Typed per-method configuration: frozen dataclasses that reject unknown keys.
+
+A method declares its hyperparameters as the typed fields of a `Config`
+subclass, and `default_config(data)` returns an instance. Overrides (the CLI's
+`--set key=value`) go through `with_overrides`, which names an unknown key or a
+value of the wrong type in its error, so that a typo fails at once rather than
+being silently ignored. The record of a run holds `as_dict()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Literal, Self
+
+
+def _type_name(hint) -> str:
+    if typing.get_origin(hint) is Literal:
+        return " or ".join(repr(a) for a in typing.get_args(hint))
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))
+
+
+def _conform(value, hint):
+    """`value` as a `hint` (an int is a valid float), or raise `TypeError`."""
+    if typing.get_origin(hint) is Literal:
+        options = typing.get_args(hint)
+        if value in options and type(value) in {type(a) for a in options}:
+            return value
+    elif isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        for option in typing.get_args(hint):
+            try:
+                return _conform(value, option)
+            except TypeError:
+                continue
+    elif hint is type(None):
+        if value is None:
+            return value
+    elif hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(value, hint):
+        return value
+    raise TypeError(_type_name(hint))
+
+
+class ConfigError(ValueError):
+    """An unknown hyperparameter, or a value of the wrong type."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    """A method's hyperparameters; subclasses declare them as typed fields.
+
+    Every field is checked against its annotation when the configuration is made
+    (`bool`, `int`, `float`, `str`, `None`, `Literal` and unions of these).
+    """
+
+    def __post_init__(self):
+        hints = typing.get_type_hints(type(self))
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            try:
+                conformed = _conform(value, hints[field.name])
+            except TypeError as error:
+                raise ConfigError(
+                    f"Hyperparameter {field.name!r} must be {error}, got {value!r}."
+                ) from None
+            # Frozen: the one place a field is normalised (an int given as a float).
+            object.__setattr__(self, field.name, conformed)
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        """The names of the hyperparameters."""
+        return tuple(field.name for field in dataclasses.fields(cls))
+
+    def with_overrides(self, overrides: dict | None, method: str = "") -> Self:
+        """A copy with `overrides` (`{key: value}`) replacing the values.
+
+        **Raises:** `ConfigError` (a `ValueError`) naming the key if `overrides`
+        holds a key that is not a hyperparameter of `method`, or a value of the
+        wrong type.
+        """
+        name = method or type(self).__name__
+        known = self.keys()
+        for key in overrides or {}:
+            if key not in known:
+                raise ConfigError(
+                    f"Method {name!r} has no hyperparameter {key!r}; its "
+                    f"hyperparameters are {sorted(known)}."
+                )
+        try:
+            return dataclasses.replace(self, **(overrides or {}))
+        except ConfigError as error:
+            raise ConfigError(f"Method {name!r}: {error}") from None
+
+    def replace(self, **overrides) -> Self:
+        """`with_overrides` with keyword arguments."""
+        return self.with_overrides(overrides)
+
+    def as_dict(self) -> dict:
+        """The hyperparameters as a JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainingConfig(Config):
+    """The hyperparameters of the shared training loop (`training.train_loop`).
+
+    **Fields:**
+
+    - `epochs`, `batch_size`: the minibatch schedule (see `training.plan`).
+    - `lr`, `lr_schedule`: Adam's rate, constant or with a cosine decay to 1%.
+    - `validate_every`: epochs between validation points (`None`: about 50
+        points in all).
+    - `max_time_s`: stop once the training time exceeds it (`None`: no limit).
+    """
+
+    epochs: int
+    batch_size: int
+    lr: float
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    validate_every: int | None = 1
+    max_time_s: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SolverConfig(Config):
+    """How the harness times and scores a solver that solves one instance at a
+    time (see `timing.InferenceTiming`).
+
+    **Fields:**
+
+    - `timing_batch_rows`: rows of the batch to time (`None`: as many as take
+        about `timing_budget_s` seconds).
+    - `timing_budget_s`: see above.
+    - `timing_repeats`: the most timed repeats of the batch.
+    - `test_rows`: score only the first test rows (`None`: all).
+    """
+
+    timing_batch_rows: int | None = None
+    timing_budget_s: float = 20.0
+    timing_repeats: int = 3
+    test_rows: int | None = None

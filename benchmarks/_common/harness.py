@@ -1,0 +1,354 @@
+"""Train (or set up), score, time and record one method, identically for all.
+
+A suite's method is a module (or an object) with `default_config(data) -> Config`
+and `fit(data, config, seed, run) -> Trained`. `train_and_save` configures it,
+fits it under a `Run` (which times the training, setup and JIT included, and
+records the validation learning curve), scores its test predictions in float64
+(`data.test_metrics`), times its inference (`timing.time_inference`) and writes
+`results.json` and `per_instance.csv`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import pathlib
+import time
+from collections.abc import Callable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .provenance import command_line, machine, peak_rss_gb
+from .timing import InferenceTiming, time_inference
+
+
+@dataclasses.dataclass
+class Trained:
+    """What a method returns after training.
+
+    **Fields:**
+
+    - `predict`: maps contexts `X` (a NumPy array of shape `(n, n_context)`) to
+        predictions `Y` of shape `(n, n_var)`. For network methods it is the whole
+        jitted model, applied to the batch; the harness blocks on the result.
+    - `predict_single`: maps one context `x` to one `y`; by default `predict` on
+        a batch of one.
+    - `info`: anything worth recording (tuned hyperparameters, solver statistics).
+    - `model`: the trained model, where there is one (for ablations that
+        re-evaluate it with other settings); not written to the results.
+    - `timing`: how to time its inference (slow methods time fewer repeats or
+        rows).
+    """
+
+    predict: Callable
+    predict_single: Callable | None = None
+    info: dict = dataclasses.field(default_factory=dict)
+    model: object = None
+    timing: InferenceTiming = InferenceTiming()
+
+
+class Registry:
+    """The methods of a suite, imported on demand.
+
+    **Arguments:**
+
+    - `package`: the suite's package, e.g. `"benchmarks.dc3"`.
+    - `methods`: `name: (description, where)`, `where` a module of the package
+        (`"_pinet"`) or an attribute of one (`"_solvers:SCS"`).
+    """
+
+    def __init__(self, package: str, methods: dict[str, tuple[str, str]]):
+        self.package = package
+        self.descriptions = {name: text for name, (text, _) in methods.items()}
+        self._where = {name: where for name, (_, where) in methods.items()}
+
+    def get(self, name: str):
+        """The module (or object) implementing method `name`."""
+        if name not in self._where:
+            raise ValueError(
+                f"Unknown method {name!r}; choose one of {tuple(self.descriptions)}."
+            )
+        module, _, attribute = self._where[name].partition(":")
+        module = importlib.import_module(f"{self.package}.{module}")
+        return getattr(module, attribute) if attribute else module
+
+
+class Run:
+    """Progress bar, wall clock and validation learning curve of one training run.
+
+    The clock starts when the `Run` is created, so setup (equilibration,
+    factorisation, auto-tuning) and JIT compilation count as training time.
+    Validation pauses it: the curve's times are training time only.
+
+    **Arguments:**
+
+    - `data`: the data set: `X_valid`, `J_valid` (optimal values),
+        `relative_suboptimality(Y, J_star, X)` and `violation(Y, X)`.
+    - `total_steps`: the number of optimiser steps, for the progress bar.
+    - `description`: the bar's label.
+    - `n_valid`: how many validation contexts to evaluate at each `validate`.
+    - `disable`: hide the progress bar.
+    """
+
+    def __init__(
+        self,
+        data,
+        total_steps: int | None = None,
+        description: str = "",
+        n_valid: int | None = None,
+        disable: bool = False,
+    ):
+        self.data = data
+        self.n_valid = len(data.X_valid) if n_valid is None else n_valid
+        self.curve: list[dict] = []
+        self.steps = 0
+        self._paused = 0.0
+        self._start = time.perf_counter()
+        self._bar = tqdm(
+            total=total_steps,
+            desc=description,
+            unit="step",
+            disable=disable,
+            dynamic_ncols=True,
+        )
+        self._last_loss = None
+        # Seconds of the first optimiser step (trace, compile and one run), when
+        # the method reports it with `first_step`.
+        self.first_step_s = None
+
+    def first_step(self, seconds: float) -> None:
+        """Record the duration of the first optimiser step (its compilation)."""
+        self.first_step_s = seconds
+
+    def set_total(self, total_steps: int) -> None:
+        """Set the number of optimiser steps once the method knows it."""
+        self._bar.total = total_steps
+        self._bar.refresh()
+
+    def elapsed(self) -> float:
+        """Training seconds so far (validation excluded)."""
+        return time.perf_counter() - self._start - self._paused
+
+    def step(self, loss=None, n: int = 1) -> None:
+        """Count `n` optimiser steps; `loss` (a scalar) is shown now and then."""
+        self.steps += n
+        self._bar.update(n)
+        if loss is not None:
+            # Converting the loss syncs with the device, so only now and then.
+            self._last_loss = loss
+            if self.steps % 20 == 0:
+                self._bar.set_postfix_str(self._postfix(), refresh=False)
+
+    def _postfix(self) -> str:
+        loss = self._last_loss
+        text = "" if loss is None else f"loss {float(loss):.3g}, "
+        if self.curve:
+            last = self.curve[-1]
+            text += f"val RS {last['rs_mean']:.1e}, CV {last['cv_max']:.0e}"
+        return text.rstrip(", ")
+
+    def validate(self, predict: Callable, epoch: float | None = None) -> dict:
+        """Evaluate `predict` on the validation contexts and add a curve point."""
+        pause = time.perf_counter()
+        time_s = pause - self._start - self._paused
+        X = self.data.X_valid[: self.n_valid]
+        Y = np.asarray(predict(X), np.float64)
+        rs = self.data.relative_suboptimality(Y, self.data.J_valid[: self.n_valid], X)
+        cv = self.data.violation(Y, X)
+        point = {
+            "time_s": time_s,
+            "epoch": epoch,
+            "step": self.steps,
+            "rs_mean": float(rs.mean()),
+            "rs_median": float(np.median(rs)),
+            "cv_max": float(cv.max()),
+            "cv_mean": float(cv.mean()),
+        }
+        self.curve.append(point)
+        self._bar.set_postfix_str(self._postfix())
+        self._paused += time.perf_counter() - pause
+        return point
+
+    def close(self) -> float:
+        """Close the bar and return the training time in seconds."""
+        self._bar.close()
+        return self.elapsed()
+
+
+def write_results(folder: pathlib.Path, record: dict, rs, cv) -> pathlib.Path:
+    """Write `results.json` and `per_instance.csv` (test RS and CV) to `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "results.json", "w") as f:
+        json.dump(record, f, indent=2)
+    table = np.column_stack([np.arange(len(rs)), rs, cv])
+    np.savetxt(
+        folder / "per_instance.csv",
+        table,
+        delimiter=",",
+        header="index,rs,cv",
+        comments="",
+        fmt=["%d", "%.6e", "%.6e"],
+    )
+    return folder
+
+
+def run_method(
+    module,
+    data,
+    config,
+    *,
+    method: str,
+    label: str,
+    seed: int,
+    dataset: dict,
+    repeats: int = 20,
+    quiet: bool = False,
+    prog: str,
+    start: float | None = None,
+):
+    """Train (or set up) a method, score it on the test set and time inference.
+
+    **Arguments:**
+
+    - `module`: the method (`fit`).
+    - `data`: the data set (`name`, `X_test`, `test_metrics(Y) -> Metrics`, and
+        what `Run` and the method need).
+    - `config`: the method's `Config`; its `test_rows` (if it has one) limits
+        the test metrics to the first rows, its `n_valid` the validation contexts.
+    - `method`, `label`, `seed`, `dataset`: recorded as such.
+    - `repeats`: timed repeats of batch inference (single inference: 5x).
+    - `quiet`: hide the progress bar.
+    - `prog`: the command recorded with the arguments.
+    - `start`: `time.perf_counter()` when the run began (default: now).
+
+    **Returns:** the result record, the test `Metrics` and the `Trained` model.
+    `machine` holds the load average at the start and the end and the process's
+    peak memory.
+    """
+    import jax
+
+    start = time.perf_counter() if start is None else start
+    load_start = list(os.getloadavg())
+    run = Run(
+        data,
+        description=f"{label} {data.name}",
+        n_valid=getattr(config, "n_valid", None),
+        disable=quiet,
+    )
+    trained = module.fit(data, config, seed, run)
+    train_s = run.close()
+    # Slow solvers may evaluate a prefix of the test set only.
+    n_test = getattr(config, "test_rows", None) or len(data.X_test)
+    metrics = data.test_metrics(trained.predict(data.X_test[:n_test]))
+    inference = time_inference(trained, data, repeats=repeats)
+    record = {
+        "method": method,
+        "label": label,
+        "dataset": dataset,
+        "seed": seed,
+        # A method that computes in its own precision (a solver) says so.
+        "precision": trained.info.get(
+            "precision", 64 if jax.config.jax_enable_x64 else 32
+        ),
+        "config": config.as_dict(),
+        "info": trained.info,
+        "metrics": metrics.summary(),
+        "timing": {
+            "train_s": train_s,
+            "first_step_s": run.first_step_s,
+            "total_s": time.perf_counter() - start,
+            "inference": inference,
+        },
+        "curve": run.curve,
+        "machine": {
+            **machine(),
+            "load_avg_start": load_start,
+            "peak_rss_gb": peak_rss_gb(),
+        },
+        "command": command_line(prog),
+    }
+    return record, metrics, trained
+
+
+def train_and_save(
+    registry: Registry,
+    method: str,
+    data,
+    *,
+    problem: str,
+    size: str,
+    prog: str,
+    out: pathlib.Path | str,
+    seed: int = 0,
+    overrides: dict | None = None,
+    label: str | None = None,
+    repeats: int = 20,
+    quiet: bool = False,
+    start: float | None = None,
+    extra: Callable | None = None,
+):
+    """Configure, train, score and time one method on `data`; write its results.
+
+    **Arguments:**
+
+    - `registry`: the suite's methods; `method` is one of them.
+    - `data`: the loaded data set (`name`, `sizes`, `source`); `problem` and
+        `size` name it in the record.
+    - `prog`: the suite's command, recorded with the arguments.
+    - `seed`: seeds the initialisation, shuffling and tuning points.
+    - `overrides`: hyperparameters replacing the method's defaults (unknown keys
+        are an error naming them).
+    - `out`: the results root; the run goes to `out/{data.name}/{label}/seed{seed}`
+        (an earlier run there is overwritten).
+    - `label`: the results sub-folder, default the method's name.
+    - `repeats`: timed repeats of batch inference (single inference: 5x).
+    - `quiet`: hide the progress bar and the summary.
+    - `start`: `time.perf_counter()` when the run began (default: now).
+    - `extra`: `extra(trained) -> dict`, added to the record before it is written.
+
+    **Returns:** the result record (also in `results.json`), its folder and the
+    `Trained` model.
+    """
+    module = registry.get(method)
+    config = module.default_config(data).with_overrides(overrides, method)
+    label = label or method
+    record, metrics, trained = run_method(
+        module,
+        data,
+        config,
+        method=method,
+        label=label,
+        seed=seed,
+        dataset={
+            "name": data.name,
+            "problem": problem,
+            "size": size,
+            **data.sizes,
+            "source": data.source,
+        },
+        repeats=repeats,
+        quiet=quiet,
+        prog=prog,
+        start=start,
+    )
+    if extra is not None:
+        record.update(extra(trained))
+    folder = pathlib.Path(out) / data.name / label / f"seed{seed}"
+    write_results(folder, record, metrics.rs, metrics.cv)
+    if not quiet:
+        _summary(record, folder)
+    return record, folder, trained
+
+
+def _summary(record: dict, folder: pathlib.Path) -> None:
+    m, inference = record["metrics"], record["timing"]["inference"]
+    print(
+        f"{record['label']} on {record['dataset']['name']} (seed {record['seed']}): "
+        f"mean RS {m['rs_mean']:.2e}, max CV {m['cv_max']:.1e}, optimal "
+        f"{m['optimal_pct']:.1f}%, training {record['timing']['train_s']:.1f} s, "
+        f"batch-{inference['batch_size']} inference "
+        f"{1e3 * inference['batch']['median']:.1f} ms (median)\n-> {folder}"
+    )

@@ -1,0 +1,141 @@
+r"""The problems that several suites benchmark, and the paper's settings for them.
+
+- DC3 (paper Sec. 3.1, App. B.1-B.2): the sizes, the paper's tuned
+  Douglas-Rachford settings and a reader for the paper's own instance files.
+- The second-order-cone set of App. B.4:
+  $\{y = (y_1, y_2) : A y_1 + y_2 = b,\ \|y_{2,:-1}\|_2 \le y_{2,-1}\}$, with
+  instances generated as in O'Donoghue et al. (2016, §6.6), and our projector
+  onto it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import numpy as np
+
+from pinet_eqx.problems import DC3Problem
+
+# name: (n_var, n_eq, n_ineq, n_examples, n_valid, n_test)
+DC3_SIZES = {
+    "tiny": (20, 10, 10, 600, 100, 100),
+    "small": (100, 50, 50, 10000, 1024, 1024),
+    "large": (1000, 500, 500, 10000, 1024, 1024),
+}
+DC3_PROBLEMS = ("convex", "nonconvex")
+# The paper's configuration of the projection (App. B.2): its tuned sigma per
+# size, with Ruiz equilibration; 50 forward and 25 backward iterations.
+PAPER_SIGMA = {"small": 0.068068, "large": 0.161069}
+PAPER_OMEGA = 1.7
+PAPER_N_ITER = 50
+PAPER_N_ITER_BWD = 25
+PAPER_RUIZ_ITERS = 25
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PaperInstances:
+    """The paper's DC3 instance files: the problem and the optimal solutions of
+    its validation and test contexts."""
+
+    problem: DC3Problem
+    X_valid: np.ndarray
+    Y_valid: np.ndarray
+    X_test: np.ndarray
+    Y_test: np.ndarray
+
+
+def read_paper_instances(
+    path: str | pathlib.Path, problem: str = "nonconvex"
+) -> PaperInstances:
+    """Read the paper's exact instances from DC3-layout `.npz` files.
+
+    `path` is a folder holding `dc3_random_{simple,nonconvex}_dataset_*valid.npz`
+    and `*test.npz` (keys Q p A G h X Ystar), e.g. `../shared/data/dc3`.
+    """
+    if problem not in DC3_PROBLEMS:
+        raise ValueError(f"`problem` must be one of {DC3_PROBLEMS}, got {problem!r}.")
+    stem = "simple" if problem == "convex" else "nonconvex"
+    folder = pathlib.Path(path)
+    files = {}
+    for label in ("valid", "test"):
+        matches = sorted(folder.glob(f"dc3_random_{stem}_dataset_*{label}.npz"))
+        if not matches:
+            raise FileNotFoundError(
+                f"`--instances {folder}`: no file dc3_random_{stem}_dataset_*"
+                f"{label}.npz there. Point it at the folder of the DC3 .npz files."
+            )
+        files[label] = np.load(matches[0])
+    f = files["test"]
+    dc3 = DC3Problem(
+        Q=f["Q"][0],
+        p=f["p"][0, :, 0],
+        A=f["A"][0],
+        G=f["G"][0],
+        h=f["h"][0, :, 0],
+        X=np.concatenate([files[k]["X"][..., 0] for k in ("valid", "test")]),
+        seed=None,
+    )
+    return PaperInstances(
+        dc3,
+        files["valid"]["X"][..., 0],
+        files["valid"]["Ystar"][..., 0],
+        files["test"]["X"][..., 0],
+        files["test"]["Ystar"][..., 0],
+    )
+
+
+def soc_project(Z):
+    """Euclidean projection of each row of `Z` onto $\\{(u, t) : \\|u\\| \\le t\\}$
+    (the last entry is $t$)."""
+    Z = np.asarray(Z, np.float64)
+    u, t = Z[:, :-1], Z[:, -1]
+    nu = np.linalg.norm(u, axis=1)
+    out = np.zeros_like(Z)
+    inside = nu <= t
+    out[inside] = Z[inside]
+    mid = ~inside & (nu > -t)  # the rest (nu <= -t) goes to the apex, 0
+    scale = (t[mid] + nu[mid]) / 2
+    out[mid, :-1] = scale[:, None] * u[mid] / nu[mid, None]
+    out[mid, -1] = scale
+    return out
+
+
+def soc_instances(A: np.ndarray, z: np.ndarray, y1: np.ndarray):
+    r"""App. B.4 instances for the matrix `A` from draws $z \sim U[-1, 1]^{d_2}$
+    and $y_1^\star \sim U[-1, 1]^{d_1}$ (one row per instance).
+
+    With $y_2^\star = \Pi_{\mathcal{K}}(z)$, $b = A y_1^\star + y_2^\star$ and
+    $c = -A^\top (y_2^\star - z)$, the KKT conditions of
+    $\min c^\top y_1$ over the set hold at $y^\star = (y_1^\star, y_2^\star)$.
+
+    **Returns:** `b`, `c` and $y_2^\star$, float64.
+    """
+    y2 = soc_project(z)
+    return y1 @ A.T + y2, -(y2 - z) @ A, y2
+
+
+def soc_batch(d1: int, d2: int, n: int, seed: int = 17):
+    """The projection benchmarks' App. B.4 data: the matrix `A` of shape
+    `(d2, d1)` and the right-hand sides `b` of `n` instances.
+
+    One legacy NumPy stream per array, so that instance `i` does not depend on
+    `n`.
+    """
+    A = np.random.RandomState(seed).uniform(-1, 1, (d2, d1))
+    z = np.random.RandomState(seed + 1).uniform(-1, 1, (n, d2))
+    y1 = np.random.RandomState(seed + 2).uniform(-1, 1, (n, d1))
+    return A, soc_instances(A, z, y1)[0]
+
+
+def soc_projector(E, d1: int, **settings):
+    """Our projector onto $\\{y : E y = b,\\ \\|y_{d_1:-1}\\| \\le y_{-1}\\}$, with
+    `b` the `Parameter` `"b"` (`settings` go to `pe.Projector`)."""
+    import pinet_eqx as pe
+
+    d = E.shape[1]
+    S = np.eye(d)[d1 : d - 1]
+    e = np.eye(d)[d - 1]
+    return pe.Projector(
+        [pe.Equality(E, pe.Parameter("b")), pe.SecondOrderCone(S, f=e)], **settings
+    )

@@ -1,0 +1,95 @@
+"""The provenance record of a benchmark result: machine, software and command.
+
+Every suite records where its numbers come from through `machine()` (a dict, for
+JSON records), `command_line()` and `describe()` (one line of prose, for Markdown
+output), so that the fields and their names are the same everywhere.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pathlib
+import platform
+import resource
+import subprocess
+import sys
+
+
+def cpu_model() -> str:
+    """The CPU's model name from `/proc/cpuinfo` (or `platform.processor()`)."""
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def git_commit() -> str:
+    """`git describe --always --dirty` of this checkout, or `"unknown"`."""
+    try:
+        commit = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            cwd=pathlib.Path(__file__).parent,
+        ).stdout.strip()
+    except OSError:
+        commit = ""
+    return commit or "unknown"
+
+
+def command_line(prog: str, argv: list[str] | None = None) -> str:
+    """The command that is running: `prog` and its arguments (`argv`, default
+    `sys.argv[1:]`)."""
+    return " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process so far, in GiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def machine(devices: bool = False) -> dict:
+    """The machine and software that produced a result, and how busy it was.
+
+    **Arguments:**
+
+    - `devices`: also record JAX's first device (`device_kind`), the device count
+        and `jax_default_matmul_precision` (which decides, on a GPU, whether
+        float32 products run as TF32).
+
+    **Returns:** `cpu`, `cpu_count`, `platform`, `python`, `jax`, `jax_backend`,
+    `git`, `date` (UTC) and `load_avg` (`os.getloadavg()` when the record is made:
+    other jobs on the machine inflate every time in the record).
+    """
+    import jax
+
+    record = {
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jax_backend": jax.default_backend(),
+        "git": git_commit(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "load_avg": list(os.getloadavg()),
+    }
+    if devices:
+        record.update(
+            device_kind=jax.devices()[0].device_kind,
+            device_count=jax.device_count(),
+            matmul_precision=str(jax.config.jax_default_matmul_precision),
+        )
+    return record
+
+
+def describe(m: dict) -> str:
+    """One line of prose for Markdown output from a `machine()` record."""
+    return (
+        f"{m['cpu']}, {m['cpu_count']} CPUs, {m['platform']}, Python {m['python']}, "
+        f"jax {m['jax']} ({m['jax_backend']}), pinet_eqx at git {m['git']}"
+    )

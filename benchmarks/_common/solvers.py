@@ -1,0 +1,88 @@
+"""The plumbing of the solver baselines, which solve one instance at a time.
+
+A solver baseline has no training: its "training" time is the solver's set-up,
+and it predicts by solving each context in turn, in float64, recording running
+statistics (`SolverStats`) in `Trained.info`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .config import SolverConfig
+from .harness import Run, Trained
+from .timing import InferenceTiming
+
+
+class SolverStats:
+    """Running per-instance solver statistics, written into `info`."""
+
+    def __init__(self, info: dict):
+        self.info = info
+        self.n = 0
+        self.iterations = 0
+        self.seconds = 0.0
+        self.statuses: dict[str, int] = {}
+        self.failures = 0
+
+    def add(self, iterations: int, seconds: float, status: str, ok: bool) -> None:
+        """Count one solve: its iterations, seconds, status and success."""
+        self.n += 1
+        self.iterations += iterations
+        self.seconds += seconds
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        self.failures += not ok
+        self.info.update(
+            instances_solved=self.n,
+            iterations_mean=self.iterations / self.n,
+            solve_s_mean=self.seconds / self.n,
+            statuses=dict(self.statuses),
+            failures=self.failures,
+        )
+
+
+def fit_solver(
+    make_solve: Callable, config: SolverConfig, run: Run, info: dict, n_var: int
+) -> Trained:
+    """Set a solver up (the "training" time) and return its predictors.
+
+    **Arguments:**
+
+    - `make_solve`: `make_solve(stats) -> solve`, with `solve(x, warm_start=True)`
+        solving one context and counting it in `stats` (a `SolverStats`).
+    - `config`: the solver's configuration (recorded in `info["config"]`) and
+        how to time it.
+    - `run`: the harness's `Run`; the set-up counts as one step.
+    - `info`: what to record (the solver, its precision, ...).
+    - `n_var`: the size of a solution.
+
+    **Returns:** a `Trained` whose predictors take and return float64 NumPy
+    arrays, one row per instance: `predict` solves the rows in turn, each
+    warm-started from the previous one (the solvers' default), and
+    `predict_single` solves cold, since timing one instance over and over from
+    its own solution would time a solver confirming a solved problem.
+    """
+    run.set_total(1)
+    info["config"] = config.as_dict()
+    solve = make_solve(SolverStats(info))
+    run.step()
+
+    def predict(X):
+        X = np.asarray(X, np.float64)
+        return np.stack([solve(x) for x in X]) if len(X) else np.zeros((0, n_var))
+
+    return Trained(
+        predict=predict,
+        predict_single=lambda x: solve(np.asarray(x, np.float64), warm_start=False),
+        info=info,
+        # Solving 1024 contexts many times is slow: a few repeats, on as many
+        # rows as the config says, scaled to the batch.
+        timing=InferenceTiming(
+            max_repeats=config.timing_repeats,
+            warmup=1,
+            batch_rows=config.timing_batch_rows,
+            budget_s=config.timing_budget_s,
+        ),
+    )

@@ -1,0 +1,153 @@
+"""The one timing helper of the benchmarks, and the inference timing of a method.
+
+`time_interleaved` times several calls side by side: each is warmed up (the first
+call compiles), then the calls take turns, repeat by repeat, so that background
+load hits every one alike. Every call's result is waited for with
+`jax.block_until_ready`, since JAX dispatches asynchronously and would otherwise
+time only the launch. Statistics are in seconds: median, quartiles, min, max and
+the number of repeats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+TIMING_STATS = ("median", "lq", "uq", "min", "max", "repeats")
+
+
+def stats(seconds) -> dict:
+    """Median, quartiles (`lq`, `uq`), `min`, `max` and `repeats` of `seconds`."""
+    t = np.asarray(seconds, np.float64)
+    lq, median, uq = np.percentile(t, [25, 50, 75])
+    return {
+        "median": float(median),
+        "lq": float(lq),
+        "uq": float(uq),
+        "min": float(t.min()),
+        "max": float(t.max()),
+        "repeats": int(t.size),
+    }
+
+
+def time_interleaved(
+    calls: dict[str, Callable[[], object]], repeats: int, warmup: int = 2
+) -> dict:
+    """Time each of `calls` (`name: call()`) `repeats` times, taking turns.
+
+    Each call runs `warmup` times untimed first. The order of the turns reverses
+    from one repeat to the next, so that no call always follows the same one.
+
+    **Returns:** `stats` of each name's seconds, and `load`: the larger 1-minute
+    load average of the start and the end.
+    """
+    import jax
+
+    for call in calls.values():
+        for _ in range(warmup):
+            jax.block_until_ready(call())
+    names = list(calls)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    load_before = os.getloadavg()[0]
+    for r in range(repeats):
+        for name in names if r % 2 == 0 else names[::-1]:
+            start = time.perf_counter()
+            jax.block_until_ready(calls[name]())
+            times[name].append(time.perf_counter() - start)
+    out: dict = {name: stats(t) for name, t in times.items()}
+    out["load"] = max(load_before, os.getloadavg()[0])
+    return out
+
+
+def time_calls(call: Callable[[], object], repeats: int, warmup: int = 2) -> dict:
+    """`stats` of `call()`'s seconds over `repeats` calls, after `warmup` calls."""
+    return time_interleaved({"call": call}, repeats, warmup)["call"]
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceTiming:
+    """How `time_inference` times a method; the defaults suit a jitted network.
+
+    **Fields:**
+
+    - `max_repeats`: the most timed batch repeats (`None`: as asked), for
+        methods whose batch takes seconds.
+    - `warmup`: untimed calls before timing.
+    - `batch_rows`: time this many rows of the batch and scale the times to the
+        whole batch (valid where rows are solved one after another).
+    - `budget_s`: without `batch_rows`, time as many rows (at least 8) as take
+        about this long at the method's mean solve time,
+        `Trained.info["solve_s_mean"]`.
+    """
+
+    max_repeats: int | None = None
+    warmup: int = 2
+    batch_rows: int | None = None
+    budget_s: float | None = None
+
+
+def timing_batch(X: np.ndarray, batch_size: int) -> np.ndarray:
+    """The first `batch_size` rows of `X`, tiled when there are fewer."""
+    X = X[:batch_size]
+    if len(X) < batch_size:
+        X = np.resize(X, (batch_size, X.shape[1]))
+    return X
+
+
+def _rows(trained, x, batch_size: int) -> int:
+    """How many rows of the batch `time_inference` solves (see `InferenceTiming`)."""
+    policy = trained.timing
+    rows = policy.batch_rows
+    if rows is None and policy.budget_s is not None:
+        if "solve_s_mean" not in trained.info:
+            trained.predict_single(x)
+        rows = max(8, int(policy.budget_s / trained.info["solve_s_mean"]))
+    return batch_size if rows is None else min(rows, batch_size)
+
+
+def time_inference(
+    trained,
+    data,
+    repeats: int = 20,
+    batch_size: int = 1024,
+    single_repeats: int | None = None,
+) -> dict:
+    """Batch and single-instance inference times of a trained method.
+
+    **Arguments:**
+
+    - `trained`: a `Trained` (its `predict`, `predict_single`, `timing`, `info`).
+    - `data`: the data set; the batch is its first `batch_size` test contexts
+        (`timing_batch`), the single instance its first.
+    - `repeats`: timed batch repeats (capped by `trained.timing.max_repeats`).
+    - `batch_size`: the batch.
+    - `single_repeats`: timed single-instance repeats (default 5x `repeats`).
+
+    **Returns:** `batch` and `single` (`stats`), `batch_size` and, where fewer
+    rows were solved, `batch_extrapolated_from` (their number; the batch times
+    are scaled by `batch_size / rows`).
+    """
+    policy = trained.timing
+    if policy.max_repeats is not None:
+        repeats = min(repeats, policy.max_repeats)
+    X = timing_batch(data.X_test, batch_size)
+    x = data.X_test[0]
+    rows = _rows(trained, x, batch_size)
+    subset = X[:rows]
+    single = trained.predict_single or (lambda x: trained.predict(x[None]))
+    result = {
+        "single": time_calls(
+            lambda: single(x), single_repeats or 5 * repeats, policy.warmup
+        ),
+        "batch": time_calls(lambda: trained.predict(subset), repeats, policy.warmup),
+        "batch_size": batch_size,
+    }
+    if rows < batch_size:
+        for key in ("median", "lq", "uq", "min", "max"):
+            result["batch"][key] *= batch_size / rows
+        result["batch_extrapolated_from"] = rows
+    return result

@@ -1,0 +1,318 @@
+"""What every family of the projection benchmark measures the same way.
+
+The settings the comparison shares with the reference, the interleaved timing of
+jitted calls, the search for the smallest iteration count that reaches a
+tolerance, the backward-pass statistics, the worker processes (one per
+precision) and the writing of `benchmarks/RESULTS.md`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+
+from .._common.problems import PAPER_N_ITER, PAPER_N_ITER_BWD, PAPER_OMEGA
+from .._common.provenance import command_line, describe, machine
+from .._common.timing import time_interleaved
+
+PROG = "python -m benchmarks.projection"
+TOLERANCE = {"f32": 1e-4, "f64": 1e-6}
+N_ITER = PAPER_N_ITER
+# The reference's backward pass: 25 BiCGStab steps on the fixed point, tol 1e-5.
+N_ITER_BWD = PAPER_N_ITER_BWD
+BWD_RTOL = 1e-5
+OMEGA = PAPER_OMEGA
+RESULTS_PATH = pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md"
+
+
+def log(message: str) -> None:
+    """Progress, flushed at once (the runs take minutes)."""
+    print(message, flush=True)
+
+
+def ms(stats: dict) -> float:
+    """The median of timing `stats`, in milliseconds."""
+    return 1e3 * stats["median"]
+
+
+def fmt_t(s: dict) -> str:
+    """Timing `stats` as 'median [lq, uq] (min–max)', in milliseconds."""
+    m = {k: 1e3 * s[k] for k in ("median", "lq", "uq", "min", "max")}
+    return (
+        f"{m['median']:.1f} [{m['lq']:.1f}, {m['uq']:.1f}] "
+        f"({m['min']:.1f}–{m['max']:.1f})"
+    )
+
+
+def timed(calls: dict, repeats: int) -> dict:
+    """`time_interleaved` of `name: (fn, args)`: each `fn(*args)` warmed up, then
+    timed in turns."""
+    return time_interleaved(
+        {name: functools.partial(fn, *args) for name, (fn, args) in calls.items()},
+        repeats,
+    )
+
+
+def ours_forward(projector):
+    """Our batched forward pass, jitted: `(Y, P) -> Y_proj`, `P` a dict of the
+    per-instance parameters."""
+    import jax
+
+    return jax.jit(jax.vmap(lambda y, P: projector(y, **P)))
+
+
+def ours_advancer(base, Y, P):
+    """`advance(state, k) -> (Y_proj, state)`: `k` more iterations of `base`
+    from `state`, for `search`.
+
+    `state` is `None` on the first call, so that the search starts from the
+    projector's own default starting point, as a one-shot call does.
+    """
+    import jax
+
+    steps = {}
+
+    def advance(state, k):
+        key = (k, state is None)
+        if key not in steps:
+            p = base.with_settings(n_iter=k)
+
+            def one(y, P, s=None):
+                sol = p.solve(y, **P) if s is None else p.solve(y, s0=s, **P)
+                return sol.y, sol.s
+
+            if state is None:
+                steps[key] = jax.jit(jax.vmap(lambda y, P: one(y, P)))
+            else:
+                steps[key] = jax.jit(jax.vmap(one))
+        if state is None:
+            return steps[key](Y, P)
+        return steps[key](Y, P, state)
+
+    return advance
+
+
+def n_steps(projector, Y, P):
+    """The iterations each instance of the batch takes (in-jit stopping)."""
+    import jax
+
+    return jax.jit(jax.vmap(lambda y, P: projector.solve(y, **P).n_steps))(Y, P)
+
+
+def ref_advancer(ref, Y, P):
+    """`advance(state, k)` for the reference (see `ours_advancer`)."""
+    steps = {}
+
+    def advance(state, k):
+        if k not in steps:
+            steps[k] = ref.make_continuation(k)
+        return steps[k](Y, P, state)
+
+    return advance
+
+
+def search(step_fn, state, cv_fn, tol: float, cap: int) -> dict:
+    """Follow the CV of a resumable solver and find the first iteration <= tol.
+
+    `step_fn(state, k) -> (y, state)` runs `k` more iterations. Steps are single
+    iterations up to 20, then 5% of the count so far, so the count found is at most
+    5% above the smallest. Stops at the tolerance, at `cap`, or on a plateau (no 5%
+    improvement of the best CV over the last half of the iterations, at least 100).
+    """
+    k, best, best_k, history = 0, np.inf, 0, []
+    while k < cap:
+        # Few distinct chunk sizes, since each one is compiled.
+        chunk = max(c for c in (1, 2, 5, 10, 20, 50) if c <= max(1, k // 20))
+        y, state = step_fn(state, chunk)
+        k += chunk
+        cv = cv_fn(y)
+        history.append((k, cv))
+        if cv <= tol:
+            return dict(reached=True, n_iter=k, cv=cv, best_cv=cv)
+        if cv < 0.95 * best:
+            best, best_k = cv, k
+        if k >= 100 and k - best_k > max(100, k // 2):
+            break
+    best_cv = min(c for _, c in history)
+    return dict(reached=False, n_iter=k, cv=history[-1][1], best_cv=best_cv)
+
+
+def matched_adjoint(pe, max_steps: int = N_ITER_BWD):
+    """Our implicit adjoint at the reference's settings: BiCGStab on the same
+    fixed-point system, with its step limit and tolerance (`pe` is `pinet_eqx`)."""
+    return pe.ImplicitAdjoint(
+        method="fixed_point", max_steps=max_steps, rtol=BWD_RTOL, on_failure="ignore"
+    )
+
+
+def rel_err(g, g_ref) -> float:
+    """Largest per-instance relative error, in float64."""
+    g = np.asarray(g, np.float64)
+    g_ref = np.asarray(g_ref, np.float64)
+    num = np.linalg.norm(g - g_ref, axis=1)
+    return float((num / np.maximum(np.linalg.norm(g_ref, axis=1), 1e-30)).max())
+
+
+def ours_grad(projector):
+    """Our jitted VJP `(Y, P, V) -> V^T dPi/dY` on a batch."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss(Yb, Pb, Vb):
+        return jnp.sum(Vb * jax.vmap(lambda y, P: projector(y, **P))(Yb, Pb))
+
+    return jax.jit(jax.grad(loss))
+
+
+def backward_stats(proj, ref_grad, args, repeats: int):
+    """Time our implicit VJP (with `proj`'s adjoint, `matched_adjoint`, and with
+    the default `pe.ImplicitAdjoint()`) against the reference's, check whether
+    every BiCGStab solve of the matched one converged, and measure the gradients'
+    relative error from ours unrolled through the same iterations.
+
+    `ref_grad` and our gradients (`ours_grad`) are functions of `args`.
+
+    **Returns:** the measurements, and our jitted gradient functions with the
+    matched and the default adjoint.
+    """
+    import jax
+
+    import pinet_eqx as pe
+
+    go = ours_grad(proj)
+    # Also our default adjoint: the exact active-set derivative for polyhedral
+    # sets, BiCGStab on the fixed point (dtype tolerance, 100 steps) otherwise.
+    go_default = ours_grad(proj.with_settings(adjoint=pe.ImplicitAdjoint()))
+    t = timed(
+        {
+            "ours": (go, args),
+            "ref": (ref_grad, args),
+            "ours_default": (go_default, args),
+        },
+        repeats,
+    )
+    # Did every instance's BiCGStab converge within its step limit? Our "warn"
+    # mode warns once per call if any instance did not.
+    warn = dataclasses.replace(proj.adjoint, on_failure="warn")
+    g_warn = ours_grad(proj.with_settings(adjoint=warn))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jax.block_until_ready(g_warn(*args))
+        jax.effects_barrier()
+    t["bwd_converged"] = not any(
+        issubclass(w.category, pe.BackwardNotConvergedWarning) for w in caught
+    )
+    # Accuracy of both implicit gradients against an independent adjoint: ours
+    # unrolled through the same iterations, in the same precision.
+    unrolled = proj.with_settings(adjoint=pe.UnrolledAdjoint())
+    g_unroll = np.asarray(ours_grad(unrolled)(*args))
+    t["grad_err_ours"] = rel_err(go(*args), g_unroll)
+    t["grad_err_ref"] = rel_err(ref_grad(*args), g_unroll)
+    t["grad_err_ours_default"] = rel_err(go_default(*args), g_unroll)
+    return t, go, go_default
+
+
+def start(argv) -> tuple[str, dict]:
+    """The command line and the provenance record of this run, both logged."""
+    command = command_line(PROG, argv)
+    log(f"command: {command.strip()}")
+    log(f"load average at start: {os.getloadavg()}")
+    provenance = machine()
+    log(f"machine: {describe(provenance)}")
+    return command, provenance
+
+
+def header(command: str, provenance: dict, details: str) -> str:
+    """The lines above a section's tables: the command, the date, the machine,
+    the load at the end and the section's `details`."""
+    load_end = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    return (
+        f"Command: `{command.strip()}`\n\nDate: {date}. Machine: "
+        f"{describe(provenance)}. Load average at the end (1, 5, 15 min): "
+        f"{load_end}. {details}\n"
+    )
+
+
+def run_workers(precisions, worker_args: list[str], sizes: list[str]) -> list[dict]:
+    """Run one worker process per precision (a fresh process, so that the x64 flag
+    is set before JAX starts) with `worker_args`, and collect their results in
+    (size, precision) order."""
+    results = []
+    for precision in precisions:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "results.json")
+            cmd = [sys.executable, "-m", "benchmarks.projection", "--worker"]
+            cmd += ["--json", path, "--precision", precision, *worker_args]
+            proc = subprocess.run(cmd, cwd=RESULTS_PATH.parent.parent)
+            if os.path.exists(path):
+                with open(path) as f:
+                    results += json.load(f)
+            if proc.returncode != 0:
+                log(f"worker for {precision} failed with code {proc.returncode}")
+    if not results:
+        raise SystemExit("no results")
+    order = {
+        (s, p): i
+        for i, (s, p) in enumerate((s, p) for s in sizes for p in ("f32", "f64"))
+    }
+    results.sort(key=lambda r: order[(r["size"], r["precision"])])
+    return results
+
+
+def worker_setup(args) -> None:
+    """In a worker: float64 if asked (before any array), and the reference."""
+    import jax
+
+    from .._common.reference import REFERENCE_MISSING, reference_available
+
+    if args.precision[0] == "f64":
+        jax.config.update("jax_enable_x64", True)
+    if not reference_available():
+        raise SystemExit(REFERENCE_MISSING)
+
+
+def write_section(section: str, body: str, intro: str = "", heading: str = "") -> None:
+    """Replace (or append) `section` (a `##` line) of `RESULTS_PATH` with `body`;
+    other sections are kept.
+
+    With a `heading` (a `###` line), only that subsection of `section` is
+    replaced (or appended), and a new `section` starts with `intro`.
+    """
+    text = (
+        RESULTS_PATH.read_text() if RESULTS_PATH.exists() else "# Benchmark results\n"
+    )
+    start = text.find(section)
+    if start == -1:  # a new section, at the end
+        text = text.rstrip("\n") + "\n\n"
+        start = end = len(text)
+        old = f"{section}\n\n{intro}\n\n"
+    else:
+        end = text.find("\n## ", start + len(section))
+        end = len(text) if end == -1 else end + 1
+        old = text[start:end]
+    new = _replace_block(old, heading, body) if heading else f"{section}\n\n{body}\n"
+    if end < len(text):
+        new = new.rstrip("\n") + "\n\n"
+    RESULTS_PATH.write_text(text[:start] + new + text[end:])
+
+
+def _replace_block(section: str, heading: str, body: str) -> str:
+    """`section` with the subsection under `heading` replaced by `body`."""
+    block = f"{heading}\n\n{body}\n"
+    sub = section.find(heading)
+    if sub == -1:
+        return section.rstrip("\n") + "\n\n" + block
+    sub_end = section.find("\n### ", sub + len(heading))
+    rest = "" if sub_end == -1 else section[sub_end + 1 :]
+    return section[:sub] + block + ("\n" + rest if rest else "")
