@@ -8,6 +8,13 @@ from ._adjoint import (
     UnrolledAdjoint as UnrolledAdjoint,
 )
 from ._autotune import AutotuneResult as AutotuneResult, autotune as autotune
+from ._cones import (
+    AbstractCone as AbstractCone,
+    L1Cone as L1Cone,
+    L2Cone as L2Cone,
+    LInfCone as LInfCone,
+    ScaledSimplex as ScaledSimplex,
+)
 from ._constraints import (
     AbstractConstraint as AbstractConstraint,
     AffineInequality as AffineInequality,
@@ -18,12 +25,13 @@ from ._constraints import (
     SecondOrderCone as SecondOrderCone,
     Simplex as Simplex,
 )
-from ._equilibrate import equilibrate as equilibrate
+from ._equilibrate import Equilibration as Equilibration, equilibrate as equilibrate
 from ._krylov import (
     BackwardNotConvergedWarning as BackwardNotConvergedWarning,
     BiCGStab as BiCGStab,
     ConjugateGradient as ConjugateGradient,
 )
+from ._lifting import ConeBlock as ConeBlock, LiftedPieces as LiftedPieces
 from ._metrics import relative_suboptimality as relative_suboptimality
 from ._net import (
     HardConstrainedNet as HardConstrainedNet,
@@ -38,7 +46,9 @@ from ._primitives import (
     project_simplex as project_simplex,
 )
 from ._projector import Projector as Projector
+from ._serialise import load as load, save as save
 from ._solution import RESULTS as RESULTS, ProjectionSolution as ProjectionSolution
+from ._solver import DouglasRachford as DouglasRachford
 
 try:
     __version__ = importlib.metadata.version("pinet_eqx")

@@ -37,6 +37,7 @@ import scipy.linalg
 from jaxtyping import Array, Bool, Float
 
 from . import _douglas_rachford as dr
+from ._lifting import InstanceData
 from ._affine import AbstractAffineProjection, independent_rows
 
 
@@ -109,18 +110,12 @@ class FixedRows(eqx.Module):
 class Inputs(eqx.Module):
     """What the projection is differentiated with respect to (one instance).
 
-    `E` and `C` are `None` when they are fixed (their derivative is then in
-    `FixedRows`).
+    `data.E` and `data.C` are `None` when they are fixed (their derivative is then
+    in `FixedRows`).
     """
 
     y_raw: Float[Array, " d"]
-    q: Float[Array, " m_eq"]
-    lb_y: Float[Array, " d"]
-    ub_y: Float[Array, " d"]
-    lb_w: Float[Array, " m"]
-    ub_w: Float[Array, " m"]
-    E: Float[Array, "m_eq d"] | None
-    C: Float[Array, "m d"] | None
+    data: InstanceData
 
 
 class Forward(eqx.Module):
@@ -176,8 +171,7 @@ def project(inputs: Inputs, *, forward: Forward, fixed: FixedRows | None, cfg):
     """
     omega, n_max, tol, _, _ = cfg
     op = forward.op
-    theta = _theta(inputs)
-    P = dr.prepare(theta, op, forward.sigma)
+    P = dr.prepare(inputs.y_raw, inputs.data, op, forward.sigma)
     s, n_steps, fp = dr.iterate(forward.s0, P, op, omega, n_max, tol)
     z = op.project(s, P.part)
     y = op.d_y * z[: inputs.y_raw.shape[0]]
@@ -194,20 +188,6 @@ def activity(s, P: dr.Prepared, op: AbstractAffineProjection, z=None):
     return pre > P.upper, pre < P.lower
 
 
-def _theta(inputs: Inputs) -> dict:
-    empty = jnp.zeros((0,), inputs.y_raw.dtype)
-    return dict(
-        y_raw=inputs.y_raw,
-        q=inputs.q,
-        lb_y=inputs.lb_y,
-        ub_y=inputs.ub_y,
-        lb_w=inputs.lb_w,
-        ub_w=inputs.ub_w,
-        cone_offset=empty,
-        totals=empty,
-    )
-
-
 @project.def_jvp
 def _project_jvp(primals, tangents, *, forward, fixed, cfg):
     (inputs,) = primals
@@ -221,12 +201,12 @@ def _project_jvp(primals, tangents, *, forward, fixed, cfg):
     hi = _rows(hi[:d], hi[d:], box)
     lo = _rows(lo[:d], lo[d:], box)
     dh = jnp.where(
-        hi, _rows(t.ub_y, t.ub_w, box), jnp.where(lo, _rows(t.lb_y, t.lb_w, box), 0.0)
+        hi, _rows(t.data.ub_y, t.data.ub_w, box), jnp.where(lo, _rows(t.data.lb_y, t.data.lb_w, box), 0.0)
     )
     if fixed is not None:
-        dy = _fixed_tangent(fixed, (hi | lo) & fixed.usable, t.y_raw, t.q, dh, solver)
+        dy = _fixed_tangent(fixed, (hi | lo) & fixed.usable, t.y_raw, t.data.q, dh, solver)
     else:
-        moving = t_in.E is not None or t_in.C is not None
+        moving = t_in.data.E is not None or t_in.data.C is not None
         dy = _general_tangent(inputs, t, y, hi | lo, dh, box, moving, solver)
     return out, (dy, (None,) * 5)
 
@@ -262,21 +242,21 @@ def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solv
     all of $y$, the equality rows always active."""
     d = y.shape[0]
     dtype = y.dtype
-    E, C = inputs.E, inputs.C
+    E, C = inputs.data.E, inputs.data.C
     M = jnp.concatenate([E, C, jnp.eye(d, dtype=dtype)[box]])
     norms = jnp.linalg.norm(M, axis=1)
     usable = norms > 0
     scale = jnp.where(usable, 1 / jnp.where(usable, norms, 1), 0)
     Ms = scale[:, None] * M
     active = jnp.concatenate([jnp.ones(E.shape[0], bool), active]) & usable
-    dh = jnp.concatenate([t.q, dh])
+    dh = jnp.concatenate([t.data.q, dh])
     apply_gram = lambda x: Ms @ (x @ Ms)  # noqa: E731
     r = t.y_raw
     if moving:
         # The multipliers, y_raw - y = M^T lam, enter through the moving rows.
         rhs = jnp.where(active, Ms @ (inputs.y_raw - y), 0.0)
         lam = scale * _solve(apply_gram, active, rhs, solver)
-        dM = jnp.concatenate([t.E, t.C, jnp.zeros((box.size, d), dtype)])
+        dM = jnp.concatenate([t.data.E, t.data.C, jnp.zeros((box.size, d), dtype)])
         r = r - lam @ dM
         dh = dh - dM @ y
     rhs = jnp.where(active, Ms @ r - scale * dh, 0.0)
@@ -305,13 +285,13 @@ def refine(residual, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
     **Returns:** the refined point.
     """
     d = y.shape[0]
-    m_eq = inputs.q.shape[0]
+    m_eq = inputs.data.q.shape[0]
     box = np.asarray(box, np.int32)
-    m = inputs.lb_w.shape[0]
-    r = residual(y, jnp.concatenate([inputs.q, jnp.zeros((m,), y.dtype)]))
+    m = inputs.data.lb_w.shape[0]
+    r = residual(y, jnp.concatenate([inputs.data.q, jnp.zeros((m,), y.dtype)]))
     value = _rows(y, r[m_eq:], box)
-    lower = _rows(inputs.lb_y, inputs.lb_w, box)
-    upper = _rows(inputs.ub_y, inputs.ub_w, box)
+    lower = _rows(inputs.data.lb_y, inputs.data.lb_w, box)
+    upper = _rows(inputs.data.ub_y, inputs.data.ub_w, box)
     hi = _rows(hi[:d], hi[d:], box) | (value > upper)
     lo = (_rows(lo[:d], lo[d:], box) | (value < lower)) & ~hi
     dh = jnp.where(hi, value - upper, jnp.where(lo, value - lower, 0.0))

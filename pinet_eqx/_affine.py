@@ -35,7 +35,7 @@ import numpy as np
 import scipy.linalg
 from jaxtyping import Array, Float, Int
 
-from ._equilibrate import equilibrate as _ruiz, equilibrate_traced
+from ._equilibrate import Equilibration, equilibrate as _ruiz, equilibrate_traced
 
 
 class AbstractAffineProjection(eqx.Module):
@@ -145,10 +145,7 @@ def build_affine_projection(
     E: np.ndarray,
     C: np.ndarray,
     *,
-    equilibrate: bool,
-    eq_max_iter: int = 25,
-    eq_tol: float = 1e-3,
-    eq_mode: str = "gauss_seidel",
+    equilibration: Equilibration | None,
     form: str = "auto",
     column_groups: np.ndarray | None = None,
 ) -> tuple[AbstractAffineProjection, FactorisationInfo]:
@@ -162,9 +159,9 @@ def build_affine_projection(
 
     - `E`: equality matrix, shape `(m_eq, d)`.
     - `C`: inequality matrix, shape `(m, d)`.
-    - `equilibrate`: run modified Ruiz equilibration (paper App. H.1) on the lifted
-        matrix $[E\\ 0;\\ C\\ -I]$ and use its column scaling.
-    - `eq_max_iter`, `eq_tol`, `eq_mode`: passed to `pinet_eqx.equilibrate`.
+    - `equilibration`: the settings of the modified Ruiz equilibration (paper
+        App. H.1) of the lifted matrix $[E\\ 0;\\ C\\ -I]$, whose column scaling
+        is used; `None` for none.
     - `form`: `"nullspace"`, `"eliminated"`, or `"auto"` (fewest flops).
     - `column_groups`: group labels for the lifted columns that must share one
         scale (the auxiliary variables of one cone block).
@@ -173,13 +170,13 @@ def build_affine_projection(
     """
     m_eq, d = E.shape
     m = C.shape[0]
-    if equilibrate and m_eq + m > 0:
+    if equilibration is not None and m_eq + m > 0:
         lifted = np.block([[E, np.zeros((m_eq, m))], [C, -np.eye(m)]])
         d_r, d_c = _ruiz(
             lifted,
-            max_iter=eq_max_iter,
-            tol=eq_tol,
-            mode=eq_mode,
+            n_iter=equilibration.n_iter,
+            tol=equilibration.tol,
+            mode=equilibration.mode,
             column_groups=column_groups,
         )
         d_r_eq, d_y, d_w = d_r[:m_eq], d_c[:d], d_c[d:]
@@ -236,10 +233,7 @@ def build_affine_projection_traced(
     E: Float[Array, "m_eq d"],
     C: Float[Array, "m d"],
     *,
-    equilibrate: bool,
-    eq_max_iter: int,
-    eq_tol: float,
-    eq_mode: str,
+    equilibration: Equilibration | None,
     column_groups: Int[Array, " n"] | None,
     n_groups: int,
 ) -> tuple[RangeProjection, Float[Array, ""]]:
@@ -258,12 +252,12 @@ def build_affine_projection_traced(
     lifted = jnp.block(
         [[E, jnp.zeros((m_eq, m), dtype)], [C, -jnp.eye(m, dtype=dtype)]]
     )
-    if equilibrate:
+    if equilibration is not None:
         d_r, d_c = equilibrate_traced(
             lifted,
-            max_iter=eq_max_iter,
-            tol=eq_tol,
-            mode=eq_mode,
+            n_iter=equilibration.n_iter,
+            tol=equilibration.tol,
+            mode=equilibration.mode,
             column_groups=column_groups,
             n_groups=n_groups,
         )

@@ -25,6 +25,7 @@ from jaxtyping import Array, Float
 
 from . import _blocks as blocks
 from ._affine import AbstractAffineProjection
+from ._lifting import InstanceData, max_abs
 
 CHECK_EVERY = 5
 
@@ -52,31 +53,30 @@ class Prepared(eqx.Module):
 
 
 def prepare(
-    theta: dict, op: AbstractAffineProjection, sigma, groups: tuple = ()
+    y_raw: Float[Array, " d"],
+    data: InstanceData,
+    op: AbstractAffineProjection,
+    sigma,
+    groups: tuple = (),
 ) -> Prepared:
-    """Scale the per-instance data into the equilibrated coordinates.
-
-    `theta` holds `y_raw`, `q`, the box bounds `lb_y, ub_y, lb_w, ub_w`, the cone
-    offsets `cone_offset` and the simplex `totals`, in the user's coordinates.
-    """
+    """Scale one instance's data (user coordinates) into the equilibrated ones."""
     d_y = op.d_y
-    m_box = theta["lb_w"].shape[0]
+    m_box = data.lb_w.shape[0]
     d_w, d_cone = op.d_w[:m_box], op.d_w[m_box:]
     denom = 1 + 2 * sigma * d_y**2
     d_clip = jnp.concatenate([d_y, d_w])
-    dtype = theta["y_raw"].dtype
     return Prepared(
         a=jnp.concatenate(
-            [2 * sigma * d_y * theta["y_raw"] / denom, jnp.zeros(d_w.shape, dtype)]
+            [2 * sigma * d_y * y_raw / denom, jnp.zeros(d_w.shape, y_raw.dtype)]
         ),
-        c=jnp.concatenate([1 / denom, jnp.ones(d_w.shape, dtype)]),
-        part=op.particular(theta["q"]),
-        lower=_scale_bound(jnp.concatenate([theta["lb_y"], theta["lb_w"]]), d_clip),
-        upper=_scale_bound(jnp.concatenate([theta["ub_y"], theta["ub_w"]]), d_clip),
+        c=jnp.concatenate([1 / denom, jnp.ones(d_w.shape, y_raw.dtype)]),
+        part=op.particular(data.q),
+        lower=_scale_bound(jnp.concatenate([data.lb_y, data.lb_w]), d_clip),
+        upper=_scale_bound(jnp.concatenate([data.ub_y, data.ub_w]), d_clip),
         scale=jnp.concatenate([d_y, op.d_w]),
         cone_scale=d_cone,
-        cone_offset=theta["cone_offset"],
-        totals=theta["totals"],
+        cone_offset=data.cone_offset,
+        totals=data.totals,
         groups=groups,
     )
 
@@ -172,13 +172,6 @@ def certifies_infeasibility(z, t, P: Prepared, op: AbstractAffineProjection):
 
 # Relative margin of the infeasibility certificate, as a fraction of max |v|.
 _CERTIFICATE_RTOL = 1e-3
-
-
-def max_abs(x):
-    """$\\|x\\|_\\infty$, with 0 for an empty vector."""
-    if x.size == 0:
-        return jnp.zeros((), x.dtype)
-    return jnp.max(jnp.abs(x))
 
 
 def iterate(s0, P: Prepared, op: AbstractAffineProjection, omega, n_max: int, tol):

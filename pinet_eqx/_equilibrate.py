@@ -6,11 +6,57 @@ for JAX (per-instance matrices, traced and batched with `jax.vmap`).
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+_MODES = ("gauss_seidel", "jacobi")
+
+
+class Equilibration(eqx.Module):
+    """Settings of the modified Ruiz equilibration of the lifted matrix (paper
+    App. H.1), which a `Projector` runs before factorising it.
+
+    **Arguments:**
+
+    - `n_iter`: the maximum number of sweeps $K$ (paper: 25).
+    - `tol`: the tolerance $\\varepsilon$ on the spread of the row and column
+        norms (paper: 1e-3).
+    - `mode`: `"gauss_seidel"` (paper's choice) or `"jacobi"`; see `equilibrate`.
+    - `y`: `"shared"` (default) gives every coordinate of $y$ one column scale,
+        so the projection's objective $\\|y - y_{raw}\\|^2$ stays isotropic in
+        the scaled coordinates and $\\sigma$ has one meaning for all of them;
+        rows and auxiliary variables are still balanced freely. `"per_column"`
+        is the paper's variant, one scale per column.
+    """
+
+    n_iter: int = eqx.field(static=True, default=25)
+    tol: float = eqx.field(static=True, default=1e-3)
+    mode: Literal["gauss_seidel", "jacobi"] = eqx.field(
+        static=True, default="gauss_seidel"
+    )
+    y: Literal["shared", "per_column"] = eqx.field(static=True, default="shared")
+
+    def __check_init__(self):
+        if not (isinstance(self.n_iter, int) and self.n_iter >= 0):
+            raise ValueError(
+                f"Equilibration(n_iter={self.n_iter!r}): must be an int >= 0."
+            )
+        if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
+            raise ValueError(f"Equilibration(tol={self.tol!r}): must be a float >= 0.")
+        if self.mode not in _MODES:
+            raise ValueError(
+                f"Equilibration(mode={self.mode!r}): must be 'gauss_seidel' or "
+                "'jacobi'."
+            )
+        if self.y not in ("shared", "per_column"):
+            raise ValueError(
+                f"Equilibration(y={self.y!r}): must be 'shared' or 'per_column'."
+            )
 
 
 def _safe_inv_sqrt(xp, norms):
@@ -80,16 +126,17 @@ def group_labels(column_groups, n: int):
 def equilibrate(
     M: np.ndarray,
     *,
-    max_iter: int = 25,
+    n_iter: int = 25,
     tol: float = 1e-3,
     mode: Literal["gauss_seidel", "jacobi"] = "gauss_seidel",
     column_groups: np.ndarray | None = None,
+    max_iter: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Diagonal scalings $D_r, D_c$ that balance the row and column norms of `M`.
 
     Each sweep divides every row, then (Gauss-Seidel) or simultaneously (Jacobi)
     every column, by the square root of its 2-norm, so that $D_r M D_c$ tends to
-    have unit row and column norms. It stops after `max_iter` sweeps or once
+    have unit row and column norms. It stops after `n_iter` sweeps or once
     $1 - \\min_i d_i / \\max_i d_i < \\varepsilon$ for both rows and columns.
     Columns with the same `column_groups` label share one scale (the RMS of their
     norms), as the columns of one cone block must.
@@ -97,17 +144,26 @@ def equilibrate(
     **Arguments:**
 
     - `M`: matrix of shape `(m, n)`, on the host.
-    - `max_iter`: maximum number of sweeps $K$ (paper: 25).
+    - `n_iter`: maximum number of sweeps $K$ (paper: 25).
     - `tol`: tolerance $\\varepsilon$ on the spread of the norms (paper: 1e-3).
     - `mode`: `"gauss_seidel"` (paper's choice) or `"jacobi"`.
     - `column_groups`: optional integer label per column; `None` scales every
         column on its own.
+    - `max_iter`: deprecated name of `n_iter`.
 
     **Returns:**
 
     `(d_r, d_c)`, the diagonals of $D_r$ (shape `(m,)`) and $D_c$ (shape `(n,)`).
     """
-    if mode not in ("gauss_seidel", "jacobi"):
+    if max_iter is not None:
+        warnings.warn(
+            "equilibrate(max_iter=...) is deprecated; use n_iter=... (the name "
+            "used for iteration counts throughout pinet_eqx).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        n_iter = max_iter
+    if mode not in _MODES:
         raise ValueError(
             f"equilibrate(mode={mode!r}): mode must be 'gauss_seidel' or 'jacobi'."
         )
@@ -115,14 +171,14 @@ def equilibrate(
     m, n = M.shape
     groups, n_groups = group_labels(column_groups, n)
     d_r, d_c, scaled = np.ones(m), np.ones(n), M.copy()
-    for _ in range(max_iter):
+    for _ in range(n_iter):
         scaled, d_r, d_c = _sweep(np, scaled, d_r, d_c, mode, groups, n_groups)
         if _converged(np, scaled, tol, groups, n_groups):
             break
     return d_r, d_c
 
 
-def equilibrate_traced(M, *, max_iter, tol, mode, column_groups, n_groups):
+def equilibrate_traced(M, *, n_iter, tol, mode, column_groups, n_groups):
     """`equilibrate` for a traced matrix (per-instance data, inside jit/vmap).
 
     `column_groups` must already be labels `0..n_groups-1` (see `group_labels`). The
@@ -135,7 +191,7 @@ def equilibrate_traced(M, *, max_iter, tol, mode, column_groups, n_groups):
 
     def cond(carry):
         k, done, *_ = carry
-        return (k < max_iter) & ~done
+        return (k < n_iter) & ~done
 
     def body(carry):
         k, _, scaled, d_r, d_c = carry

@@ -20,17 +20,19 @@ import lineax as lx
 from . import _douglas_rachford as dr
 
 
-def _operator(theta, op):
+def _prepare(theta, op, sigma, groups):
     # A per-instance affine projection travels in theta so that derivatives reach
     # the matrices it was factorised from; a fixed one is a non-differentiable
     # argument.
-    return theta["op"] if "op" in theta else op
+    y_raw, data, theta_op = theta
+    op = op if theta_op is None else theta_op
+    return dr.prepare(y_raw, data, op, sigma, groups), op
 
 
 def _phi(s, theta, op, hyper, groups):
     sigma, omega = hyper
-    op = _operator(theta, op)
-    return dr.phi(s, dr.prepare(theta, op, sigma, groups), op, omega)
+    P, op = _prepare(theta, op, sigma, groups)
+    return dr.phi(s, P, op, omega)
 
 
 @eqx.filter_custom_jvp
@@ -39,8 +41,9 @@ def fixed_point(theta, s0, op, hyper, *, groups, n_max: int, tol, solver):
 
     **Arguments:**
 
-    - `theta`: the differentiated data: `y_raw`, `q`, the bounds, the cone data
-        and, for per-instance matrices, the affine projection `op`.
+    - `theta`: the differentiated data `(y_raw, data, op)`: the point, the
+        `InstanceData` (without its matrices) and, for per-instance matrices, the
+        affine projection factorised from them (else `None`).
     - `s0`: the start (not differentiated).
     - `op`: the fixed affine projection, or `None`.
     - `hyper`: `(sigma, omega)`.
@@ -51,8 +54,7 @@ def fixed_point(theta, s0, op, hyper, *, groups, n_max: int, tol, solver):
     **Returns:** `(s_K, n_steps, fixed_point_residual)`.
     """
     sigma, omega = hyper
-    op = _operator(theta, op)
-    P = dr.prepare(theta, op, sigma, groups)
+    P, op = _prepare(theta, op, sigma, groups)
     return dr.iterate(s0, P, op, omega, n_max, tol)
 
 
@@ -68,7 +70,7 @@ def _fixed_point_jvp(primals, tangents, *, groups, n_max, tol, solver):
         return out, (None, None, None)
     # Symbolic zeros (data that is not differentiated) become real zeros.
     t_theta = jax.tree.map(
-        lambda t, x: jnp.zeros_like(x) if t is None else t,
+        lambda t, x: t if t is not None or x is None else jnp.zeros_like(x),
         t_theta,
         theta,
         is_leaf=lambda x: x is None,

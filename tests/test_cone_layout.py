@@ -15,6 +15,7 @@ import pytest
 
 import pinet_eqx as pe
 from pinet_eqx._equilibrate import equilibrate_traced, group_labels
+from pinet_eqx._frozen import thaw
 
 
 def _mixed_constraints(rng, d=9):
@@ -35,11 +36,11 @@ def _mixed_constraints(rng, d=9):
 def test_equilibration_gives_each_cone_block_one_scale():
     rng = np.random.default_rng(0)
     proj = pe.Projector(_mixed_constraints(rng))
-    d_w = np.asarray(proj.op.d_w)
-    assert proj.n_ineq == 2
+    d_w = np.asarray(thaw(proj.op).d_w)
+    assert proj.problem.n_ineq == 2
     box_scales, cone_scales = d_w[:2], d_w[2:]
     start = 0
-    for group in proj.groups:
+    for group in proj.problem.groups:
         for _ in range(group.count):
             block = cone_scales[start : start + group.size]
             np.testing.assert_allclose(block, block[0], rtol=1e-14)
@@ -60,7 +61,7 @@ def test_grouped_ruiz_host_and_traced_agree():
     d_r_t, d_c_t = jax.jit(
         lambda M: equilibrate_traced(
             M,
-            max_iter=25,
+            n_iter=25,
             tol=1e-3,
             mode="gauss_seidel",
             column_groups=jnp.asarray(labels),
@@ -95,11 +96,14 @@ def test_per_instance_scaling_is_applied_per_instance():
         [pe.Equality(pe.Parameter("E", shape=(2, d)), pe.Parameter("q"))],
         n_iter=5000,
         tol=1e-12,
-        equilibrate_y="per_column",
+        equilibrate=pe.Equilibration(y="per_column"),
     )
-    ops = jax.vmap(lambda E, q: proj._factorise(proj._data({"E": E, "q": q}, E.dtype)))(
-        Es, qs
-    )
+    problem = thaw(proj.problem)
+
+    def factorise(E, q):
+        return proj._factorise(problem, problem.data({"E": E, "q": q}, E.dtype, True))
+
+    ops = jax.vmap(factorise)(Es, qs)
     ratio = np.asarray(ops.d_y[0] / ops.d_y[1])
     # Scaling columns by 10 scales their equilibration factors by 1/10 relative
     # to the rest: the second instance is balanced as well as the first.
@@ -128,12 +132,14 @@ def test_shared_y_scale_is_uniform_and_projects_the_same(per_instance):
     y_raw = jnp.asarray(2 * rng.normal(size=d))
     outs = {}
     for mode in ("shared", "per_column"):
-        proj = pe.Projector(cons, equilibrate_y=mode, n_iter=20000, tol=1e-12)
+        proj = pe.Projector(
+            cons, equilibrate=pe.Equilibration(y=mode), n_iter=20000, tol=1e-12
+        )
         sol = proj.solve(y_raw, **params)
         assert sol.result == pe.RESULTS.successful
         outs[mode] = sol.y
         if not per_instance:
-            d_y = np.asarray(proj.op.d_y)
+            d_y = np.asarray(thaw(proj.op).d_y)
             assert (np.ptp(d_y) == 0) == (mode == "shared")
     np.testing.assert_allclose(outs["shared"], outs["per_column"], atol=1e-9)
 

@@ -182,7 +182,7 @@ def test_equilibrate_balances_norms():
     for axis in (0, 1):
         norms = np.linalg.norm(scaled, axis=axis)
         assert norms.max() / norms.min() < 1.01
-    d_r_j, d_c_j = pe.equilibrate(M, mode="jacobi", max_iter=200)
+    d_r_j, d_c_j = pe.equilibrate(M, mode="jacobi", n_iter=200)
     scaled_j = d_r_j[:, None] * M * d_c_j[None, :]
     assert np.ptp(np.linalg.norm(scaled_j, axis=1)) < 0.05
 

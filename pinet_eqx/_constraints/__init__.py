@@ -1,8 +1,4 @@
-from ._base import (
-    AbstractConstraint as AbstractConstraint,
-    ConeBlock as ConeBlock,
-    LiftedPieces as LiftedPieces,
-)
+from ._base import AbstractConstraint as AbstractConstraint
 from .box import Box as Box
 from .cones import (
     AbstractNormCone as AbstractNormCone,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import abc
-import dataclasses
 
 import equinox as eqx
 import numpy as np
 
+from .._lifting import LiftedPieces
 from .._parameter import Parameter
 
 # A vector datum is either fixed (kept in float64 so the host-side factorisation
@@ -17,68 +17,15 @@ VectorData = np.ndarray | Parameter
 # A matrix datum: fixed float64, or a per-instance `Parameter` with a declared shape.
 MatrixData = np.ndarray | Parameter
 
-CONE_KINDS = ("soc", "l1", "linf", "simplex")
-
-
-@dataclasses.dataclass(frozen=True)
-class LiftedPieces:
-    """What one constraint contributes to the lifted problem $A z = b,\\ z \\in K$.
-
-    Rows are split by kind (paper Sec. 2.1): equality rows $E y = q$; lifted rows
-    $w = C y$ with $\\ell \\le w \\le u$; and box bounds acting directly on $y$.
-
-    **Arguments:**
-
-    - `eq`: tuple of `(E, q)` with `E` of shape `(k, d)` and `q` a `VectorData` of
-        length `k`.
-    - `ineq`: tuple of `(C, lower, upper)` with `C` of shape `(k, d)`.
-    - `box`: tuple of `(indices, lower, upper)` with integer `indices` into `y`.
-    - `cones`: tuple of `ConeBlock`s, rows $w = M y$ with $w + o \\in \\mathcal{K}$.
-
-    Matrices (`E`, `C`) may be `Parameter`s with a declared shape.
-    """
-
-    eq: tuple = ()
-    ineq: tuple = ()
-    box: tuple = ()
-    cones: tuple = ()
-
-    @classmethod
-    def merge(cls, pieces: list[LiftedPieces]) -> LiftedPieces:
-        """Concatenate the pieces of several constraints, kind by kind."""
-        fields = [f.name for f in dataclasses.fields(cls)]
-        return cls(**{f: sum((getattr(p, f) for p in pieces), ()) for f in fields})
-
-
-@dataclasses.dataclass(frozen=True)
-class ConeBlock:
-    """One non-separable block of $\\mathcal{K}$: $M y + o \\in \\mathcal{K}_{kind}$.
-
-    **Arguments:**
-
-    - `kind`: `"soc"`, `"l1"`, `"linf"` (the cones $\\{(t, x) : \\|x\\| \\le t\\}$,
-        $t$ first) or `"simplex"` ($\\{x \\ge 0 : \\sum x = r\\}$).
-    - `rows`: matrix pieces stacked into $M$, each a `MatrixData` of shape
-        `(r, d)` or a `Parameter` of shape `(d,)` (one row).
-    - `offset`: vector pieces stacked into $o$ (scalar `Parameter`s count as
-        length 1).
-    - `total`: for a simplex, $r$ as a length-1 array or a scalar `Parameter`.
-    - `size`: the block length, `sum(r)`.
-    """
-
-    kind: str
-    rows: tuple
-    offset: tuple
-    size: int
-    total: VectorData | None = None
-
-
 class AbstractConstraint(eqx.Module):
     """A convex set $\\mathcal{C} \\subseteq \\mathbb{R}^d$ that the projector can lift.
 
-    Concrete sets describe themselves through `lift`, which returns the rows and
-    bounds they add to the lifted representation $\\mathcal{C} = \\Pi_d(\\mathcal{A}
-    \\cap \\mathcal{K})$ of paper Sec. 2.1.
+    Sets describe themselves through `lift`, which returns the rows, bounds and
+    cone blocks they add to the lifted representation $\\mathcal{C} =
+    \\Pi_d(\\mathcal{A} \\cap \\mathcal{K})$ of paper Sec. 2.1, as a
+    `pinet_eqx.LiftedPieces`. To define your own set, subclass this with a final
+    class that implements `dim` and `lift`; its cone blocks may use any
+    `pinet_eqx.AbstractCone`, including your own.
     """
 
     @abc.abstractmethod
@@ -182,21 +129,6 @@ def as_vector(
             f"{int(np.flatnonzero(bad)[0])}; it allows {allowed}."
         )
     return arr
-
-
-def check_bounds_order(lower: VectorData, upper: VectorData, owner: str) -> None:
-    """Raise if fixed bounds have `lower > upper` anywhere (the set would be empty)."""
-    if isinstance(lower, Parameter) or isinstance(upper, Parameter):
-        return
-    lower, upper = np.broadcast_arrays(np.atleast_1d(lower), np.atleast_1d(upper))
-    crossed = np.flatnonzero(lower > upper)
-    if crossed.size:
-        i = int(crossed[0])
-        raise ValueError(
-            f"{owner}: lower > upper at index {i} (lower={lower[i]}, upper="
-            f"{upper[i]}), so the set is empty ({crossed.size} crossed entries in "
-            "all). Swap or fix the bounds."
-        )
 
 
 def shape_of(value) -> tuple[int, ...]:

@@ -6,13 +6,8 @@ import numpy as np
 from jaxtyping import Bool, Int
 
 from .._parameter import Parameter
-from ._base import (
-    AbstractConstraint,
-    LiftedPieces,
-    VectorData,
-    as_vector,
-    check_bounds_order,
-)
+from .._lifting import LiftedPieces, check_bounds_order
+from ._base import AbstractConstraint, VectorData, as_vector
 
 
 class Box(AbstractConstraint):

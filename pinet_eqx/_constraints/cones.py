@@ -7,11 +7,11 @@ from typing import ClassVar
 import numpy as np
 from jaxtyping import Float
 
+from .._cones import AbstractCone, L1Cone, L2Cone, LInfCone
+from .._lifting import ConeBlock, LiftedPieces
 from .._parameter import Parameter
 from ._base import (
     AbstractConstraint,
-    ConeBlock,
-    LiftedPieces,
     MatrixData,
     VectorData,
     as_matrix,
@@ -54,7 +54,7 @@ class AbstractNormCone(AbstractConstraint):
     a: VectorData
     f: VectorData | None
     b: VectorData
-    kind: ClassVar[str]
+    cone: ClassVar[AbstractCone]
 
     def __init__(self, A, a=None, f=None, b=0.0):
         owner = f"{type(self).__name__}(A, a, f, b)"
@@ -79,7 +79,7 @@ class AbstractNormCone(AbstractConstraint):
         if isinstance(a, Parameter):
             a = Parameter(a.name, shape=(k,))
         block = ConeBlock(
-            kind=self.kind, rows=(f, self.A), offset=(self.b, a), size=1 + k
+            cone=self.cone, rows=(f, self.A), offset=(self.b, a), size=1 + k
         )
         return LiftedPieces(cones=(block,))
 
@@ -95,7 +95,7 @@ class SecondOrderCone(AbstractNormCone):
     - `b`: scalar or scalar `Parameter` (default 0).
     """
 
-    kind: ClassVar[str] = "soc"
+    cone: ClassVar[AbstractCone] = L2Cone()
 
 
 class L1NormCone(AbstractNormCone):
@@ -110,7 +110,7 @@ class L1NormCone(AbstractNormCone):
     - `b`: scalar or scalar `Parameter` (default 0).
     """
 
-    kind: ClassVar[str] = "l1"
+    cone: ClassVar[AbstractCone] = L1Cone()
 
 
 class LInfNormCone(AbstractNormCone):
@@ -125,4 +125,4 @@ class LInfNormCone(AbstractNormCone):
     - `b`: scalar or scalar `Parameter` (default 0).
     """
 
-    kind: ClassVar[str] = "linf"
+    cone: ClassVar[AbstractCone] = LInfCone()

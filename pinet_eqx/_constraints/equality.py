@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Float
 
+from .._lifting import LiftedPieces
 from ._base import (
     AbstractConstraint,
-    LiftedPieces,
     MatrixData,
     VectorData,
     as_matrix,

@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Float
 
+from .._lifting import LiftedPieces, check_bounds_order
 from ._base import (
     AbstractConstraint,
-    LiftedPieces,
     MatrixData,
     VectorData,
     as_matrix,
     as_vector,
-    check_bounds_order,
     shape_of,
 )
 

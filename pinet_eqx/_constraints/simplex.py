@@ -6,7 +6,9 @@ import numpy as np
 from jaxtyping import Int
 
 from .._parameter import Parameter
-from ._base import AbstractConstraint, ConeBlock, LiftedPieces, VectorData
+from .._cones import ScaledSimplex
+from .._lifting import ConeBlock, LiftedPieces
+from ._base import AbstractConstraint, VectorData
 from .cones import as_scalar
 
 
@@ -71,7 +73,7 @@ class Simplex(AbstractConstraint):
         selector = np.zeros((k, dim))
         selector[np.arange(k), self.indices] = 1.0
         block = ConeBlock(
-            kind="simplex",
+            cone=ScaledSimplex(),
             rows=(selector,),
             offset=(np.zeros(k),),
             size=k,

@@ -1,0 +1,389 @@
+"""The lifted problem: how constraint sets become $\\mathcal{A} \\cap \\mathcal{K}$.
+
+Paper Sec. 2.1 writes a set $\\mathcal{C} \\subseteq \\mathbb{R}^d$ as the
+projection onto $y$ of $\\{(y, w) : E y = q,\\ w = C y\\} \\cap \\mathcal{K}$, with
+$\\mathcal{K}$ a product of boxes on $y$, boxes on the inequality rows of $w$, and
+cone blocks. Each constraint contributes its pieces through `lift`
+(`LiftedPieces`); `LiftedProblem` stacks them, records which pieces are per-instance
+`Parameter`s, and assembles one instance's data (`InstanceData`) at call time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from . import _blocks as blocks
+from ._cones import AbstractCone
+from ._errors import PARAM_BOUNDS_CROSSED
+from ._parameter import Parameter
+
+
+@dataclasses.dataclass(frozen=True)
+class ConeBlock:
+    """One block of $\\mathcal{K}$: $M y + o \\in \\mathcal{K}_i$.
+
+    **Arguments:**
+
+    - `cone`: the set $\\mathcal{K}_i$, a `pinet_eqx.AbstractCone` such as
+        `pinet_eqx.L2Cone()`.
+    - `rows`: matrix pieces stacked into $M$: arrays of shape `(r, d)`, or
+        `Parameter`s of shape `(d,)` (one row) or `(r, d)`.
+    - `offset`: vector pieces stacked into $o$ (a scalar `Parameter` counts as
+        length 1).
+    - `size`: the block length, the total number of rows.
+    - `total`: for a set with `has_total` (the simplex), its $r$ as a length-1
+        array or a scalar `Parameter`.
+    """
+
+    cone: AbstractCone
+    rows: tuple
+    offset: tuple
+    size: int
+    total: np.ndarray | Parameter | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LiftedPieces:
+    """What one constraint contributes to the lifted problem (paper Sec. 2.1).
+
+    **Arguments:**
+
+    - `eq`: tuple of `(E, q)`: rows $E y = q$, `E` of shape `(k, d)` and `q` of
+        length `k`.
+    - `ineq`: tuple of `(C, lower, upper)`: rows $w = C y$ with
+        $\\ell \\le w \\le u$, `C` of shape `(k, d)` (bounds may be infinite).
+    - `box`: tuple of `(indices, lower, upper)`: bounds on the coordinates
+        `indices` of $y$.
+    - `cones`: tuple of `ConeBlock`s.
+
+    Vectors are float64 NumPy arrays or `Parameter`s; matrices too, with a declared
+    shape when they are `Parameter`s.
+    """
+
+    eq: tuple = ()
+    ineq: tuple = ()
+    box: tuple = ()
+    cones: tuple = ()
+
+    @classmethod
+    def merge(cls, pieces: list[LiftedPieces]) -> LiftedPieces:
+        """Concatenate the pieces of several constraints, kind by kind."""
+        fields = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{f: sum((getattr(p, f) for p in pieces), ()) for f in fields})
+
+
+class InstanceData(eqx.Module):
+    """One instance's constraint data, in the user's coordinates.
+
+    `E`, `C`: the equality and lifted matrices (the inequality rows, then the cone
+    rows); `q`: the equality right-hand side; `lb_y, ub_y`: bounds on $y$;
+    `lb_w, ub_w`: bounds on the inequality rows; `cone_offset`, `totals`: the cone
+    blocks' offsets and simplex totals. `E` and `C` are `None` where a derivative
+    rule must not see them (fixed matrices).
+    """
+
+    E: Float[Array, "m_eq d"] | None
+    C: Float[Array, "m d"] | None
+    q: Float[Array, " m_eq"]
+    lb_y: Float[Array, " d"]
+    ub_y: Float[Array, " d"]
+    lb_w: Float[Array, " m_box"]
+    ub_w: Float[Array, " m_box"]
+    cone_offset: Float[Array, " m_cone"]
+    totals: Float[Array, " n_total"]
+
+
+# A vector or matrix assembled at call time: fixed pieces and named parameters.
+_Segments = tuple  # tuple[Float[Array, "..."] | Parameter, ...]
+
+
+class LiftedProblem(eqx.Module):
+    """The stacked lifted structure of a list of constraints.
+
+    Fixed pieces are arrays; `Parameter` pieces are filled in per instance by
+    `data`. The cone blocks are grouped by set and size (`groups`).
+
+    **Arguments:**
+
+    - `pieces`: the merged `LiftedPieces` of all constraints.
+    - `dim`: the dimension $d$ of $y$.
+    """
+
+    dim: int = eqx.field(static=True)
+    n_eq: int = eqx.field(static=True)
+    n_ineq: int = eqx.field(static=True)
+    n_cone: int = eqx.field(static=True)
+    parameters: tuple[tuple[str, tuple[int, ...]], ...] = eqx.field(static=True)
+    groups: tuple[blocks.Group, ...] = eqx.field(static=True)
+    box_index: tuple[int, ...] = eqx.field(static=True)
+    per_instance: bool = eqx.field(static=True)
+    E: _Segments
+    C: _Segments
+    q: _Segments
+    ineq_lower: _Segments
+    ineq_upper: _Segments
+    cone_offset: _Segments
+    totals: _Segments
+    box_lower: Float[Array, " d"]
+    box_upper: Float[Array, " d"]
+    box_params: tuple  # tuple[(Int[Array, " k"], lower, upper), ...]
+
+    def __init__(self, pieces: LiftedPieces, dim: int):
+        cones, self.groups = blocks.layout(list(pieces.cones))
+        params: dict[str, tuple[int, ...]] = {}
+        segments = _Registry(params, dim)
+        ineq = pieces.ineq
+        self.E = segments.matrices([E for E, _ in pieces.eq])
+        self.C = segments.matrices([C for C, _, _ in ineq] + [M for b in cones for M in b.rows])
+        self.q = segments.vectors([(b, _rows(E)) for E, b in pieces.eq])
+        self.ineq_lower = segments.vectors([(lo, _rows(C)) for C, lo, _ in ineq])
+        self.ineq_upper = segments.vectors([(up, _rows(C)) for C, _, up in ineq])
+        self.cone_offset = segments.vectors(
+            [(o, _size(o)) for b in cones for o in b.offset]
+        )
+        self.totals = segments.vectors([(b.total, 1) for b in cones if b.cone.has_total])
+        # Fixed boxes are intersected now; parameterised ones at call time.
+        lower, upper = np.full(dim, -np.inf), np.full(dim, np.inf)
+        box_params = []
+        for idx, lo, up in pieces.box:
+            if isinstance(lo, Parameter) or isinstance(up, Parameter):
+                lo_seg, up_seg = segments.vectors([(lo, idx.size), (up, idx.size)])
+                box_params.append((jnp.asarray(idx), lo_seg, up_seg))
+            if not isinstance(lo, Parameter):
+                lower[idx] = np.maximum(lower[idx], lo)
+            if not isinstance(up, Parameter):
+                upper[idx] = np.minimum(upper[idx], up)
+        check_bounds_order(
+            lower, upper, "Projector(constraints): the Box constraints together"
+        )
+        # Coordinates of y with a finite or parameterised bound: the box rows of the
+        # active-set derivative.
+        bounded = np.isfinite(lower) | np.isfinite(upper)
+        for idx, lo, up in pieces.box:
+            if isinstance(lo, Parameter) or isinstance(up, Parameter):
+                bounded[idx] = True
+        self.box_index = tuple(int(i) for i in np.flatnonzero(bounded))
+        self.box_lower = jnp.asarray(lower)
+        self.box_upper = jnp.asarray(upper)
+        self.box_params = tuple(box_params)
+        self.dim = int(dim)
+        self.n_eq = sum(_rows(E) for E, _ in pieces.eq)
+        self.n_ineq = sum(_rows(C) for C, _, _ in ineq)
+        self.n_cone = sum(b.size for b in cones)
+        self.parameters = tuple(sorted(params.items()))
+        self.per_instance = any(
+            isinstance(M, Parameter) for M in self.E + self.C
+        )
+
+    def column_labels(self, shared_y: bool) -> np.ndarray:
+        """Equilibration group labels of the lifted columns $(y, w)$: all of $y$
+        (`shared_y`) or each coordinate alone, each inequality row's $w$ alone,
+        and each cone block as one group (its scaled set must stay a cone)."""
+        d, m = self.dim, self.n_ineq
+        y_labels = np.zeros(d, int) if shared_y else np.arange(d)
+        cone_labels = [
+            np.full(g.size, d + m + i)
+            for i, g in enumerate(g for g in self.groups for _ in range(g.count))
+        ]
+        return np.concatenate([y_labels, d + np.arange(m)] + cone_labels)
+
+    def has_bound_parameters(self) -> bool:
+        """Whether any bound (box, inequality, simplex total) is a `Parameter`."""
+        return bool(self.box_params) or any(
+            isinstance(s, Parameter)
+            for s in self.ineq_lower + self.ineq_upper + self.totals
+        )
+
+    def resolve(self, params: dict, dtype) -> dict:
+        """Check the call's keyword parameters against the declared ones.
+
+        **Returns:** the values by name, cast to `dtype`.
+        """
+        expected = dict(self.parameters)
+        missing = sorted(set(expected) - set(params))
+        unknown = sorted(set(params) - set(expected))
+        if missing or unknown:
+            parts = [f"missing {missing}"] * bool(missing)
+            parts += [f"unknown {unknown}"] * bool(unknown)
+            raise TypeError(
+                f"Projector: parameter mismatch ({'; '.join(parts)}). This projector "
+                f"expects exactly {sorted(expected) or 'no parameters'} as keyword "
+                "arguments."
+            )
+        values = {}
+        for name, shape in expected.items():
+            v = jnp.asarray(params[name])
+            if v.shape != shape:
+                hint = (
+                    " To batch, vmap over instances instead of passing a batch."
+                    if v.ndim == len(shape) + 1 and v.shape[1:] == shape
+                    else ""
+                )
+                raise ValueError(
+                    f"Projector: parameter `{name}` must have shape {shape} for one "
+                    f"instance, got {v.shape}.{hint}"
+                )
+            values[name] = v.astype(dtype)
+        return values
+
+    def data(self, values: dict, dtype, check: bool) -> InstanceData:
+        """Assemble one instance's `InstanceData` from the resolved `values`.
+
+        With `check`, parameterised bounds that cross (lower > upper, or a
+        negative simplex total) raise at run time (`eqx.error_if`).
+        """
+        lb = self.box_lower.astype(dtype)
+        ub = self.box_upper.astype(dtype)
+        for idx, lo, up in self.box_params:
+            if isinstance(lo, Parameter):
+                lb = lb.at[idx].max(values[lo.name])
+            if isinstance(up, Parameter):
+                ub = ub.at[idx].min(values[up.name])
+        l_w = _assemble(self.ineq_lower, values, dtype)
+        u_w = _assemble(self.ineq_upper, values, dtype)
+        totals = _assemble(self.totals, values, dtype)
+        if check and self.has_bound_parameters():
+            crossed = jnp.any(lb > ub) | jnp.any(l_w > u_w) | jnp.any(totals < 0)
+            lb = eqx.error_if(lb, crossed, PARAM_BOUNDS_CROSSED)
+        return InstanceData(
+            E=_assemble(self.E, values, dtype, cols=self.dim),
+            C=_assemble(self.C, values, dtype, cols=self.dim),
+            q=_assemble(self.q, values, dtype),
+            lb_y=lb,
+            ub_y=ub,
+            lb_w=l_w,
+            ub_w=u_w,
+            cone_offset=_assemble(self.cone_offset, values, dtype),
+            totals=totals,
+        )
+
+    def violation(self, y: Float[Array, " d"], data: InstanceData) -> Float[Array, ""]:
+        """The largest absolute constraint violation of `y`, in the user's units."""
+        w = data.C @ y
+        w_box, w_cone = w[: self.n_ineq], w[self.n_ineq :]
+        terms = [
+            max_abs(data.E @ y - data.q),
+            max_abs(jnp.maximum(data.lb_y - y, 0)),
+            max_abs(jnp.maximum(y - data.ub_y, 0)),
+            max_abs(jnp.maximum(data.lb_w - w_box, 0)),
+            max_abs(jnp.maximum(w_box - data.ub_w, 0)),
+        ]
+        if self.groups:
+            u = w_cone + data.cone_offset
+            terms.append(blocks.violation(u, self.groups, data.totals))
+        return jnp.max(jnp.stack(terms))
+
+
+def host_data(pieces: LiftedPieces, dim: int):
+    """The fixed matrices `(E, C)` in float64, stacked in `LiftedProblem`'s row
+    order, and the equality right-hand side `q` (`None` if it has a `Parameter`).
+
+    Computed from the pieces rather than from the stored arrays, which are in
+    JAX's default precision.
+    """
+    cones, _ = blocks.layout(list(pieces.cones))
+    E = _stack([E for E, _ in pieces.eq], dim)
+    C = _stack([C for C, _, _ in pieces.ineq] + [M for b in cones for M in b.rows], dim)
+    rhs = [b for _, b in pieces.eq]
+    if any(isinstance(b, Parameter) for b in rhs):
+        return E, C, None
+    return E, C, np.concatenate([np.zeros(0)] + [np.asarray(b, np.float64) for b in rhs])
+
+
+def check_bounds_order(lower: VectorData, upper: VectorData, owner: str) -> None:
+    """Raise if fixed bounds have `lower > upper` anywhere (the set would be empty)."""
+    if isinstance(lower, Parameter) or isinstance(upper, Parameter):
+        return
+    lower, upper = np.broadcast_arrays(np.atleast_1d(lower), np.atleast_1d(upper))
+    crossed = np.flatnonzero(lower > upper)
+    if crossed.size:
+        i = int(crossed[0])
+        raise ValueError(
+            f"{owner}: lower > upper at index {i} (lower={lower[i]}, upper="
+            f"{upper[i]}), so the set is empty ({crossed.size} crossed entries in "
+            "all). Swap or fix the bounds."
+        )
+
+
+def max_abs(x):
+    """$\\|x\\|_\\infty$, with 0 for an empty vector."""
+    if x.size == 0:
+        return jnp.zeros((), x.dtype)
+    return jnp.max(jnp.abs(x))
+
+
+class _Registry:
+    """Turns pieces into segments: arrays, or `Parameter`s registered by name with
+    one shape each."""
+
+    def __init__(self, params: dict, dim: int):
+        self.params = params
+        self.dim = dim
+
+    def _register(self, p: Parameter, shape: tuple[int, ...]) -> Parameter:
+        if self.params.setdefault(p.name, shape) != shape:
+            raise ValueError(
+                f"Projector(constraints): Parameter({p.name!r}) is used for data of "
+                f"shape {self.params[p.name]} and {shape}; one name must always "
+                "have one shape."
+            )
+        return p
+
+    def matrices(self, items) -> _Segments:
+        out = []
+        for M in items:
+            if not isinstance(M, Parameter):
+                out.append(jnp.asarray(M))
+                continue
+            shape = M.shape
+            if shape[-1] != self.dim:
+                raise ValueError(
+                    f"Projector(constraints): matrix Parameter({M.name!r}) has shape "
+                    f"{shape}, but the projector's vectors have size {self.dim}."
+                )
+            out.append(self._register(M, shape))
+        return tuple(out)
+
+    def vectors(self, items) -> _Segments:
+        out = []
+        for v, size in items:
+            if isinstance(v, Parameter):
+                # Scalars keep their declared shape `()`; vectors are `(size,)`.
+                shape = () if v.shape == () else (size,)
+                out.append(self._register(v, shape))
+            else:
+                out.append(jnp.asarray(v))
+        return tuple(out)
+
+
+def _rows(M) -> int:
+    """Rows a matrix piece contributes (a vector `Parameter` is one row)."""
+    return M.shape[0] if len(M.shape) == 2 else 1
+
+
+def _size(v) -> int:
+    """The length of a vector piece (a scalar counts as 1)."""
+    shape = v.shape if isinstance(v, Parameter) else np.shape(v)
+    return int(np.prod(shape))
+
+
+def _stack(matrices, dim: int) -> np.ndarray:
+    if not matrices:
+        return np.zeros((0, dim))
+    return np.concatenate([np.asarray(M, np.float64).reshape(-1, dim) for M in matrices])
+
+
+def _assemble(segments, values, dtype, cols=None):
+    shape = (-1,) if cols is None else (-1, cols)
+    parts = [
+        (values[s.name] if isinstance(s, Parameter) else s.astype(dtype)).reshape(shape)
+        for s in segments
+    ]
+    if not parts:
+        return jnp.zeros((0,) if cols is None else (0, cols), dtype)
+    return jnp.concatenate(parts)

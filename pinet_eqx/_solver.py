@@ -1,0 +1,108 @@
+"""The forward solver's settings: `DouglasRachford`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+
+# sigma * gmean(d_y^2) for the "auto" step (see `DouglasRachford`); the sweep that
+# chose it is in benchmarks/RESULTS.md ("Default sigma").
+_AUTO_SIGMA = 0.2
+
+
+class DouglasRachford(eqx.Module):
+    """How the projection is computed: Douglas-Rachford splitting (paper Alg. 1).
+
+    Each step is $z = \\Pi_{\\mathcal{A}}(s)$, $t = \\mathrm{prox}_{\\sigma
+    h}(2z - s)$, $s \\leftarrow s + \\omega (t - z)$, in the equilibrated
+    coordinates.
+
+    **Arguments:**
+
+    - `sigma`: the scaling $\\sigma > 0$, or `"auto"` (default):
+        $\\sigma = 0.2 / \\mathrm{gmean}(d_y^2)$ with $d_y$ the equilibration's
+        column scaling of $y$. In equilibrated coordinates the prox sees
+        $\\sigma d_i^2$, so this makes the step invariant to how $y$ is scaled.
+        With per-instance matrices it is computed per instance.
+    - `omega`: the relaxation $\\omega \\in (0, 2)$.
+    - `n_iter`: iterations in training mode (the cap, when `tol` is set).
+    - `n_iter_test`: iterations in inference mode (`eqx.nn.inference_mode`);
+        `None` (default) means `n_iter`, whatever `n_iter` is later set to.
+    - `tol`: if set, each instance stops as soon as its constraint violation and
+        fixed-point residual (user units) are both at most `tol`, checked every 5
+        iterations, with the iteration count (rounded up to a multiple of 5) as
+        the cap. `None` (default) runs the iteration count exactly.
+
+    `ProjectionSolution.result` is `successful` when both residuals are at most
+    `tol`, or, when `tol` is `None`, at most `default_tol(dtype)`.
+    """
+
+    sigma: float | Literal["auto"] = eqx.field(static=True, default="auto")
+    omega: float = eqx.field(static=True, default=1.7)
+    n_iter: int = eqx.field(static=True, default=50)
+    n_iter_test: int | None = eqx.field(static=True, default=None)
+    tol: float | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        sigma = self.sigma
+        if not (sigma == "auto" or _positive(sigma)):
+            raise ValueError(
+                f"DouglasRachford(sigma={sigma!r}): sigma must be a float > 0 or "
+                "'auto'."
+            )
+        if not (_real(self.omega) and 0 < self.omega < 2):
+            raise ValueError(
+                f"DouglasRachford(omega={self.omega!r}): omega must lie in (0, 2); "
+                "1.7 is a good default."
+            )
+        if not _count(self.n_iter):
+            raise ValueError(
+                f"DouglasRachford(n_iter={self.n_iter!r}): must be an int >= 1."
+            )
+        if self.n_iter_test is not None and not _count(self.n_iter_test):
+            raise ValueError(
+                f"DouglasRachford(n_iter_test={self.n_iter_test!r}): must be an int "
+                ">= 1, or None for the same as n_iter."
+            )
+        if self.tol is not None and not _positive(self.tol):
+            raise ValueError(
+                f"DouglasRachford(tol={self.tol!r}): must be a float > 0, or None "
+                "for a fixed iteration count."
+            )
+
+    def steps(self, inference: bool) -> int:
+        """The iteration count (or cap) in training or inference mode."""
+        if inference and self.n_iter_test is not None:
+            return self.n_iter_test
+        return self.n_iter
+
+    def step_size(self, d_y) -> float:
+        """$\\sigma$ for an equilibration column scaling `d_y` of $y$ (a NumPy
+        or JAX array): `sigma` itself unless it is `"auto"`."""
+        if self.sigma != "auto":
+            return self.sigma
+        xp = np if isinstance(d_y, np.ndarray) else jnp
+        return _AUTO_SIGMA / xp.exp(xp.mean(xp.log(d_y**2)))
+
+    @staticmethod
+    def default_tol(dtype) -> float:
+        """The accuracy `result` asks of a fixed-count run (`tol=None`): 1e-5
+        in single (or lower) precision and 1e-9 in double precision."""
+        return 1e-9 if jnp.finfo(dtype).bits >= 64 else 1e-5
+
+
+def _real(x) -> bool:
+    return isinstance(x, (int, float, np.floating, np.integer)) and not isinstance(
+        x, bool
+    )
+
+
+def _positive(x) -> bool:
+    return _real(x) and x > 0
+
+
+def _count(n) -> bool:
+    return isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1
