@@ -10,6 +10,7 @@ The suites (`dc3`, `soc`, `projection`, `training_step`, `autotune`,
 - `metrics`: the metrics record (RS, CV, share of optimal instances).
 - `harness`: train (or set up), score, time and record one method.
 - `training`: the paper's backbone, Adam and the one training loop.
+- `pinet_method`: our method's projector settings, auto-tuning and record.
 - `solvers`: the per-instance solver baselines' plumbing.
 - `layers`: cvxpylayers as a projection layer.
 - `cli`: the command-line plumbing of the training suites.

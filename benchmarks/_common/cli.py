@@ -60,12 +60,21 @@ def add_train_arguments(train, methods: tuple[str, ...], default_out: pathlib.Pa
     train.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def train_overrides(args) -> dict:
-    """The hyperparameters that `--set` and `--epochs` override."""
-    config = parse_overrides(args.set)
+def train_options(args) -> dict:
+    """The keyword arguments of a suite's `train` that `add_train_arguments`
+    reads: `seed`, `overrides` (`--set` and `--epochs`), `out`, `label`,
+    `repeats` and `quiet`."""
+    overrides = parse_overrides(args.set)
     if args.epochs is not None:
-        config["epochs"] = args.epochs
-    return config
+        overrides["epochs"] = args.epochs
+    return dict(
+        seed=args.seed,
+        overrides=overrides,
+        out=args.out,
+        label=args.label,
+        repeats=args.repeats,
+        quiet=args.quiet,
+    )
 
 
 def add_report_command(sub) -> None:

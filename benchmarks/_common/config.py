@@ -130,6 +130,16 @@ class TrainingConfig(Config):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class PaperTrainingConfig(TrainingConfig):
+    """The paper's optimiser for Pinet (App. B.2), which the DC3 baselines share:
+    batches of 2048, Adam at 1e-2 at a constant rate, 50 epochs."""
+
+    epochs: int = 50
+    batch_size: int = 2048
+    lr: float = 1e-2
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class SolverConfig(Config):
     """How the harness times and scores a solver that solves one instance at a
     time (see `timing.InferenceTiming`).

@@ -4,7 +4,7 @@ Every network method trains the same backbone, an MLP with two hidden layers of
 200 ReLU units, with Adam on a self-supervised loss, shuffling the training
 contexts each epoch with `np.random.default_rng(seed)` (or drawing a fresh batch
 each epoch). `train_loop` runs that schedule, times the first step, validates
-and stops on the time budget for all of them; `fit_network` (jitted steps) and
+and stops on the time budget for all of them; `fit_model` (jitted steps) and
 `fit_eager` (a layer that cannot be jitted) wrap it with an Adam step.
 """
 
@@ -161,17 +161,20 @@ def train_loop(
     return state, epochs_done, stopped
 
 
-def fit_network(
+def fit_model(
     model,
     data,
     config: TrainingConfig,
     seed: int,
     run: Run,
     loss: Callable,
-    predict: Callable,
+    apply: Callable,
+    apply_single: Callable | None = None,
+    *,
+    info: dict | None = None,
     filter_spec=None,
-):
-    """Train `model` with jitted minibatch Adam steps (`train_loop`).
+) -> Trained:
+    """Train an Equinox model with jitted minibatch Adam steps (`train_loop`).
 
     **Arguments:**
 
@@ -180,11 +183,24 @@ def fit_network(
     - `seed`: seeds the shuffling.
     - `run`: the `Run` that times, shows progress and records curves.
     - `loss`: `loss(model, X) -> scalar`, on a batch of contexts.
-    - `predict`: `predict(model, X) -> Y` in inference mode, for validation.
-    - `filter_spec`: what to train (default `pinet_eqx.trainable_filter(model)`).
+    - `apply`: `apply(model, X) -> Y` on a batch of contexts (JAX arrays), in
+        inference mode; it also makes the validation predictions.
+    - `apply_single`: `apply_single(model, x) -> y` for one context (default:
+        `apply` on a batch of one).
+    - `info`: recorded in `Trained.info`.
+    - `filter_spec`: what to train (default `pinet_eqx.trainable_filter(model)`,
+        which leaves a projector's frozen data alone).
 
-    **Returns:** the trained model.
+    **Returns:** a `Trained` in inference mode whose predictors take NumPy
+    contexts and are jitted with the model as an argument, not a closed-over
+    constant, so that its arrays are not folded into the compiled program.
     """
+    dtype = jnp.result_type(float)
+    batch_predict = eqx.filter_jit(apply)
+
+    def predict(model, X):
+        return batch_predict(model, jnp.asarray(X, dtype))
+
     schedule = plan(data, config)
     spec = pe.trainable_filter(model) if filter_spec is None else filter_spec
     params, static = eqx.partition(model, spec)
@@ -206,45 +222,7 @@ def fit_network(
     rng = np.random.default_rng(seed)
     state = (params, optim.init(params))
     (params, _), _, _ = train_loop(state, step, data, config, rng, run, predictor)
-    return eqx.combine(params, static)
-
-
-def fit_model(
-    model,
-    data,
-    config: TrainingConfig,
-    seed: int,
-    run: Run,
-    loss: Callable,
-    apply: Callable,
-    apply_single: Callable | None = None,
-    *,
-    info: dict | None = None,
-    filter_spec=None,
-) -> Trained:
-    """Train an Equinox model with `fit_network` and return it as a `Trained`.
-
-    **Arguments:**
-
-    - `model`, `data`, `config`, `seed`, `run`, `loss`, `filter_spec`: as for
-        `fit_network`.
-    - `apply`: `apply(model, X) -> Y` on a batch of contexts (JAX arrays).
-    - `apply_single`: `apply_single(model, x) -> y` for one context (default:
-        `apply` on a batch of one).
-    - `info`: recorded in `Trained.info`.
-
-    **Returns:** a `Trained` in inference mode whose predictors take NumPy
-    contexts and are jitted with the model as an argument, not a closed-over
-    constant, so that its arrays are not folded into the compiled program.
-    """
-    dtype = jnp.result_type(float)
-    batch_predict = eqx.filter_jit(apply)
-
-    def predict(model, X):
-        return batch_predict(model, jnp.asarray(X, dtype))
-
-    net = fit_network(model, data, config, seed, run, loss, predict, filter_spec)
-    model = eqx.nn.inference_mode(net)
+    model = eqx.nn.inference_mode(eqx.combine(params, static))
     single = None
     if apply_single is not None:
         single_predict = eqx.filter_jit(apply_single)
@@ -258,24 +236,6 @@ def fit_model(
         info={} if info is None else info,
         model=model,
     )
-
-
-def tune_projector(projector: pe.Projector, B, n_var: int, seed: int):
-    """`pinet_eqx.autotune` as in the paper's App. H.2: on the right-hand sides
-    `B` (validation contexts) with standard-normal points drawn from `seed`."""
-    dtype = jnp.result_type(float)
-    B = jnp.asarray(B, dtype)
-    Y = jax.random.normal(jax.random.key(seed), (B.shape[0], n_var), dtype)
-    return pe.autotune(projector, Y, {"b": B})
-
-
-def projector_info(projector: pe.Projector) -> dict:
-    """The projector's settings in use, for the record."""
-    return {
-        "sigma_used": float(projector.sigma),
-        "n_iter_used": int(projector.n_iter),
-        "n_iter_test_used": int(projector.n_iter_test),
-    }
 
 
 def fit_eager(

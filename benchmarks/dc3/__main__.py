@@ -98,22 +98,17 @@ def main(argv=None) -> int:
     elif args.command == "train":
         from ._train import train
 
-        config = cli.train_overrides(args)
+        options = cli.train_options(args)
         if args.autotune:
-            config["autotune"] = True
+            options["overrides"]["autotune"] = True
         with cli.config_errors(parser):
             train(
                 args.problem,
                 args.size,
                 args.method,
-                seed=args.seed,
-                overrides=config,
-                out=args.out,
-                label=args.label,
                 data_seed=args.data_seed,
-                repeats=args.repeats,
                 instances=args.instances,
-                quiet=args.quiet,
+                **options,
             )
     elif args.command == "report":
         from ._report import report

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._common.config import TrainingConfig
+from .._common.config import PaperTrainingConfig
 from .._common.harness import Run, Trained
 from .._common.layers import SOLVE_METHOD, projection_layer
 from .._common.training import backbone, fit_eager
@@ -31,19 +31,17 @@ MAX_N_VAR = 200  # beyond this, one epoch takes hours on a CPU
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(TrainingConfig):
+class Config(PaperTrainingConfig):
     """The hyperparameters of the cvxpylayers baseline.
 
-    25 epochs is the paper's budget for this baseline; batch size and learning
-    rate are the paper's Pinet configuration (as for the reference method).
+    25 epochs is the paper's budget for this baseline; the optimiser is the
+    paper's Pinet configuration (as for the reference method).
     `max_time_s` (seconds of training time, `None` for no limit) stops it after the
     step that reaches it. `solve_method` is diffcp's cone solver.
     `timing_repeats` caps the timed batch inferences (each takes tens of seconds).
     """
 
     epochs: int = 25
-    batch_size: int = 2048
-    lr: float = 1e-2
     solve_method: str = SOLVE_METHOD
     timing_repeats: int = 3
 

@@ -19,7 +19,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._common.config import TrainingConfig
+from .._common.config import PaperTrainingConfig
 from .._common.harness import Run, Trained
 from .._common.training import backbone, fit_model
 from ._data import Dataset
@@ -28,19 +28,17 @@ _TOL = 1e-3  # the paper's OSQP tolerance for this baseline
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(TrainingConfig):
+class Config(PaperTrainingConfig):
     """The hyperparameters of the JAXopt baseline.
 
-    Batch size and learning rate are the paper's Pinet configuration (as for the
-    reference method); the paper trains this baseline for 12 epochs only, "in the
+    The optimiser is the paper's Pinet configuration (as for the reference
+    method), but the paper trains this baseline for 12 epochs only, "in the
     interest of training time". `max_time_s` (seconds of training time, `None` for
     no limit) stops it after the epoch that reaches it, which matters on a CPU.
     `tol` is OSQP's tolerance and `maxiter` its iteration cap (jaxopt's default).
     """
 
     epochs: int = 12
-    batch_size: int = 2048
-    lr: float = 1e-2
     tol: float = _TOL
     maxiter: int = 4000
 

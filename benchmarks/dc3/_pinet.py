@@ -24,39 +24,27 @@ import jax.numpy as jnp
 
 import pinet_eqx as pe
 
-from .._common.config import TrainingConfig
+from .._common import pinet_method
 from .._common.harness import Run, Trained
-from .._common.problems import PAPER_N_ITER, PAPER_OMEGA, PAPER_SIGMA
-from .._common.training import (
-    backbone,
-    fit_model,
-    projector_info,
-    tune_projector,
-)
+from .._common.problems import PAPER_SIGMA
+from .._common.training import backbone, fit_model
 from ._data import Dataset
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(TrainingConfig):
-    """Our method's hyperparameters (see the module docstring).
+class Config(pinet_method.PinetConfig):
+    """Our method's hyperparameters (see the module docstring): the projector's
+    (`PinetConfig`; `bwd_max_steps=None` is the exact active-set solve here, the
+    paper's was 25 BiCGStab steps), the refinement, the inequality margin and
+    the optimiser.
 
     `library_defaults=True` builds `pe.Projector(constraints)` with every library
     default (sigma, iterations, adjoint, refinement, no margin, no autotuning);
     the projector settings here are then ignored.
     """
 
-    sigma: float | Literal["auto"] = "auto"
-    omega: float = PAPER_OMEGA
-    n_iter: int = PAPER_N_ITER
-    n_iter_test: int = 100
-    # Step limit of the implicit backward solve (the paper's 25 BiCGStab steps);
-    # None: the adjoint's default, an exact active-set solve here.
-    bwd_max_steps: int | None = None
-    equilibrate: bool = True
     refine: bool | Literal["auto"] = True
     ineq_margin: float = 0.0
-    autotune: bool = False
-    autotune_points: int = 150
     epochs: int = 50
     batch_size: int = 256
     lr: float = 1e-2
@@ -88,12 +76,7 @@ def make_projector(data: Dataset, config: Config) -> pe.Projector:
             pe.Equality(P.A, pe.Parameter("b")),
             pe.AffineInequality(P.G, upper=P.h - config.ineq_margin),
         ],
-        sigma=config.sigma,
-        omega=config.omega,
-        n_iter=config.n_iter,
-        n_iter_test=config.n_iter_test,
-        adjoint=pe.ImplicitAdjoint(max_steps=config.bwd_max_steps),
-        equilibrate=config.equilibrate,
+        **pinet_method.projector_settings(config),
         refine=config.refine,
     )
 
@@ -101,7 +84,7 @@ def make_projector(data: Dataset, config: Config) -> pe.Projector:
 def tune(projector: pe.Projector, data: Dataset, config: Config, seed: int):
     """Run `pinet_eqx.autotune` as in App. H.2: validation contexts, normal points."""
     B = data.X_valid[: config.autotune_points]
-    return tune_projector(projector, B, data.problem.n_var, seed)
+    return pinet_method.tune_projector(projector, B, data.problem.n_var, seed)
 
 
 def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
@@ -117,7 +100,7 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
             n_iter_test=max(result.n_iter, config.n_iter_test)
         )
         info.update(autotune_s=result.seconds, sigma=result.sigma, n_iter=result.n_iter)
-    info.update(projector_info(projector))
+    info.update(pinet_method.projector_info(projector))
     net = pe.HardConstrainedNet(
         backbone(data.problem.n_eq, data.problem.n_var, seed, dtype), projector
     )

@@ -17,7 +17,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._common.config import TrainingConfig
+from .._common.config import PaperTrainingConfig
 from .._common.harness import Run, Trained
 from .._common.problems import (
     PAPER_N_ITER,
@@ -31,8 +31,9 @@ from ._data import Dataset
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(TrainingConfig):
-    """The reference's projection settings and the shared optimiser's."""
+class Config(PaperTrainingConfig):
+    """The reference's projection settings (the paper's) and the paper's
+    optimiser."""
 
     sigma: float = 1.0
     omega: float = PAPER_OMEGA
@@ -40,9 +41,6 @@ class Config(TrainingConfig):
     n_iter_test: int = PAPER_N_ITER
     n_iter_bwd: int = PAPER_N_ITER_BWD
     equilibrate: bool = True
-    epochs: int = 50
-    batch_size: int = 2048
-    lr: float = 1e-2
 
 
 def default_config(data: Dataset) -> Config:

@@ -13,15 +13,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import pinet_eqx as pe
 
 from .._common.harness import Run, Trained
-from .._common.training import backbone, fit_network
+from .._common.training import backbone, fit_model
 from . import _pinet
 from ._data import Dataset
 
@@ -56,7 +54,8 @@ def penalty(data: Dataset, dtype):
 
 
 def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
-    """Train the bare backbone on the penalised loss, then add the projection."""
+    """Train the backbone on the penalised loss; the projection joins at
+    inference (and in the validation curves, which show the deployed model)."""
     dtype = jnp.result_type(float)
     P = data.problem
     projector = _pinet.make_projector(data, config)
@@ -71,35 +70,19 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     violation = jax.vmap(penalty(data, dtype))
     weight = config.penalty
 
-    def loss(model, X):
-        Y = jax.vmap(model)(X)
+    def loss(net, X):
+        # The bare backbone: no projection in training.
+        Y = jax.vmap(net.backbone)(X)
         return jnp.mean(objective(Y) + weight * violation(Y, X))
 
-    projected = eqx.filter_jit(lambda net, X: jax.vmap(lambda x: net(x, b=x))(X))
-    net = pe.HardConstrainedNet(backbone(P.n_eq, P.n_var, seed, dtype), projector)
-    net = eqx.nn.inference_mode(net)
-
-    def predict(mlp, X):
-        # Validation curves show the deployed model: backbone, then projection.
-        return projected(
-            eqx.tree_at(lambda n: n.backbone, net, mlp), jnp.asarray(X, dtype)
-        )
-
-    mlp = fit_network(
-        net.backbone,
+    # Only the backbone trains: the projector's data are frozen.
+    return fit_model(
+        pe.HardConstrainedNet(backbone(P.n_eq, P.n_var, seed, dtype), projector),
         data,
         config,
         seed,
         run,
         loss,
-        predict,
-        filter_spec=eqx.is_inexact_array,
-    )
-    model = eqx.tree_at(lambda n: n.backbone, net, mlp)
-    return Trained(
-        predict=lambda X: projected(model, jnp.asarray(X, dtype)),
-        predict_single=lambda x: projected(
-            model, jnp.asarray(np.asarray(x), dtype)[None]
-        ),
+        lambda net, X: jax.vmap(lambda x: net(x, b=x))(X),
         info=info,
     )

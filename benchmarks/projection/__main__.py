@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 
-from . import _dc3, _families
+from . import _dc3, _families, _measure
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,9 +80,41 @@ def main(argv=None) -> None:
             args.sigma = _families.SIGMA[args.family]
         suite = _families
     if args.worker:
-        suite.worker(args)
+        _worker(suite, args)
     else:
-        suite.run(args, argv)
+        _run(suite, args, argv)
+
+
+def _worker(suite, args) -> None:
+    """Measure every size in one precision; the results go to `args.json` after
+    each size, so that a crash keeps the sizes done."""
+    _measure.worker_setup(args)
+    results = []
+    for size in args.sizes:
+        results.append(suite.measure(size, args))
+        with open(args.json, "w") as f:
+            json.dump(results, f)
+
+
+def _run(suite, args, argv) -> None:
+    """Measure in one worker process per precision (`jax_enable_x64` is global),
+    then print the tables and write them to `benchmarks/RESULTS.md`."""
+    command, provenance = _measure.start(argv)
+    worker_args = ["--family", args.family, "--repeats", str(args.repeats)]
+    worker_args += ["--repeats-large-f64", str(args.repeats_large_f64)]
+    if args.batch:
+        worker_args += ["--batch", str(args.batch)]
+    if args.sigma is not None:
+        worker_args += ["--sigma", str(args.sigma)]
+    worker_args += ["--sizes", *args.sizes]
+    results = _measure.run_workers(args.precision, worker_args, list(_dc3.SIZES))
+    head = _measure.header(command, provenance, suite.details(args, results))
+    body = head + "\n" + suite.tables(results)
+    print()
+    print(body)
+    if not args.no_write:
+        suite.write(args, body)
+        _measure.log("\nwrote benchmarks/RESULTS.md")
 
 
 if __name__ == "__main__":

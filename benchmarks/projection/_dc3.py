@@ -10,7 +10,6 @@ $\\max(\\|A y - x\\|_\\infty, \\|\\max(G y - h, 0)\\|_\\infty)$.
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
@@ -25,7 +24,6 @@ from ._measure import (
     TOLERANCE,
     backward_stats,
     fmt_t,
-    header,
     log,
     matched_adjoint,
     ms,
@@ -33,11 +31,8 @@ from ._measure import (
     ours_advancer,
     ours_forward,
     ref_advancer,
-    run_workers,
     search,
-    start,
     timed,
-    worker_setup,
     write_section,
 )
 
@@ -168,7 +163,8 @@ def _as_dict_call(fn):
     return lambda Y, P, *rest: fn(Y, P["b"], *rest)
 
 
-def _tables(results: list[dict]) -> str:
+def tables(results: list[dict]) -> str:
+    """The Markdown tables of `results`."""
     rtol, atol = results[0]["bwd_tols"]
     lines = [
         "Times in ms: median [lower quartile, upper quartile] (min–max) over the "
@@ -276,35 +272,23 @@ def _tables(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def worker(args) -> None:
-    """In a worker process: measure every size in one precision."""
-    worker_setup(args)
-    results = []
-    for size in args.sizes:
-        repeats = args.repeats
-        if size == "large" and args.precision[0] == "f64":
-            repeats = min(repeats, args.repeats_large_f64)
-        cap = 2000 if size == "small" else 1000
-        results.append(run_size(size, args.precision[0], args.batch, repeats, cap))
-        with open(args.json, "w") as f:
-            json.dump(results, f)
+def measure(size: str, args) -> dict:
+    """In a worker process: every measurement for one size in its precision."""
+    repeats = args.repeats
+    if size == "large" and args.precision[0] == "f64":
+        repeats = min(repeats, args.repeats_large_f64)
+    cap = 2000 if size == "small" else 1000
+    return run_size(size, args.precision[0], args.batch, repeats, cap)
 
 
-def run(args, argv) -> None:
-    """Measure in one worker per precision, print and write the section."""
-    command, provenance = start(argv)
-    worker_args = ["--batch", str(args.batch), "--repeats", str(args.repeats)]
-    worker_args += ["--repeats-large-f64", str(args.repeats_large_f64)]
-    results = run_workers(
-        args.precision, [*worker_args, "--sizes", *args.sizes], list(SIZES)
-    )
-    details = (
+def details(args, results: list[dict]) -> str:
+    """The data and settings, for the section's header."""
+    return (
         f"Batch {args.batch}, DC3 data `make_dc3(..., seed=17)`, y_raw ~ N(0, I) "
         f"(seed 0), ω = {OMEGA}, Ruiz equilibration (25 iterations) on both sides."
     )
-    body = header(command, provenance, details) + "\n" + _tables(results)
-    print()
-    print(body)
-    if not args.no_write:
-        write_section(SECTION, body)
-        log("\nwrote benchmarks/RESULTS.md")
+
+
+def write(args, body: str) -> None:
+    """Replace this benchmark's section of `benchmarks/RESULTS.md`."""
+    write_section(SECTION, body)

@@ -35,7 +35,6 @@ go to the section `SECTION` of `benchmarks/RESULTS.md`, one subsection per famil
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 import warnings
@@ -50,7 +49,6 @@ from ._measure import (
     TOLERANCE,
     backward_stats,
     fmt_t,
-    header,
     log,
     matched_adjoint,
     ms,
@@ -60,11 +58,8 @@ from ._measure import (
     ours_grad,
     ref_advancer,
     rel_err,
-    run_workers,
     search,
-    start,
     timed,
-    worker_setup,
     write_section,
 )
 
@@ -512,7 +507,8 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
 # ---------------------------------------------------------------- reporting
 
 
-def _tables(results: list[dict]) -> str:
+def tables(results: list[dict]) -> str:
+    """The Markdown tables of `results`."""
     rtol, atol = results[0]["bwd_tols"]
     sigma = results[0]["sigma"]
     lines = [
@@ -661,44 +657,31 @@ HEADINGS = {
 }
 
 
-def worker(args) -> None:
-    """In a worker process: measure every size of `args.family` in one precision."""
-    worker_setup(args)
+def measure(size: str, args) -> dict:
+    """In a worker process: every measurement of `args.family` for one size in
+    its precision."""
     cls = SocFamily if args.family == "soc" else AxFamily
-    results = []
-    for size in args.sizes:
-        batch = args.batch or FAMILIES[args.family][size][1]
-        repeats = args.repeats
-        if size == "large":
-            repeats = min(repeats, args.repeats_large_f64)
-        cap = 2000 if size == "small" else 1000
-        fam = cls(size, batch)
-        results.append(_run(fam, args.precision[0], repeats, cap, args.sigma))
-        with open(args.json, "w") as f:
-            json.dump(results, f)
+    fam = cls(size, args.batch or FAMILIES[args.family][size][1])
+    repeats = args.repeats
+    if size == "large":
+        repeats = min(repeats, args.repeats_large_f64)
+    cap = 2000 if size == "small" else 1000
+    return _run(fam, args.precision[0], repeats, cap, args.sigma)
 
 
-def run(args, argv) -> None:
-    """Measure in one worker per precision, print and write the subsection."""
-    command, provenance = start(argv)
-    worker_args = ["--family", args.family, "--repeats", str(args.repeats)]
-    worker_args += ["--repeats-large-f64", str(args.repeats_large_f64)]
-    worker_args += ["--sigma", str(args.sigma), "--sizes", *args.sizes]
-    if args.batch:
-        worker_args += ["--batch", str(args.batch)]
-    results = run_workers(args.precision, worker_args, args.sizes)
+def details(args, results: list[dict]) -> str:
+    """The data and settings, for the subsection's header."""
     dims = "; ".join(
         f"{r['size']}: {r['dims']}, batch {r['batch']}"
         for r in results
         if r["precision"] == results[0]["precision"]
     )
-    details = (
+    return (
         f"Sizes: {dims}. Data seed {DATA_SEED}, y_raw ~ N(0, I) (seed 0), "
         f"ω = {OMEGA} everywhere."
     )
-    body = header(command, provenance, details) + "\n" + _tables(results)
-    print()
-    print(body)
-    if not args.no_write:
-        write_section(SECTION, body, SECTION_INTRO, HEADINGS[args.family])
-        log("\nwrote benchmarks/RESULTS.md")
+
+
+def write(args, body: str) -> None:
+    """Replace this family's subsection of `benchmarks/RESULTS.md`."""
+    write_section(SECTION, body, SECTION_INTRO, HEADINGS[args.family])

@@ -47,13 +47,8 @@ def main(argv=None) -> int:
             train(
                 args.size,
                 args.method,
-                seed=args.seed,
-                overrides=cli.train_overrides(args),
-                out=args.out,
-                label=args.label,
                 data_seed=args.data_seed,
-                repeats=args.repeats,
-                quiet=args.quiet,
+                **cli.train_options(args),
             )
     elif args.command == "report":
         from ._report import report

@@ -1,6 +1,6 @@
 r"""Our method: an MLP followed by `pinet_eqx.Projector`, trained end to end.
 
-The backbone is the DC3 suite's (two hidden layers of 200 ReLU units) on the
+The backbone is the shared one (two hidden layers of 200 ReLU units) on the
 context $x = (b, c)$. The projector (`benchmarks._common.problems.soc_projector`) maps
 its output onto $\{y : [A\ I]\, y = b,\ \|y_{2,:-1}\| \le y_{2,-1}\}$, with
 $b$ as the `Parameter` `"b"`. The loss is the objective $c^\top y_1$, averaged
@@ -49,43 +49,34 @@ import jax.numpy as jnp
 
 import pinet_eqx as pe
 
-from .._common.config import TrainingConfig
+from .._common import pinet_method
 from .._common.harness import Run, Trained
-from .._common.problems import PAPER_OMEGA, soc_projector
-from .._common.training import (
-    backbone,
-    fit_model,
-    projector_info,
-    tune_projector,
-)
+from .._common.problems import soc_projector
+from .._common.training import backbone, fit_model
 from ._data import SocData
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(TrainingConfig):
+class Config(pinet_method.PinetConfig):
     """Our configuration (see the module docstring); the defaults are the small
     size's."""
 
     # 1/32 of sigma="auto" (0.095 small, 0.0217 large), see above.
     sigma: float | Literal["auto"] = 0.003
-    omega: float = PAPER_OMEGA
     # Small: stop each instance at violation and fixed-point residual 1e-4
     # (the float32 floor here is about 4e-5), within these caps. Large: a
     # fixed count, to fit a 20-minute training budget on a CPU.
     n_iter: int = 1000
     n_iter_test: int = 2000
     # Step limit of the implicit backward solve (BiCGStab on the fixed point).
-    bwd_max_steps: int = 50
+    bwd_max_steps: int | None = 50
     tol: float | None = 1e-4
-    equilibrate: bool = True
     # mu in the loss c^T y_1 + mu ||y_raw - y||^2 (0: the objective alone);
     # with residual_stop_gradient, y is a constant in the penalty's gradient.
     residual_weight: float = 0.0
     residual_stop_gradient: bool = True
     # Only the distance beyond this margin is penalised.
     residual_margin: float = 0.0
-    autotune: bool = False
-    autotune_points: int = 150
     epochs: int = 1000
     batch_size: int = 128
     lr: float = 1e-2
@@ -113,13 +104,8 @@ def make_projector(data: SocData, config: Config) -> pe.Projector:
     return soc_projector(
         data.E,
         data.d1,
-        sigma=config.sigma,
-        omega=config.omega,
-        n_iter=config.n_iter,
-        n_iter_test=config.n_iter_test,
-        adjoint=pe.ImplicitAdjoint(max_steps=config.bwd_max_steps),
+        **pinet_method.projector_settings(config),
         tol=config.tol,
-        equilibrate=config.equilibrate,
     )
 
 
@@ -173,13 +159,13 @@ def fit(data: SocData, config: Config, seed: int, run: Run) -> Trained:
     info["setup_s"] = time.perf_counter() - start
     if config.autotune:
         B = data.X_valid[: config.autotune_points, :d2]
-        result = tune_projector(projector, B, d1 + d2, seed)
+        result = pinet_method.tune_projector(projector, B, d1 + d2, seed)
         projector = result.projector.with_settings(
             n_iter=max(result.n_iter, config.n_iter),
             n_iter_test=max(result.n_iter, config.n_iter_test),
         )
         info.update(autotune_s=result.seconds, sigma=result.sigma, n_iter=result.n_iter)
-    info.update(projector_info(projector))
+    info.update(pinet_method.projector_info(projector))
     net = pe.HardConstrainedNet(backbone(d1 + d2, d1 + d2, seed, dtype), projector)
     trained = fit_model(
         net,

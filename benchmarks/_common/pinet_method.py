@@ -1,0 +1,71 @@
+"""The pieces of our method (`pinet_eqx.HardConstrainedNet`) that every suite
+configures the same way: the projector's settings, auto-tuning and the record of
+the settings in use."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+
+import pinet_eqx as pe
+
+from .config import TrainingConfig
+from .problems import PAPER_N_ITER, PAPER_OMEGA
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PinetConfig(TrainingConfig):
+    """The projector's hyperparameters, on top of the training loop's.
+
+    **Fields:**
+
+    - `sigma`, `omega`: Douglas-Rachford's step and relaxation.
+    - `n_iter`, `n_iter_test`: its iterations in training and at inference.
+    - `bwd_max_steps`: the step limit of the implicit backward solve (`None`:
+        the adjoint's default).
+    - `equilibrate`: Ruiz equilibration.
+    - `autotune`, `autotune_points`: run `pinet_eqx.autotune` first, on this
+        many validation contexts.
+    """
+
+    sigma: float | Literal["auto"] = "auto"
+    omega: float = PAPER_OMEGA
+    n_iter: int = PAPER_N_ITER
+    n_iter_test: int = 100
+    bwd_max_steps: int | None = None
+    equilibrate: bool = True
+    autotune: bool = False
+    autotune_points: int = 150
+
+
+def projector_settings(config: PinetConfig) -> dict:
+    """The keyword arguments of `pe.Projector` for `config`."""
+    return dict(
+        sigma=config.sigma,
+        omega=config.omega,
+        n_iter=config.n_iter,
+        n_iter_test=config.n_iter_test,
+        adjoint=pe.ImplicitAdjoint(max_steps=config.bwd_max_steps),
+        equilibrate=config.equilibrate,
+    )
+
+
+def tune_projector(projector: pe.Projector, B, n_var: int, seed: int):
+    """`pinet_eqx.autotune` as in the paper's App. H.2: on the right-hand sides
+    `B` (validation contexts) with standard-normal points drawn from `seed`."""
+    dtype = jnp.result_type(float)
+    B = jnp.asarray(B, dtype)
+    Y = jax.random.normal(jax.random.key(seed), (B.shape[0], n_var), dtype)
+    return pe.autotune(projector, Y, {"b": B})
+
+
+def projector_info(projector: pe.Projector) -> dict:
+    """The projector's settings in use, for the record."""
+    return {
+        "sigma_used": float(projector.sigma),
+        "n_iter_used": int(projector.n_iter),
+        "n_iter_test_used": int(projector.n_iter_test),
+    }
