@@ -25,10 +25,11 @@ minimum and maximum of `--repeats` calls, each ended by `block_until_ready`.
 **Raw inputs.** A trained network outputs points near the optimum, which lies on
 the boundary of the polytope, so some inequalities are violated and must be
 projected back. We take $Y = A^+ x + 0.5\,N(0, I)$: $A^+ x$ is the DC3 generator's
-strictly feasible point, and the noise makes about 12-17% of the inequalities
-violated before projection, so a few (small) to about twenty (large) end up
-active. $Y$, $X$ and $V$ are rounded to float32 once, so the float32 and float64
-runs see the same numbers and share one ground truth.
+strictly feasible point, and the noise leaves some of the inequalities
+violated before projection, so that some end up active (their count is in the
+record, `ground_truth.active_rows_mean`). $Y$, $X$ and $V$ are rounded to
+float32 once, so the float32 and float64 runs see the same numbers and share one
+ground truth.
 
 **Ground truth.** For the first `--n-grad-check` instances, the exact projection
 is found in float64 NumPy, independently of both libraries, by a primal-dual
@@ -665,7 +666,9 @@ def main(argv: list[str] | None = None) -> dict:
         "ground_truth": {},
         "results": [],
     }
-    _log(f"{command}\n{record['machine']['device_kind']}, jax {jax.__version__}")
+    _log(
+        f"{command}\n{record['machine']['device_kind']}, jax {record['machine']['jax']}"
+    )
     for size in sizes:
         if args.instances is not None and size != "small":
             _log(f"--instances holds the small problem; {size} is generated.")

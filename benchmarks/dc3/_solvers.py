@@ -9,8 +9,7 @@ Two equivalent formulations are available:
 
 - `"full"`: the variables $y$ and the constraints as written; the Hessian of the
     Lagrangian is the diagonal $Q - \mathrm{diag}(p \odot \sin y)$, and IPOPT
-    factorises a KKT system with the dense $A$ and $G$ (about 8 s of CPU per
-    instance on the 1000/500/500 problem, 30 ms on the 100/50/50 one).
+    factorises a KKT system with the dense $A$ and $G$.
 - `"slack"`: when $G$ has as many rows as the null space of $A$ has dimensions
     (as in every DC3 problem) and $K = [A; G]$ is invertible, the inequality values
     $w = G y$ are the variables: $y = K^{-1} [x; w]$ is an affine bijection between
@@ -18,8 +17,8 @@ Two equivalent formulations are available:
     constraints hold by construction and the inequalities become the bounds
     $w \le h$, which IPOPT keeps strictly (it never needs slack variables or a
     constraint Jacobian). The NLP and its local minima are the same; only IPOPT's
-    linear algebra shrinks to a dense system of size $n_{ineq}$ (about 0.6 s of
-    CPU per instance on the large problem, 12 ms on the small one). Its dense
+    linear algebra shrinks to a dense system of size $n_{ineq}$, which is much
+    faster on the large problem. Its dense
     Hessian $B^\top D B$, with $B = K^{-1}[0; I]$ and
     $D = \mathrm{diag}(q - p \odot \sin y)$, is computed by two symmetric rank-k
     updates in a casadi callback.
@@ -38,6 +37,8 @@ import scipy.linalg
 
 from pinet_eqx.problems import DC3Problem, solve_dc3_convex
 
+# Per large (1000/500/500) instance on a 2-core CPU, "full" took about 8 s and
+# "slack" about 0.6 s (30 and 12 ms on the small problem).
 FORMULATIONS = ("auto", "full", "slack")
 _CASADI_MISSING = (
     "The non-convex DC3 solver needs the optional dependency `casadi` (it ships "
@@ -67,9 +68,11 @@ def _hessian_callback(casadi, B: np.ndarray, C: np.ndarray, q, p):
 
     With $y = B w + C x$ it returns the upper triangle of
     $\\sigma B^\\top \\mathrm{diag}(q - p \\odot \\sin y) B$ ($\\sigma$ is IPOPT's
-    objective factor; there are no constraint rows). casadi differentiating the
-    dense products itself costs ten times more (measured: 4.8 s per large solve).
+    objective factor; there are no constraint rows), faster than casadi
+    differentiating the dense products itself.
     """
+    # Measured on a 2-core CPU: casadi's own Hessian took 4.8 s per large solve,
+    # ten times this callback's.
     from scipy.linalg.blas import dsyrk
 
     k, m = B.shape[1], C.shape[1]

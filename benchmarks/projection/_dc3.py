@@ -17,24 +17,8 @@ import numpy as np
 from pinet_eqx.problems import dc3_violation
 
 from .._common.problems import PAPER_SIGMA
-from ._measure import (
-    N_ITER,
-    N_ITER_BWD,
-    OMEGA,
-    TOLERANCE,
-    backward_stats,
-    fmt_t,
-    log,
-    matched_adjoint,
-    ms,
-    n_steps,
-    ours_advancer,
-    ours_forward,
-    ref_advancer,
-    search,
-    timed,
-    write_section,
-)
+from . import _measure
+from ._measure import N_ITER, N_ITER_BWD, OMEGA, TOLERANCE
 
 SIZES = {
     # name: (n_var, n_eq, n_ineq, sigma), sigma from the paper's tuned configs.
@@ -70,14 +54,14 @@ def run_size(size: str, precision: str, batch: int, repeats: int, search_cap: in
     res = dict(size=size, precision=precision, batch=batch, tolerance=tol, sigma=sigma)
     tag = f"[{size} {precision}]"
 
-    log(f"{tag} building projectors (host set-up, equilibration)")
+    _measure.log(f"{tag} building projectors (host set-up, equilibration)")
     t0 = time.perf_counter()
     proj = pe.Projector(
         [pe.Equality(A, pe.Parameter("b")), pe.AffineInequality(G, upper=h)],
         sigma=sigma,
         omega=OMEGA,
         n_iter=N_ITER,
-        adjoint=matched_adjoint(pe),
+        adjoint=_measure.matched_adjoint(pe),
     )
     setup_ours = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -87,42 +71,49 @@ def run_size(size: str, precision: str, batch: int, repeats: int, search_cap: in
     res["bwd_tols"] = (proj.adjoint.rtol, proj.adjoint.atol or 0.0)
 
     # a) Fixed iteration count.
-    log(f"{tag} a) forward, n_iter={N_ITER}, {repeats} interleaved repeats")
-    fo, fr = ours_forward(proj), ref.make_forward(N_ITER)
-    t = timed({"ours": (fo, (Yj, Pj)), "ref": (fr, (Yj, Xj))}, repeats)
+    _measure.log(f"{tag} a) forward, n_iter={N_ITER}, {repeats} interleaved repeats")
+    fo, fr = _measure.ours_forward(proj), ref.make_forward(N_ITER)
+    t = _measure.timed({"ours": (fo, (Yj, Pj)), "ref": (fr, (Yj, Xj))}, repeats)
     t["cv_ours"], t["cv_ref"] = cv(fo(Yj, Pj)), cv(fr(Yj, Xj))
     res["fixed"] = t
-    log(
-        f"{tag}    ours {ms(t['ours']):.1f} ms (CV {t['cv_ours']:.1e}), "
-        f"ref {ms(t['ref']):.1f} ms (CV {t['cv_ref']:.1e}), load {t['load']:.2f}"
+    _measure.log(
+        f"{tag}    ours {_measure.ms(t['ours']):.1f} ms (CV {t['cv_ours']:.1e}), "
+        f"ref {_measure.ms(t['ref']):.1f} ms (CV {t['cv_ref']:.1e}), "
+        f"load {t['load']:.2f}"
     )
 
     # b) Time to tolerance. First the smallest fixed counts, by resuming runs.
-    log(f"{tag} b) searching the smallest n_iter with CV <= {tol:g}")
-    advance_ref = ref_advancer(ref, Yj, Xj)
-    search_ref = search(advance_ref, ref.initial_state(Yj, Xj), cv, tol, search_cap)
-    log(f"{tag}    reference: {search_ref}")
-    search_ours = search(ours_advancer(proj, Yj, Pj), None, cv, tol, search_cap)
-    log(f"{tag}    ours (fixed): {search_ours}")
+    _measure.log(f"{tag} b) searching the smallest n_iter with CV <= {tol:g}")
+    advance_ref = _measure.ref_advancer(ref, Yj, Xj)
+    search_ref = _measure.search(
+        advance_ref, ref.initial_state(Yj, Xj), cv, tol, search_cap
+    )
+    _measure.log(f"{tag}    reference: {search_ref}")
+    search_ours = _measure.search(
+        _measure.ours_advancer(proj, Yj, Pj), None, cv, tol, search_cap
+    )
+    _measure.log(f"{tag}    ours (fixed): {search_ours}")
 
     # The tol-stopping version, capped well above what the fixed search needed.
     cap = search_cap
     if search_ours["reached"]:
         cap = max(200, 4 * search_ours["n_iter"])
     p_tol = proj.with_settings(tol=tol, n_iter=cap)
-    f_tol = ours_forward(p_tol)
-    steps = np.asarray(n_steps(p_tol, Yj, Pj))
+    f_tol = _measure.ours_forward(p_tol)
+    steps = np.asarray(_measure.n_steps(p_tol, Yj, Pj))
     tolres = dict(cap=cap, steps_max=int(steps.max()), steps_mean=float(steps.mean()))
 
     calls = {"ours_tol": (f_tol, (Yj, Pj))}
     if search_ours["reached"]:
-        f_ours_k = ours_forward(proj.with_settings(n_iter=search_ours["n_iter"]))
+        f_ours_k = _measure.ours_forward(
+            proj.with_settings(n_iter=search_ours["n_iter"])
+        )
         calls["ours_fixed"] = (f_ours_k, (Yj, Pj))
     if search_ref["reached"]:
         f_ref_k = ref.make_forward(search_ref["n_iter"])
         calls["ref"] = (f_ref_k, (Yj, Xj))
-    log(f"{tag}    timing {', '.join(calls)}, {repeats} interleaved repeats")
-    t = timed(calls, repeats)
+    _measure.log(f"{tag}    timing {', '.join(calls)}, {repeats} interleaved repeats")
+    t = _measure.timed(calls, repeats)
     t["search_ref"], t["search_ours"], t["ours_tol_info"] = (
         search_ref,
         search_ours,
@@ -136,21 +127,22 @@ def run_size(size: str, precision: str, batch: int, repeats: int, search_cap: in
     if "ref" in calls:
         search_ref["cv_timed"] = cv(f_ref_k(Yj, Xj))
     res["tol"] = t
-    log(
+    _measure.log(
         f"{tag}    "
-        + ", ".join(f"{k} {ms(t[k]):.1f} ms" for k in calls)
+        + ", ".join(f"{k} {_measure.ms(t[k]):.1f} ms" for k in calls)
         + f"; ours tol steps max {tolres['steps_max']}, CV {tolres['cv']:.1e}"
     )
 
     # c) Forward plus implicit VJP.
-    log(f"{tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
+    _measure.log(f"{tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
     gr = ref.make_vjp(N_ITER, N_ITER_BWD)
     ref_grad = _as_dict_call(gr)
-    t, _, _ = backward_stats(proj, ref_grad, (Yj, Pj, Vj), repeats)
+    t, _, _ = _measure.backward_stats(proj, ref_grad, (Yj, Pj, Vj), repeats)
     res["bwd"] = t
-    log(
-        f"{tag}    ours {ms(t['ours']):.1f} ms, ref {ms(t['ref']):.1f} "
-        f"ms, ours backward converged: {t['bwd_converged']}, gradient errors "
+    _measure.log(
+        f"{tag}    ours {_measure.ms(t['ours']):.1f} ms, "
+        f"ref {_measure.ms(t['ref']):.1f} ms, ours backward converged: "
+        f"{t['bwd_converged']}, gradient errors "
         f"ours/ref {t.get('grad_err_ours', np.nan):.1e}/"
         f"{t.get('grad_err_ref', np.nan):.1e}, load {t['load']:.2f}"
     )
@@ -161,6 +153,17 @@ def _as_dict_call(fn):
     """`fn(Y, X, ...)` of the reference as a function of `(Y, {"b": X}, ...)`,
     the arguments of ours."""
     return lambda Y, P, *rest: fn(Y, P["b"], *rest)
+
+
+def _search_cell(search: dict, stats: dict | None, tol: float, missed: str) -> str:
+    """A search's table cell: its count, time and CV (flagged above `tol`), or
+    `missed` where it did not reach the tolerance."""
+    if not search["reached"]:
+        return missed
+    flag = " (> tol)" if search["cv_timed"] > tol else ""
+    return (
+        f"{search['n_iter']}, {_measure.fmt_t(stats)}, {search['cv_timed']:.2e}{flag}"
+    )
 
 
 def tables(results: list[dict]) -> str:
@@ -182,7 +185,7 @@ def tables(results: list[dict]) -> str:
         t = r["fixed"]
         lines.append(
             f"| {r['size']} | {r['precision']} | {t['ours']['repeats']} | "
-            f"{fmt_t(t['ours'])} | {fmt_t(t['ref'])} | "
+            f"{_measure.fmt_t(t['ours'])} | {_measure.fmt_t(t['ref'])} | "
             f"{t['ref']['median'] / t['ours']['median']:.2f}x | "
             f"{t['cv_ours']:.1e} | {t['cv_ref']:.1e} | {t['load']:.1f} |"
         )
@@ -200,24 +203,22 @@ def tables(results: list[dict]) -> str:
     for r in results:
         t = r["tol"]
         sr, so, ti = t["search_ref"], t["search_ours"], t["ours_tol_info"]
-        if sr["reached"]:
-            flag = " (> tol)" if sr["cv_timed"] > r["tolerance"] else ""
-            ref_cell = f"{sr['n_iter']}, {fmt_t(t['ref'])}, {sr['cv_timed']:.2e}{flag}"
-        else:
-            ref_cell = (
-                f"not reached by n_iter {sr['n_iter']}: plateau {sr['best_cv']:.1e}"
-            )
-        if so["reached"]:
-            flag = " (> tol)" if so["cv_timed"] > r["tolerance"] else ""
-            ours_cell = (
-                f"{so['n_iter']}, {fmt_t(t['ours_fixed'])}, {so['cv_timed']:.2e}{flag}"
-            )
-        else:
-            ours_cell = f"not reached by {so['n_iter']}: best {so['best_cv']:.1e}"
+        ref_cell = _search_cell(
+            sr,
+            t.get("ref"),
+            r["tolerance"],
+            f"not reached by n_iter {sr['n_iter']}: plateau {sr['best_cv']:.1e}",
+        )
+        ours_cell = _search_cell(
+            so,
+            t.get("ours_fixed"),
+            r["tolerance"],
+            f"not reached by {so['n_iter']}: best {so['best_cv']:.1e}",
+        )
         over = " (> tol)" if ti["cv"] > r["tolerance"] else ""
         tol_cell = (
             f"{ti['steps_max']}/{ti['steps_mean']:.0f} (cap {ti['cap']}), "
-            f"{fmt_t(t['ours_tol'])}, {ti['cv']:.2e}{over}"
+            f"{_measure.fmt_t(t['ours_tol'])}, {ti['cv']:.2e}{over}"
         )
         # Only variants that actually reached the tolerance count.
         ours_ok = [t["ours_tol"]["median"]] if not over else []
@@ -250,10 +251,11 @@ def tables(results: list[dict]) -> str:
         t = r["bwd"]
         err = f"{t['grad_err_ours']:.1e} / {t['grad_err_ref']:.1e}"
         lines.append(
-            f"| {r['size']} | {r['precision']} | {fmt_t(t['ours'])} | "
-            f"{fmt_t(t['ref'])} | {t['ref']['median'] / t['ours']['median']:.2f}x | "
+            f"| {r['size']} | {r['precision']} | {_measure.fmt_t(t['ours'])} | "
+            f"{_measure.fmt_t(t['ref'])} | "
+            f"{t['ref']['median'] / t['ours']['median']:.2f}x | "
             f"{'yes' if t['bwd_converged'] else 'no'} | {err} | "
-            f"{fmt_t(t['ours_default'])}, {t['grad_err_ours_default']:.1e} | "
+            f"{_measure.fmt_t(t['ours_default'])}, {t['grad_err_ours_default']:.1e} | "
             f"{t['load']:.1f} |"
         )
     lines += [
@@ -291,4 +293,4 @@ def details(args, results: list[dict]) -> str:
 
 def write(args, body: str) -> None:
     """Replace this benchmark's section of `benchmarks/RESULTS.md`."""
-    write_section(SECTION, body)
+    _measure.write_section(SECTION, body)

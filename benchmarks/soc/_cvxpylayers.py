@@ -9,8 +9,8 @@ and differentiated by diffcp's adjoint. Training uses the shared eager loop
 (`benchmarks._common.training.fit_eager`): the same plan, fresh batches and
 validation points as ours, without jit around the layer.
 
-In the DC3 suite the layer's memory grew by hundreds of MB per step, so training
-runs under a time budget (`max_time_s`, default 300 s). On the large size a single
+In the DC3 suite the layer's memory grew with every step, so training runs under
+a time budget (`max_time_s`, default 300 s). On the large size a single
 step would take many minutes: there `epochs` defaults to 0 (the untrained MLP and
 the layer are only timed) and the batch time is extrapolated from
 `timing_batch_rows` instances.

@@ -1,41 +1,35 @@
 r"""Our method: an MLP followed by `pinet_eqx.Projector`, trained end to end.
 
 The backbone is the shared one (two hidden layers of 200 ReLU units) on the
-context $x = (b, c)$. The projector (`benchmarks._common.problems.soc_projector`) maps
-its output onto $\{y : [A\ I]\, y = b,\ \|y_{2,:-1}\| \le y_{2,-1}\}$, with
+context $x = (b, c)$. The projector (`benchmarks._common.problems.soc_projector`)
+maps its output onto $\{y : [A\ I]\, y = b,\ \|y_{2,:-1}\| \le y_{2,-1}\}$, with
 $b$ as the `Parameter` `"b"`. The loss is the objective $c^\top y_1$, averaged
 over the batch.
 
 The objective is linear, so its gradient never vanishes and the raw outputs move
-ever further from the set during training (mean norm about 60 after 1000 epochs
-on the small size, against about 7 for the feasible optima). Douglas-Rachford
-then needs a smaller $\sigma$ (the weight of $\|y - y_{raw}\|^2$) than for points
-near the set, and more iterations as training goes on. On the small size,
-`sigma="auto"` (0.095) leaves a largest violation of 3e-3 after 500 iterations,
-where $\sigma = 0.003$ reaches 4e-5 (the float32 floor at these magnitudes); but
-with a fixed 500 iterations one seed in three still drifted to violations of 2e-3
-by the end of training (`benchmarks/RESULTS.md`). Hence the defaults: $\sigma$ at
-1/32 of its automatic value (0.003 small, 0.0007 large); on the small size
-`tol=1e-4`, each instance iterating until its violation and fixed-point residual
-are at most 1e-4, capped at 1000 iterations in training and 2000 at inference;
-on the large size a fixed 200 and 500, to fit a 20-minute training budget on a
-CPU. Ruiz equilibration, 50 backward BiCGStab steps, Adam at 1e-2 with a cosine
-decay, batches of 128, 1000 epochs of one fresh batch each.
-`--set autotune=true` runs `pinet_eqx.autotune` first (on normal points, which
-are not where the trained network's outputs lie).
+ever further from the set during training. Douglas-Rachford then needs a smaller
+$\sigma$ (the weight of $\|y - y_{raw}\|^2$) than for points near the set, and
+more iterations as training goes on: `sigma="auto"` leaves violations far above
+the float32 floor where a smaller $\sigma$ does not, and with a fixed iteration
+count some seeds drift to large violations by the end of training (section
+"Second-order-cone programs" of `benchmarks/RESULTS.md`). Hence the defaults:
+$\sigma$ at 1/32 of its automatic value; on the small size `tol=1e-4`, each
+instance iterating until its violation and fixed-point residual are at most
+1e-4, capped at 1000 iterations in training and 2000 at inference; on the large
+size a fixed 200 and 500, to fit a 20-minute training budget on a CPU. Ruiz
+equilibration, 50 backward BiCGStab steps, Adam at 1e-2 with a cosine decay,
+batches of 128, 1000 epochs of one fresh batch each. `--set autotune=true` runs
+`pinet_eqx.autotune` first (on normal points, which are not where the trained
+network's outputs lie).
 
 `--set residual_weight=MU` adds $\mu \|y_{raw} - y\|^2$ to the loss (batch mean;
 `residual_stop_gradient` treats $y$ as a constant in it, `residual_margin` $m$
 penalises only $(\|y_{raw} - y\| - m)_+^2$). It keeps the raw outputs near the
-set, so that `sigma="auto"` reaches `tol=1e-4` in few iterations: on the small
-size, seed 0, a batch of 1024 takes about 0.02 s instead of 0.3 s, and 1000
-epochs train in about half the time. But it costs accuracy. For every $\mu$ from
-1e-4 to 1 (the objective is about 2.6 in absolute value) the mean RS after 1000
-epochs is 0.04 to 0.1, with 82 to 94% of the instances optimal (0.0095 and 96.8%
-after 3000 epochs), against 1.5e-3 and 99.7% without it; $\sigma = 0.003$
-instead of `"auto"`, stopping the gradient through $y$ or not, and a margin of 1,
-5 or 20 change this little; why it costs accuracy is not established. Hence
-it is off by default.
+set, so that `sigma="auto"` reaches `tol=1e-4` in few iterations and both
+training and inference are faster; but it costs accuracy for every $\mu$,
+$\sigma$, margin and gradient treatment tried ("Projection-residual penalty" in
+`benchmarks/RESULTS.md`), for reasons not established. Hence it is off by
+default.
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ is 1e-4).
     `solver.update(b=..., c=...)` and `solver.solve()`.
 
 Batches are solved in turn, each instance warm-started from the previous one's
-solution (the default of both CVXPY and SCS; it saves about 15% of SCS's
-iterations here). The single-instance time is a cold solve: the harness times one
-instance over and over, and a warm start from its own solution would time SCS
-confirming an already-solved problem (0 iterations).
+solution (the default of both CVXPY and SCS, which saves SCS iterations). The
+single-instance time is a cold solve: the harness times one instance over and
+over, and a warm start from its own solution would time SCS confirming an
+already-solved problem (0 iterations).
 
 The harness times the batch on as many rows as take about `timing_budget_s`
 seconds and scales it to 1024 rows (recorded as `batch_extrapolated_from`); see
