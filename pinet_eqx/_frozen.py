@@ -36,12 +36,16 @@ class Frozen(eqx.Module):
 def _freeze_leaf(x):
     if not eqx.is_inexact_array(x):
         return x
-    # In JAX's default precision first (float32 unless x64 is on), as `jnp.asarray`
-    # would store it, so that thawing gives back exactly what JAX would have held.
-    x = np.asarray(jnp.asarray(x))
-    if x.dtype.itemsize * 8 not in _FLOAT_OF_BITS or np.iscomplexobj(x):
+    if jnp.iscomplexobj(x) or x.dtype.itemsize * 8 not in _FLOAT_OF_BITS:
         raise TypeError(f"cannot freeze an array of dtype {x.dtype}")
-    return Frozen(jnp.asarray(x.view(f"uint{x.dtype.itemsize * 8}")))
+    if isinstance(x, (np.ndarray, np.generic)):
+        # In JAX's default precision (float32 unless x64 is on), as `jnp.asarray`
+        # would store it, so that thawing gives back what JAX would have held.
+        x = np.asarray(x, jax.dtypes.canonicalize_dtype(x.dtype))
+        return Frozen(jnp.asarray(x.view(f"uint{x.dtype.itemsize * 8}")))
+    # A JAX array (possibly traced, as under `eqx.filter_eval_shape`).
+    uint = jnp.dtype(f"uint{x.dtype.itemsize * 8}")
+    return Frozen(jax.lax.bitcast_convert_type(x, uint))
 
 
 def freeze(tree: PyTree) -> PyTree:

@@ -116,6 +116,7 @@ class Projector(eqx.Module):
     solver: DouglasRachford
     adjoint: AbstractAdjoint
     equilibration: Equilibration | None = eqx.field(static=True)
+    auto_sigma: float | None = eqx.field(static=True)
     dropped_equality_rows: tuple[int, ...] = eqx.field(static=True)
     check_inputs: bool = eqx.field(static=True)
     refine_always: bool = eqx.field(static=True)
@@ -183,6 +184,8 @@ class Projector(eqx.Module):
             if q is not None and q.size:
                 _check_consistent(E, q, info)
             dropped = tuple(int(i) for i in info.dropped_rows)
+            # "auto" for the fixed factorisation, in float64 on the host.
+            self.auto_sigma = float(DouglasRachford().step_size(np.asarray(info.d_y)))
             if not problem.groups:
                 rows = FixedRows.build(E, C, np.asarray(problem.box_index, int))
             if refine is not False:
@@ -191,6 +194,8 @@ class Projector(eqx.Module):
                     refinement = RowResidual.build(np.concatenate([E, C]))
                 elif problem.n_eq:
                     refinement = EqualityRefinement.build(E)
+        else:
+            self.auto_sigma = None
         if refine is True and refinement is None:
             raise ValueError(REFINE_NEEDS_FIXED_EQUALITY)
         # Everything built here is frozen: optimisers never see it (see `_frozen`).
@@ -220,9 +225,9 @@ class Projector(eqx.Module):
     def sigma(self) -> float:
         """The Douglas-Rachford scaling in use ("auto" resolved; with per-instance
         matrices, the constant it is computed from)."""
-        if self.op is None:
-            return self.solver.step_size(np.ones(1))
-        return float(self.solver.step_size(np.asarray(thaw(self.op).d_y, np.float64)))
+        if self.solver.sigma == "auto" and self.auto_sigma is not None:
+            return self.auto_sigma
+        return float(self.solver.step_size(np.ones(1)))
 
     @property
     def omega(self) -> float:
@@ -350,9 +355,10 @@ class Projector(eqx.Module):
         data = problem.data(problem.resolve(params, dtype), dtype, self.check_inputs)
         if problem.per_instance:
             op = self._factorise(problem, data)
+            sigma = jax.lax.stop_gradient(self.solver.step_size(op.d_y))
         else:
             op = jax.tree.map(lambda a: a.astype(dtype), fixed_op)
-        sigma = jax.lax.stop_gradient(self.solver.step_size(op.d_y))
+            sigma = self.sigma
         s0 = self._start(y_raw, s0, data, op)
         n_max = self.solver.steps(self.inference)
         if problem.n_ineq + problem.n_cone == 0 and problem.n_eq == 0:

@@ -87,7 +87,16 @@ def load(path: str | os.PathLike, make: Callable[..., PyTree]) -> PyTree:
             )
         skeleton = make(**header["hyperparameters"])
         reader = _Reader(path)
-        model = eqx.tree_deserialise_leaves(f, skeleton, filter_spec=reader)
+        try:
+            model = eqx.tree_deserialise_leaves(f, skeleton, filter_spec=reader)
+        except Exception as e:
+            # Equinox wraps errors with the leaf's path; report ours with it.
+            cause = e
+            while cause is not None and not isinstance(cause, _Mismatch):
+                cause = cause.__cause__
+            if cause is None:
+                raise
+            raise _Mismatch(f"{cause} ({e})") from None
         if f.read(1):
             raise reader._error(f"the file holds more than {reader.count} arrays")
     return model
@@ -111,6 +120,10 @@ def _read_header(f, path) -> dict[str, Any]:
             f"{_FORMAT_VERSION} (header {str(header)[:200]})."
         )
     return header
+
+
+class _Mismatch(ValueError):
+    """The skeleton does not match the file."""
 
 
 class _Reader:
@@ -140,7 +153,7 @@ class _Reader:
         return x
 
     def _error(self, what: str) -> ValueError:
-        return ValueError(
+        return _Mismatch(
             f"pinet_eqx.load({str(self.path)!r}): the model that `make` built does "
             f"not match the saved one: {what}. Check that `make` builds the same "
             "architecture from these hyperparameters."

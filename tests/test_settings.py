@@ -1,0 +1,146 @@
+"""Solver settings: `DouglasRachford`, `Equilibration`, `with_settings` and the
+deprecated keywords."""
+
+import dataclasses
+import warnings
+
+import jax
+import numpy as np
+import pytest
+
+import pinet_eqx as pe
+from helpers import constraints_of, random_polytope
+
+
+def _projector(**kwargs):
+    rng = np.random.default_rng(0)
+    spec = random_polytope(rng, d=8, m_eq=2, m_ineq=5)
+    return pe.Projector(constraints_of(spec), **kwargs), spec
+
+
+def test_shorthands_build_the_solver():
+    proj, _ = _projector(sigma=0.3, omega=1.5, n_iter=20, n_iter_test=40, tol=1e-7)
+    assert proj.solver == pe.DouglasRachford(
+        sigma=0.3, omega=1.5, n_iter=20, n_iter_test=40, tol=1e-7
+    )
+    same, _ = _projector(solver=proj.solver)
+    assert same.solver == proj.solver
+    with pytest.raises(ValueError, match="either `solver=` or"):
+        _projector(solver=proj.solver, n_iter=3)
+
+
+def test_n_iter_test_follows_n_iter_until_set():
+    proj, _ = _projector(n_iter=30)
+    assert proj.n_iter_test == 30
+    # Resolved when used, not at construction: changing n_iter moves both.
+    more = proj.with_settings(n_iter=200)
+    assert (more.n_iter, more.n_iter_test) == (200, 200)
+    fixed = proj.with_settings(n_iter_test=70)
+    assert (fixed.n_iter, fixed.n_iter_test) == (30, 70)
+    # None means "the same as n_iter" again, and inference still runs.
+    reset = fixed.with_settings(n_iter_test=None, n_iter=40)
+    assert reset.n_iter_test == 40
+
+
+def test_inference_runs_the_inference_count():
+    proj, spec = _projector(n_iter=5)
+    y = np.random.default_rng(1).normal(size=spec.d)
+    sol = proj.with_settings(n_iter_test=None, inference=True).solve(y)
+    assert int(sol.n_steps) == 5
+    sol = proj.with_settings(n_iter_test=35, inference=True).solve(y)
+    assert int(sol.n_steps) == 35
+    sol = proj.with_settings(n_iter_test=35).solve(y)  # training mode
+    assert int(sol.n_steps) == 5
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(sigma=-1.0), "sigma"),
+        (dict(sigma="tuned"), "sigma"),
+        (dict(omega=2.0), "omega"),
+        (dict(n_iter=0), "n_iter"),
+        (dict(n_iter=2.5), "n_iter"),
+        (dict(n_iter_test=0), "n_iter_test"),
+        (dict(tol=0.0), "tol"),
+    ],
+)
+def test_bad_settings_name_the_argument(settings, message):
+    proj, _ = _projector()
+    with pytest.raises(ValueError, match=message):
+        proj.with_settings(**settings)
+    with pytest.raises(ValueError, match=message):
+        _projector(**settings)
+
+
+def test_with_settings_rejects_unknown_and_structural_settings():
+    proj, _ = _projector()
+    with pytest.raises(TypeError, match="unknown setting"):
+        proj.with_settings(equilibrate=False)
+    with pytest.raises(ValueError, match="fixed iteration count"):
+        proj.with_settings(tol=1e-6, adjoint=pe.UnrolledAdjoint())
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        _projector(n_iters=3)
+
+
+def test_with_settings_reuses_the_factorisation():
+    proj, _ = _projector()
+    new = proj.with_settings(sigma=0.5, n_iter=7, inference=True, check_inputs=False)
+    assert new.op is proj.op and new.problem is proj.problem
+    assert (new.sigma, new.n_iter, new.inference, new.check_inputs) == (
+        0.5,
+        7,
+        True,
+        False,
+    )
+    # The original is unchanged.
+    assert proj.n_iter == 50 and not proj.inference
+
+
+@pytest.mark.parametrize("tol", [None, 1e-3, 1e-10])
+def test_result_tracks_the_tolerance(tol):
+    """`result` is judged against `tol`, or `default_tol(dtype)` without one: it
+    is successful exactly when both residuals are within it."""
+    proj, spec = _projector(n_iter=40, tol=tol)
+    Y = np.random.default_rng(2).normal(size=(16, spec.d)) * 3
+    sol = jax.vmap(proj.solve)(Y)
+    threshold = pe.DouglasRachford.default_tol(Y.dtype) if tol is None else tol
+    met = (np.asarray(sol.primal_residual) <= threshold) & (
+        np.asarray(sol.fixed_point_residual) <= threshold
+    )
+    assert np.array_equal(np.asarray(sol.result == pe.RESULTS.successful), met)
+    # A cap that is too small for the tolerance leaves instances reported.
+    if tol == 1e-10:
+        assert not met.all()
+
+
+def test_default_tol_by_precision():
+    assert pe.DouglasRachford.default_tol(np.float32) == 1e-5
+    assert pe.DouglasRachford.default_tol(np.float64) == 1e-9
+
+
+def test_equilibration_settings_and_deprecated_keywords():
+    proj, _ = _projector(equilibrate=pe.Equilibration(n_iter=3, mode="jacobi"))
+    assert proj.equilibration == pe.Equilibration(n_iter=3, mode="jacobi")
+    assert _projector(equilibrate=False)[0].equilibration is None
+    with pytest.raises(ValueError, match="mode"):
+        pe.Equilibration(mode="ruiz")
+    with pytest.warns(DeprecationWarning, match="equilibrate_iters"):
+        old, _ = _projector(equilibrate_iters=3, equilibrate_mode="jacobi")
+    assert old.equilibration == proj.equilibration
+    with pytest.warns(DeprecationWarning, match="n_iter_bwd"):
+        old, _ = _projector(n_iter_bwd=7)
+    assert old.adjoint == pe.ImplicitAdjoint(max_steps=7)
+    with pytest.warns(DeprecationWarning, match="max_iter"):
+        pe.equilibrate(np.eye(3), max_iter=2)
+
+
+def test_settings_objects_are_hashable_configuration():
+    """Settings are static: they key compilation caches and never hold arrays."""
+    solver = pe.DouglasRachford(sigma=0.1)
+    assert hash(solver) == hash(dataclasses.replace(solver))
+    assert jax.tree.leaves(solver) == []
+    assert jax.tree.leaves(pe.Equilibration()) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _projector()  # no deprecation warning from the defaults
