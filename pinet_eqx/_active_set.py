@@ -37,8 +37,8 @@ import scipy.linalg
 from jaxtyping import Array, Bool, Float
 
 from . import _douglas_rachford as dr
-from ._lifting import InstanceData
 from ._affine import AbstractAffineProjection, independent_rows
+from ._lifting import InstanceData
 
 
 class FixedRows(eqx.Module):
@@ -165,17 +165,17 @@ def project(inputs: Inputs, *, forward: Forward, fixed: FixedRows | None, cfg):
     - `cfg`: static `(omega, n_max, tol, solver, box_index)`, with `box_index`
         the tuple of the bounded coordinates of $y$.
 
-    **Returns:** `(y, (s, n_steps, fixed_point_residual, upper_active,
+    **Returns:** `(y, (s, n_iter, fixed_point_residual, upper_active,
     lower_active))`, the activity flags for $y$'s coordinates then the
     inequality rows.
     """
     omega, n_max, tol, _, _ = cfg
     op = forward.op
     P = dr.prepare(inputs.y_raw, inputs.data, op, forward.sigma)
-    s, n_steps, fp = dr.iterate(forward.s0, P, op, omega, n_max, tol)
+    s, n_iter, fp = dr.iterate(forward.s0, P, op, omega, n_max, tol)
     z = op.project(s, P.part)
     y = op.d_y * z[: inputs.y_raw.shape[0]]
-    return y, (s, n_steps, fp, *activity(s, P, op, z))
+    return y, (s, n_iter, fp, *activity(s, P, op, z))
 
 
 def activity(s, P: dr.Prepared, op: AbstractAffineProjection, z=None):
@@ -201,10 +201,14 @@ def _project_jvp(primals, tangents, *, forward, fixed, cfg):
     hi = _rows(hi[:d], hi[d:], box)
     lo = _rows(lo[:d], lo[d:], box)
     dh = jnp.where(
-        hi, _rows(t.data.ub_y, t.data.ub_w, box), jnp.where(lo, _rows(t.data.lb_y, t.data.lb_w, box), 0.0)
+        hi,
+        _rows(t.data.ub_y, t.data.ub_w, box),
+        jnp.where(lo, _rows(t.data.lb_y, t.data.lb_w, box), 0.0),
     )
     if fixed is not None:
-        dy = _fixed_tangent(fixed, (hi | lo) & fixed.usable, t.y_raw, t.data.q, dh, solver)
+        dy = _fixed_tangent(
+            fixed, (hi | lo) & fixed.usable, t.y_raw, t.data.q, dh, solver
+        )
     else:
         moving = t_in.data.E is not None or t_in.data.C is not None
         dy = _general_tangent(inputs, t, y, hi | lo, dh, box, moving, solver)

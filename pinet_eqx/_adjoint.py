@@ -135,3 +135,17 @@ class UnrolledAdjoint(AbstractAdjoint):
     through every step). Memory grows with the iteration count; meant for
     ablations and as a second opinion. Needs a fixed iteration count (`tol=None`).
     """
+
+
+def check_adjoint(adjoint, tol: float | None) -> None:
+    """Raise unless `adjoint` is an adjoint that works with the stopping `tol`."""
+    if not isinstance(adjoint, AbstractAdjoint):
+        raise TypeError(
+            f"Projector(adjoint={adjoint!r}): must be pinet_eqx.ImplicitAdjoint() or "
+            "pinet_eqx.UnrolledAdjoint()."
+        )
+    if isinstance(adjoint, UnrolledAdjoint) and tol is not None:
+        raise ValueError(
+            "Projector(adjoint=UnrolledAdjoint(), tol=...): unrolled differentiation "
+            "needs a fixed iteration count; set tol=None."
+        )

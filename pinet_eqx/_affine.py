@@ -36,6 +36,7 @@ import scipy.linalg
 from jaxtyping import Array, Float, Int
 
 from ._equilibrate import Equilibration, equilibrate as _ruiz, equilibrate_traced
+from ._errors import INCONSISTENT_EQUALITY
 
 
 class AbstractAffineProjection(eqx.Module):
@@ -126,6 +127,22 @@ class FactorisationInfo:
         """The point of $\\{E y = q\\}$ nearest the origin (scaled metric), in user
         coordinates."""
         return self.d_y * (q @ self.P_y)
+
+    def check_consistent(self, E: np.ndarray, q: np.ndarray) -> None:
+        """Raise if the fixed system $E y = q$ is inconsistent: its dependent rows
+        (dropped) do not agree with the others."""
+        y0 = self.particular_solution(q)
+        res = np.abs(E @ y0 - q)
+        scale = 1.0 + np.max(np.abs(q)) + np.max(np.abs(E)) * np.max(np.abs(y0))
+        bad = np.flatnonzero(res > 1e-9 * scale * max(E.shape))
+        if bad.size:
+            raise ValueError(
+                INCONSISTENT_EQUALITY.format(
+                    dropped=self.dropped_rows.size,
+                    rows=bad[:10].tolist(),
+                    residual=float(res.max()),
+                )
+            )
 
 
 def independent_rows(E: np.ndarray) -> np.ndarray:

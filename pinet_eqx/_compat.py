@@ -66,7 +66,7 @@ def equilibration(base: Equilibration | None, old: dict) -> Equilibration | None
     old = {k: v for k, v in old.items() if k in EQUILIBRATION_KEYWORDS}
     if not old:
         return base
-    _warn(old, "`equilibrate=pinet_eqx.Equilibration(n_iter=..., tol=..., mode=..., y=...)`")
+    _warn(old, "`equilibrate=pinet_eqx.Equilibration(n_iter=, tol=, mode=, y=)`")
     if base is None:
         return None
     return dataclasses.replace(

@@ -106,7 +106,8 @@ class L2Cone(AbstractNormCone):
 
 
 class L1Cone(AbstractNormCone):
-    """The $\\ell_1$ norm cone $\\{(t, x) : \\|x\\|_1 \\le t\\}$ (dual: $\\ell_\\infty$)."""
+    """The $\\ell_1$ norm cone $\\{(t, x) : \\|x\\|_1 \\le t\\}$ (dual:
+    $\\ell_\\infty$)."""
 
     def norm(self, x):
         return jnp.sum(jnp.abs(x), axis=1)

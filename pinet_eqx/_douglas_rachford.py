@@ -183,7 +183,7 @@ def iterate(s0, P: Prepared, op: AbstractAffineProjection, omega, n_max: int, to
     rounded up to a multiple of `CHECK_EVERY`; under `jax.vmap` each instance
     freezes once it has converged.
 
-    **Returns:** `(s_K, n_steps, fixed_point_residual)`.
+    **Returns:** `(s_K, n_iter, fixed_point_residual)`.
     """
     if tol is None:
         s = jax.lax.fori_loop(1, n_max, lambda _, s: phi(s, P, op, omega), s0)

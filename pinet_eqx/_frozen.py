@@ -24,7 +24,7 @@ _FLOAT_OF_BITS = {16: jnp.float16, 32: jnp.float32, 64: jnp.float64}
 class Frozen(eqx.Module):
     """A floating array stored as its bits; `value` gives the array back."""
 
-    bits: UInt[Array, "..."]
+    bits: UInt[Array, ...]
 
     @property
     def value(self) -> Array:

@@ -51,7 +51,7 @@ def fixed_point(theta, s0, op, hyper, *, groups, n_max: int, tol, solver):
     - `n_max`, `tol`: the iteration's cap and tolerance.
     - `solver`: the `lineax` solver of the tangent system.
 
-    **Returns:** `(s_K, n_steps, fixed_point_residual)`.
+    **Returns:** `(s_K, n_iter, fixed_point_residual)`.
     """
     sigma, omega = hyper
     P, op = _prepare(theta, op, sigma, groups)

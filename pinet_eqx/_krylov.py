@@ -14,6 +14,7 @@ an error.
 
 from __future__ import annotations
 
+import abc
 import warnings
 from typing import Any, Literal
 
@@ -60,10 +61,10 @@ def _report(x, converged, on_failure: str):
 class _AbstractKrylov(lx.AbstractLinearSolver):
     """Shared settings and lineax plumbing of the two solvers."""
 
-    rtol: eqx.AbstractVar[float | None]
-    atol: eqx.AbstractVar[float]
-    max_steps: eqx.AbstractVar[int | None]
-    on_failure: eqx.AbstractVar[str]
+    rtol: float | None = None
+    atol: float = 0.0
+    max_steps: int | None = None
+    on_failure: str = eqx.field(default="warn", static=True)
 
     def __check_init__(self):
         if self.rtol is not None and not self.rtol >= 0:
@@ -104,15 +105,24 @@ class _AbstractKrylov(lx.AbstractLinearSolver):
     def assume_full_rank(self):
         return True
 
-    def _settings(self, b):
+    def compute(self, state, vector, options):
+        del options
+        b = _ravel(vector)
         rtol = default_rtol(b.dtype) if self.rtol is None else self.rtol
         max_steps = b.size + 10 if self.max_steps is None else self.max_steps
         threshold = rtol * jnp.linalg.norm(b) + self.atol
-        return threshold, max_steps
-
-    def _finish(self, x, converged, steps):
+        x, converged, steps = self._iterate(state, b, threshold, max_steps)
+        # Failure is reported here (warn/raise/ignore), and lineax is told
+        # "successful": it transposes solves with `throw=True` unconditionally.
         x = _report(x, converged, self.on_failure)
         return x, lx.RESULTS.successful, {"num_steps": steps, "converged": converged}
+
+    @abc.abstractmethod
+    def _iterate(self, operator, b, threshold, max_steps):
+        """Solve `operator x = b` to the 2-norm residual `threshold`.
+
+        **Returns:** `(x, converged, steps)`, with `x` finite.
+        """
 
 
 def _ravel(vector):
@@ -136,16 +146,7 @@ class ConjugateGradient(_AbstractKrylov):
     - `on_failure`: `"warn"`, `"raise"` or `"ignore"` when the limit is reached first.
     """
 
-    rtol: float | None = None
-    atol: float = 0.0
-    max_steps: int | None = None
-    on_failure: str = eqx.field(default="warn", static=True)
-
-    def compute(self, state, vector, options):
-        del options
-        operator = state
-        b = _ravel(vector)
-        threshold, max_steps = self._settings(b)
+    def _iterate(self, operator, b, threshold, max_steps):
         tiny = jnp.finfo(b.dtype).tiny
 
         def cond(carry):
@@ -172,7 +173,7 @@ class ConjugateGradient(_AbstractKrylov):
         gamma0 = jnp.dot(b, b)
         init = (x0, b, b, gamma0, jnp.asarray(0), jnp.sqrt(gamma0) <= threshold)
         x, _, _, gamma, steps, _ = jax.lax.while_loop(cond, body, init)
-        return self._finish(x, jnp.sqrt(gamma) <= threshold, steps)
+        return x, jnp.sqrt(gamma) <= threshold, steps
 
 
 class BiCGStab(_AbstractKrylov):
@@ -191,16 +192,7 @@ class BiCGStab(_AbstractKrylov):
     - `on_failure`: `"warn"`, `"raise"` or `"ignore"` when the limit is reached first.
     """
 
-    rtol: float | None = None
-    atol: float = 0.0
-    max_steps: int | None = None
-    on_failure: str = eqx.field(default="warn", static=True)
-
-    def compute(self, state, vector, options):
-        del options
-        operator = state
-        b = _ravel(vector)
-        threshold, max_steps = self._settings(b)
+    def _iterate(self, operator, b, threshold, max_steps):
         eps = jnp.finfo(b.dtype).eps
 
         def cond(carry):
@@ -253,7 +245,7 @@ class BiCGStab(_AbstractKrylov):
             jnp.linalg.norm(b) <= threshold,
         )
         x, r, *_, steps, _ = jax.lax.while_loop(cond, body, init)
-        return self._finish(x, jnp.linalg.norm(r) <= threshold, steps)
+        return x, jnp.linalg.norm(r) <= threshold, steps
 
 
 def _safe(x):

@@ -15,7 +15,7 @@ import dataclasses
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Float
 
 from . import _blocks as blocks
 from ._cones import AbstractCone
@@ -139,14 +139,18 @@ class LiftedProblem(eqx.Module):
         segments = _Registry(params, dim)
         ineq = pieces.ineq
         self.E = segments.matrices([E for E, _ in pieces.eq])
-        self.C = segments.matrices([C for C, _, _ in ineq] + [M for b in cones for M in b.rows])
+        self.C = segments.matrices(
+            [C for C, _, _ in ineq] + [M for b in cones for M in b.rows]
+        )
         self.q = segments.vectors([(b, _rows(E)) for E, b in pieces.eq])
         self.ineq_lower = segments.vectors([(lo, _rows(C)) for C, lo, _ in ineq])
         self.ineq_upper = segments.vectors([(up, _rows(C)) for C, _, up in ineq])
         self.cone_offset = segments.vectors(
             [(o, _size(o)) for b in cones for o in b.offset]
         )
-        self.totals = segments.vectors([(b.total, 1) for b in cones if b.cone.has_total])
+        self.totals = segments.vectors(
+            [(b.total, 1) for b in cones if b.cone.has_total]
+        )
         # Fixed boxes are intersected now; parameterised ones at call time.
         lower, upper = np.full(dim, -np.inf), np.full(dim, np.inf)
         box_params = []
@@ -176,9 +180,7 @@ class LiftedProblem(eqx.Module):
         self.n_ineq = sum(_rows(C) for C, _, _ in ineq)
         self.n_cone = sum(b.size for b in cones)
         self.parameters = tuple(sorted(params.items()))
-        self.per_instance = any(
-            isinstance(M, Parameter) for M in self.E + self.C
-        )
+        self.per_instance = any(isinstance(M, Parameter) for M in self.E + self.C)
 
     def column_labels(self, shared_y: bool) -> np.ndarray:
         """Equilibration group labels of the lifted columns $(y, w)$: all of $y$
@@ -292,10 +294,14 @@ def host_data(pieces: LiftedPieces, dim: int):
     rhs = [b for _, b in pieces.eq]
     if any(isinstance(b, Parameter) for b in rhs):
         return E, C, None
-    return E, C, np.concatenate([np.zeros(0)] + [np.asarray(b, np.float64) for b in rhs])
+    return (
+        E,
+        C,
+        np.concatenate([np.zeros(0)] + [np.asarray(b, np.float64) for b in rhs]),
+    )
 
 
-def check_bounds_order(lower: VectorData, upper: VectorData, owner: str) -> None:
+def check_bounds_order(lower, upper, owner: str) -> None:
     """Raise if fixed bounds have `lower > upper` anywhere (the set would be empty)."""
     if isinstance(lower, Parameter) or isinstance(upper, Parameter):
         return
@@ -375,7 +381,9 @@ def _size(v) -> int:
 def _stack(matrices, dim: int) -> np.ndarray:
     if not matrices:
         return np.zeros((0, dim))
-    return np.concatenate([np.asarray(M, np.float64).reshape(-1, dim) for M in matrices])
+    return np.concatenate(
+        [np.asarray(M, np.float64).reshape(-1, dim) for M in matrices]
+    )
 
 
 def _assemble(segments, values, dtype, cols=None):

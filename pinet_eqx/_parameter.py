@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import equinox as eqx
+import numpy as np
 
 # Keyword names that `Projector.__call__`/`solve` and `HardConstrainedNet.__call__`
 # already use; a parameter with one of these names could never be passed.
@@ -64,3 +65,10 @@ class Parameter(eqx.Module):
                 "scalar `()`, a vector `(k,)` or a matrix `(m, d)` with positive "
                 "sizes."
             )
+
+
+def shape_of(value) -> tuple[int, ...]:
+    """The (declared) shape of a fixed array or a `Parameter`."""
+    if isinstance(value, Parameter):
+        return value.shape
+    return np.shape(value)

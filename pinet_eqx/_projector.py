@@ -8,44 +8,33 @@ from collections.abc import Sequence
 from typing import Literal
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from . import _active_set, _compat, _douglas_rachford as dr
+from . import _compat, _forward as forward
 from ._active_set import FixedRows
-from ._adjoint import AbstractAdjoint, ImplicitAdjoint, UnrolledAdjoint
+from ._adjoint import AbstractAdjoint, ImplicitAdjoint, check_adjoint
 from ._affine import (
     AbstractAffineProjection,
     build_affine_projection,
-    build_affine_projection_traced,
 )
 from ._constraints import AbstractConstraint
-from ._equilibrate import Equilibration, group_labels
+from ._equilibrate import Equilibration
 from ._errors import (
     BAD_DIM,
     EMPTY_CONSTRAINTS,
-    INCONSISTENT_EQUALITY,
-    NAN_Y_RAW,
     NO_DIM,
     NOT_A_CONSTRAINT,
-    RANK_DEFICIENT,
     REFINE_NEEDS_FIXED_EQUALITY,
 )
 from ._frozen import freeze, thaw
-from ._implicit import fixed_point
-from ._krylov import ConjugateGradient
-from ._lifting import InstanceData, LiftedPieces, LiftedProblem, host_data
+from ._lifting import LiftedPieces, LiftedProblem, host_data
 from ._precision import full_precision
 from ._refine import EqualityRefinement, RowResidual
-from ._solution import RESULTS, ProjectionSolution
-from ._solver import DouglasRachford
+from ._solution import ProjectionSolution
+from ._solver import DouglasRachford, solver_from_keywords
 
-# Refinement steps onto the active rows (see `Projector._refine_active`): far from
-# the set the first correction is large, and its own rounding (and an approximate
-# active set) leave a second, small one.
-_REFINE_STEPS = 2
 # Settings that `with_settings` changes on the `DouglasRachford` solver.
 _SOLVER_FIELDS = frozenset(f.name for f in dataclasses.fields(DouglasRachford))
 _OTHER_SETTINGS = frozenset({"adjoint", "check_inputs", "inference"})
@@ -145,7 +134,7 @@ class Projector(eqx.Module):
         shorthands = dict(
             sigma=sigma, omega=omega, n_iter=n_iter, n_iter_test=n_iter_test, tol=tol
         )
-        self.solver = _solver(solver, shorthands)
+        self.solver = solver_from_keywords(solver, shorthands)
         unknown = sorted(set(deprecated) - _compat.DEPRECATED)
         if unknown:
             raise TypeError(f"Projector: unexpected keyword argument(s) {unknown}.")
@@ -154,7 +143,7 @@ class Projector(eqx.Module):
             adjoint is not None,
             deprecated,
         )
-        _check_adjoint(self.adjoint, self.solver)
+        check_adjoint(self.adjoint, self.solver.tol)
         if not isinstance(equilibrate, (bool, Equilibration)):
             raise TypeError(
                 f"Projector(equilibrate={equilibrate!r}): must be True, False or a "
@@ -169,7 +158,7 @@ class Projector(eqx.Module):
             )
 
         problem = LiftedProblem(pieces, dim)
-        col_groups, _ = self._column_groups(problem)
+        col_groups, _ = forward.column_groups(self, problem)
         op = rows = refinement = None
         dropped: tuple[int, ...] = ()
         if not problem.per_instance:
@@ -182,7 +171,7 @@ class Projector(eqx.Module):
                 column_groups=col_groups,
             )
             if q is not None and q.size:
-                _check_consistent(E, q, info)
+                info.check_consistent(E, q)
             dropped = tuple(int(i) for i in info.dropped_rows)
             # "auto" for the fixed factorisation, in float64 on the host.
             self.auto_sigma = float(DouglasRachford().step_size(np.asarray(info.d_y)))
@@ -279,7 +268,7 @@ class Projector(eqx.Module):
         adjoint = _compat.adjoint(
             settings.get("adjoint", self.adjoint), "adjoint" in settings, settings
         )
-        _check_adjoint(adjoint, solver)
+        check_adjoint(adjoint, solver.tol)
         new = copy.copy(self)
         changes = dict(solver=solver, adjoint=adjoint)
         for k in ("check_inputs", "inference"):
@@ -348,105 +337,7 @@ class Projector(eqx.Module):
     @full_precision
     def _solve(self, y_raw, s0, params: dict, diagnostics: bool):
         y_raw = self._check_y(y_raw, "y_raw")
-        dtype = y_raw.dtype
-        problem, fixed_op, rows, refinement = thaw(
-            (self.problem, self.op, self.active_rows, self.refinement)
-        )
-        data = problem.data(problem.resolve(params, dtype), dtype, self.check_inputs)
-        if problem.per_instance:
-            op = self._factorise(problem, data)
-            sigma = jax.lax.stop_gradient(self.solver.step_size(op.d_y))
-        else:
-            op = jax.tree.map(lambda a: a.astype(dtype), fixed_op)
-            sigma = self.sigma
-        s0 = self._start(y_raw, s0, data, op)
-        n_max = self.solver.steps(self.inference)
-        if problem.n_ineq + problem.n_cone == 0 and problem.n_eq == 0:
-            # Only boxes: the projection is a clip, exact in one step.
-            y = jnp.clip(y_raw, data.lb_y, data.ub_y)
-            if not diagnostics:
-                return y
-            return ProjectionSolution(
-                y=y,
-                s=s0,
-                n_steps=jnp.asarray(0),
-                primal_residual=jax.lax.stop_gradient(problem.violation(y, data)),
-                fixed_point_residual=jnp.zeros((), dtype),
-                result=RESULTS.successful,
-            )
-        polyhedral = not problem.groups
-        adjoint, omega, tol = self.adjoint, self.solver.omega, self.solver.tol
-        # Derivative rules see the matrices only through a per-instance `op`.
-        theta_data = dataclasses.replace(data, E=None, C=None)
-        flags = None  # the active set, where the iteration reports it
-        y = None
-        if isinstance(adjoint, UnrolledAdjoint):
-            P = dr.prepare(y_raw, data, op, sigma, problem.groups)
-            s, n_steps, fp = dr.iterate(s0, P, op, omega, n_max, None)
-        elif adjoint.uses_active_set(polyhedral):
-            if problem.per_instance:
-                inputs = _active_set.Inputs(y_raw, data)
-            else:
-                inputs = _active_set.Inputs(y_raw, theta_data)
-            # Keyword arguments of a custom_jvp carry no tangents.
-            forward = jax.lax.stop_gradient(
-                _active_set.Forward(op=op, s0=s0, sigma=jnp.asarray(sigma, dtype))
-            )
-            cfg = (omega, n_max, tol, adjoint.solver(polyhedral), problem.box_index)
-            y, (s, n_steps, fp, *flags) = _active_set.project(
-                inputs, forward=forward, fixed=rows, cfg=cfg
-            )
-        else:
-            theta = (y_raw, theta_data, op if problem.per_instance else None)
-            s, n_steps, fp = fixed_point(
-                theta,
-                s0,
-                None if problem.per_instance else op,
-                (sigma, omega),
-                groups=problem.groups,
-                n_max=n_max,
-                tol=tol,
-                solver=adjoint.solver(polyhedral),
-            )
-        # On the active-set path y already is D_y [Pi_A(s)]_y; otherwise it is
-        # computed here, and the same z (and t, which only the status needs)
-        # feeds the infeasibility certificate.
-        if y is None or diagnostics:
-            P = dr.prepare(y_raw, data, op, sigma, problem.groups)
-            z, t = dr.z_and_t(s, P, op)
-        if y is None:
-            y = op.d_y * z[: problem.dim]
-        if refinement is not None and (self.inference or self.refine_always):
-            # The correction is at rounding level, so the derivative of the
-            # unrefined map is kept (stop_gradient).
-            y_plain = jax.lax.stop_gradient(y)
-            if isinstance(refinement, RowResidual):
-                if flags is None:
-                    # Off the active-set path, P and z were computed above.
-                    flags = _active_set.activity(s, P, op, z)
-                fix = _refine_active(problem, rows, refinement, y_plain, data, *flags)
-            else:
-                fix = refinement(y_plain, data.q)
-            # y - y is exactly zero, so the value is exactly `fix`.
-            y = (y - y_plain) + jax.lax.stop_gradient(fix)
-        if not diagnostics:
-            return y
-        viol, fp = jax.lax.stop_gradient((problem.violation(y, data), fp))
-        tol = DouglasRachford.default_tol(dtype) if tol is None else tol
-        infeasible = dr.certifies_infeasibility(*jax.lax.stop_gradient((z, t, P, op)))
-        result = RESULTS.where(
-            (viol <= tol) & (fp <= tol),
-            RESULTS.successful,
-            RESULTS.where(infeasible, RESULTS.infeasible, RESULTS.max_steps_reached),
-        )
-        return ProjectionSolution(
-            y=y,
-            s=s,
-            n_steps=jnp.asarray(n_steps),
-            primal_residual=viol,
-            fixed_point_residual=fp,
-            result=result,
-        )
+        return forward.solve(self, y_raw, s0, params, diagnostics)
 
     # ---------------------------------------------------------- internals
 
@@ -465,72 +356,6 @@ class Projector(eqx.Module):
                 f" got {y.shape}.{hint}"
             )
         return y
-
-    def _start(self, y_raw, s0, data: InstanceData, op):
-        """The start of the iteration, checked; `y_raw` is checked on it."""
-        n = op.d_y.shape[0] + op.d_w.shape[0]
-        if s0 is None:
-            # y_raw lifted into the internal coordinates: this saves a few
-            # iterations over the paper's s0 = 0 and changes no fixed point.
-            s0 = jnp.concatenate([y_raw / op.d_y, (data.C @ y_raw) / op.d_w])
-        else:
-            s0 = jnp.asarray(s0, y_raw.dtype)
-            if s0.shape != (n,):
-                raise ValueError(
-                    f"Projector.solve(y_raw, s0): `s0` must have shape ({n},) (the "
-                    f"lifted dimension d + n_ineq + n_cone), got {s0.shape}. Pass "
-                    "`solution.s` from an earlier call."
-                )
-        s0 = jax.lax.stop_gradient(s0)
-        if self.check_inputs:
-            # Checked on the start, which every path consumes but no derivative
-            # flows through: the check then stays out of the derivative rules.
-            bad = ~jnp.all(jnp.isfinite(jax.lax.stop_gradient(y_raw)))
-            s0 = eqx.error_if(s0, bad, NAN_Y_RAW)
-        return s0
-
-    def _column_groups(self, problem: LiftedProblem):
-        """The equilibration's column group labels and their count."""
-        shared_y = self.equilibration is None or self.equilibration.y == "shared"
-        labels = problem.column_labels(shared_y)
-        return group_labels(labels, labels.size)
-
-    def _factorise(self, problem: LiftedProblem, data: InstanceData):
-        """The per-instance affine projection (equilibrated, QR-factorised)."""
-        groups, n_groups = self._column_groups(problem)
-        op, conditioning = build_affine_projection_traced(
-            data.E,
-            data.C,
-            equilibration=self.equilibration,
-            column_groups=jnp.asarray(groups),
-            n_groups=n_groups,
-        )
-        if self.check_inputs:
-            eps = jnp.finfo(data.E.dtype).eps
-            op = eqx.error_if(op, conditioning < 100 * eps, RANK_DEFICIENT)
-        return op
-
-
-def _refine_active(problem, rows, refinement, y, data, hi, lo):
-    """`y` refined onto its active rows (see `_active_set.refine`), kept only
-    where that is finite and no less feasible."""
-    inputs = _active_set.Inputs(y, dataclasses.replace(data, E=None, C=None))
-    inputs, hi, lo = jax.lax.stop_gradient((inputs, hi, lo))
-    # The forward pass does not warn: a failed refinement is simply dropped.
-    solver = ConjugateGradient(on_failure="ignore")
-    fix = y
-    for _ in range(_REFINE_STEPS):
-        fix = _active_set.refine(
-            refinement, rows, fix, inputs, hi, lo, problem.box_index, solver
-        )
-    # Violations computed in the working precision are only good to a few ulps of
-    # the products, hence the slack: this rejects a correction that goes astray
-    # (an inconsistent active set), not rounding noise.
-    slack = 64 * jnp.finfo(y.dtype).eps * (1 + jnp.max(jnp.abs(y)))
-    keep = jnp.all(jnp.isfinite(fix)) & (
-        problem.violation(fix, data) <= problem.violation(y, data) + slack
-    )
-    return jnp.where(keep, fix, y)
 
 
 def _lift(constraints, dim) -> tuple[LiftedPieces, int]:
@@ -565,47 +390,3 @@ def _lift(constraints, dim) -> tuple[LiftedPieces, int]:
                 f"{type(p).__name__}; it must return a pinet_eqx.LiftedPieces."
             )
     return LiftedPieces.merge(pieces), int(dim)
-
-
-def _solver(solver: DouglasRachford | None, shorthands: dict) -> DouglasRachford:
-    given = {k: v for k, v in shorthands.items() if v is not None}
-    if solver is None:
-        return DouglasRachford(**given)
-    if not isinstance(solver, DouglasRachford):
-        raise TypeError(
-            f"Projector(solver={solver!r}): must be a pinet_eqx.DouglasRachford."
-        )
-    if given:
-        raise ValueError(
-            f"Projector: pass either `solver=` or {sorted(given)}, not both (they "
-            "are fields of the solver)."
-        )
-    return solver
-
-
-def _check_adjoint(adjoint, solver: DouglasRachford) -> None:
-    if not isinstance(adjoint, AbstractAdjoint):
-        raise TypeError(
-            f"Projector(adjoint={adjoint!r}): must be pinet_eqx.ImplicitAdjoint() or "
-            "pinet_eqx.UnrolledAdjoint()."
-        )
-    if isinstance(adjoint, UnrolledAdjoint) and solver.tol is not None:
-        raise ValueError(
-            "Projector(adjoint=UnrolledAdjoint(), tol=...): unrolled differentiation "
-            "needs a fixed iteration count; set tol=None."
-        )
-
-
-def _check_consistent(E, q, info) -> None:
-    y0 = info.particular_solution(q)
-    res = np.abs(E @ y0 - q)
-    scale = 1.0 + np.max(np.abs(q)) + np.max(np.abs(E)) * np.max(np.abs(y0))
-    bad = np.flatnonzero(res > 1e-9 * scale * max(E.shape))
-    if bad.size:
-        raise ValueError(
-            INCONSISTENT_EQUALITY.format(
-                dropped=info.dropped_rows.size,
-                rows=bad[:10].tolist(),
-                residual=float(res.max()),
-            )
-        )

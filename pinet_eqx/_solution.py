@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import equinox as eqx
 import equinox.internal as eqxi
 from jaxtyping import Array, Float, Int
@@ -33,7 +35,7 @@ class ProjectionSolution(eqx.Module):
     - `s`: the final governing sequence $s_K$ of Douglas-Rachford, in the projector's
         internal (equilibrated, lifted) coordinates; pass it back as `s0=` to warm
         start a nearby instance.
-    - `n_steps`: number of iterations run.
+    - `n_iter`: number of iterations run (`n_steps` is its deprecated name).
     - `primal_residual`: maximum absolute constraint violation of `y` in the user's
         original coordinates (the same number as `Projector.violation`).
     - `fixed_point_residual`: $\\max |t_K - z_K|$ in the user's coordinates: how far
@@ -45,7 +47,18 @@ class ProjectionSolution(eqx.Module):
 
     y: Float[Array, " d"]
     s: Float[Array, " n"]
-    n_steps: Int[Array, ""]
+    n_iter: Int[Array, ""]
     primal_residual: Float[Array, ""]
     fixed_point_residual: Float[Array, ""]
     result: RESULTS
+
+    @property
+    def n_steps(self) -> Int[Array, ""]:
+        """Deprecated name of `n_iter`."""
+        warnings.warn(
+            "ProjectionSolution.n_steps is deprecated; use n_iter (the name used for "
+            "iteration counts throughout pinet_eqx).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.n_iter

@@ -94,6 +94,25 @@ class DouglasRachford(eqx.Module):
         return 1e-9 if jnp.finfo(dtype).bits >= 64 else 1e-5
 
 
+def solver_from_keywords(
+    solver: DouglasRachford | None, shorthands: dict
+) -> DouglasRachford:
+    """`solver`, or one built from `Projector`'s shorthand keywords (not both)."""
+    given = {k: v for k, v in shorthands.items() if v is not None}
+    if solver is None:
+        return DouglasRachford(**given)
+    if not isinstance(solver, DouglasRachford):
+        raise TypeError(
+            f"Projector(solver={solver!r}): must be a pinet_eqx.DouglasRachford."
+        )
+    if given:
+        raise ValueError(
+            f"Projector: pass either `solver=` or {sorted(given)}, not both (they "
+            "are fields of the solver)."
+        )
+    return solver
+
+
 def _real(x) -> bool:
     return isinstance(x, (int, float, np.floating, np.integer)) and not isinstance(
         x, bool

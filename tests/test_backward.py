@@ -51,7 +51,7 @@ def test_vjp_matches_finite_differences_and_unrolling(param):
     x0 = jnp.asarray(values[param])
     # Unrolled through as many iterations as the converged forward pass took.
     data = {k: jnp.asarray(x) for k, x in values.items() if k != "y_raw"}
-    n_steps = int(proj.solve(jnp.asarray(values["y_raw"]), **data).n_steps)
+    n_steps = int(proj.solve(jnp.asarray(values["y_raw"]), **data).n_iter)
     unrolled = proj.with_settings(
         adjoint=pe.UnrolledAdjoint(), tol=None, n_iter=n_steps
     )

@@ -132,9 +132,9 @@ def test_early_stopping_reports_iterations_and_status():
     Y = jnp.asarray(rng.normal(size=(6, 20)))
     sol = jax.vmap(proj.solve)(Y)
     assert np.all(sol.result == pe.RESULTS.successful)
-    assert np.all(sol.n_steps < 20_000)
+    assert np.all(sol.n_iter < 20_000)
     # Each instance stops on its own: the counts differ across the batch.
-    assert len(set(np.asarray(sol.n_steps).tolist())) > 1
+    assert len(set(np.asarray(sol.n_iter).tolist())) > 1
     assert np.all(sol.primal_residual <= 1e-6)
     # The reported residual is the true violation of the returned point.
     viol = jax.vmap(proj.violation)(sol.y)
@@ -151,7 +151,7 @@ def test_warm_start_reduces_iterations():
     y_raw = jnp.asarray(rng.normal(size=20))
     cold = proj.solve(y_raw)
     warm = proj.solve(y_raw + 1e-3, s0=cold.s)
-    assert int(warm.n_steps) < int(cold.n_steps)
+    assert int(warm.n_iter) < int(cold.n_iter)
     assert_close(warm.y, clarabel_project(np.asarray(y_raw) + 1e-3, poly), atol=1e-6)
 
 
@@ -208,7 +208,7 @@ def test_auto_sigma_is_robust_to_rescaling_y():
         sol = proj.solve(jnp.asarray(alpha * y_raw))
         assert sol.result == pe.RESULTS.successful
         assert_close(sol.y / alpha, expected, atol=1e-6, what=f"alpha={alpha}")
-        steps.append(int(sol.n_steps))
+        steps.append(int(sol.n_iter))
     assert max(steps) <= 1.5 * min(steps), steps
 
 

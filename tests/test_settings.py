@@ -46,11 +46,11 @@ def test_inference_runs_the_inference_count():
     proj, spec = _projector(n_iter=5)
     y = np.random.default_rng(1).normal(size=spec.d)
     sol = proj.with_settings(n_iter_test=None, inference=True).solve(y)
-    assert int(sol.n_steps) == 5
+    assert int(sol.n_iter) == 5
     sol = proj.with_settings(n_iter_test=35, inference=True).solve(y)
-    assert int(sol.n_steps) == 35
+    assert int(sol.n_iter) == 35
     sol = proj.with_settings(n_iter_test=35).solve(y)  # training mode
-    assert int(sol.n_steps) == 5
+    assert int(sol.n_iter) == 5
 
 
 @pytest.mark.parametrize(

@@ -141,12 +141,12 @@ def test_inference_mode_switches_iteration_count():
     poly, X, _ = _setup(3)
     net = _make_net(jax.random.key(3), poly, n_iter=7, n_iter_test=23)
     y_raw = net.raw(X[0])
-    assert int(net.projector.solve(y_raw, b=X[0]).n_steps) == 7
+    assert int(net.projector.solve(y_raw, b=X[0]).n_iter) == 7
     test_net = eqx.nn.inference_mode(net)
     assert test_net.projector.inference
-    assert int(test_net.projector.solve(y_raw, b=X[0]).n_steps) == 23
+    assert int(test_net.projector.solve(y_raw, b=X[0]).n_iter) == 23
     back = eqx.nn.inference_mode(test_net, value=False)
-    assert int(back.projector.solve(y_raw, b=X[0]).n_steps) == 7
+    assert int(back.projector.solve(y_raw, b=X[0]).n_iter) == 7
 
 
 def test_float32_equalities_hold_to_working_precision():

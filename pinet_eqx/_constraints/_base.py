@@ -17,6 +17,7 @@ VectorData = np.ndarray | Parameter
 # A matrix datum: fixed float64, or a per-instance `Parameter` with a declared shape.
 MatrixData = np.ndarray | Parameter
 
+
 class AbstractConstraint(eqx.Module):
     """A convex set $\\mathcal{C} \\subseteq \\mathbb{R}^d$ that the projector can lift.
 
@@ -37,6 +38,17 @@ class AbstractConstraint(eqx.Module):
         """The rows and bounds this set contributes, for vectors of size `dim`."""
 
 
+def as_float64(value, argname: str, owner: str, expected: str) -> np.ndarray:
+    """`value` as a float64 NumPy array, or a `TypeError` saying what was
+    `expected`."""
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f"{owner}: `{argname}` must be {expected}, got {type(value).__name__}."
+        ) from e
+
+
 def as_matrix(value, argname: str, owner: str) -> MatrixData:
     """Validate a matrix: a fixed one (two axes, finite entries, returned as
     float64) or a `Parameter` with a declared 2-D shape."""
@@ -49,13 +61,7 @@ def as_matrix(value, argname: str, owner: str) -> MatrixData:
                 f"{value.shape}."
             )
         return value
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise TypeError(
-            f"{owner}: `{argname}` must be a 2-D array of numbers, got "
-            f"{type(value).__name__}."
-        ) from e
+    arr = as_float64(value, argname, owner, "a 2-D array of numbers")
     if arr.ndim != 2:
         raise ValueError(
             f"{owner}: `{argname}` must have shape (rows, d), got shape {arr.shape}."
@@ -94,13 +100,7 @@ def as_vector(
         if fill is None:
             raise ValueError(f"{owner}: `{argname}` is required.")
         value = fill
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise TypeError(
-            f"{owner}: `{argname}` must be an array of numbers or a "
-            f"pinet_eqx.Parameter, got {type(value).__name__}."
-        ) from e
+    arr = as_float64(value, argname, owner, "an array of numbers or a Parameter")
     if arr.ndim == 0:
         if size is None:
             return arr
@@ -129,10 +129,3 @@ def as_vector(
             f"{int(np.flatnonzero(bad)[0])}; it allows {allowed}."
         )
     return arr
-
-
-def shape_of(value) -> tuple[int, ...]:
-    """The (declared) shape of a fixed array or a `Parameter`."""
-    if isinstance(value, Parameter):
-        return value.shape
-    return np.shape(value)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Bool, Int
 
-from .._parameter import Parameter
 from .._lifting import LiftedPieces, check_bounds_order
+from .._parameter import Parameter
 from ._base import AbstractConstraint, VectorData, as_vector
 
 

@@ -9,14 +9,14 @@ from jaxtyping import Float
 
 from .._cones import AbstractCone, L1Cone, L2Cone, LInfCone
 from .._lifting import ConeBlock, LiftedPieces
-from .._parameter import Parameter
+from .._parameter import Parameter, shape_of
 from ._base import (
     AbstractConstraint,
     MatrixData,
     VectorData,
+    as_float64,
     as_matrix,
     as_vector,
-    shape_of,
 )
 
 
@@ -29,13 +29,7 @@ def as_scalar(value, argname: str, owner: str) -> VectorData:
                 f"shape {value.shape}, but it is a scalar; use shape=() or None."
             )
         return Parameter(value.name, shape=())
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise TypeError(
-            f"{owner}: `{argname}` must be a number or a pinet_eqx.Parameter, got "
-            f"{type(value).__name__}."
-        ) from e
+    arr = as_float64(value, argname, owner, "a number or a pinet_eqx.Parameter")
     if arr.ndim != 0 or not np.isfinite(arr):
         raise ValueError(
             f"{owner}: `{argname}` must be a finite scalar, got {value!r}."

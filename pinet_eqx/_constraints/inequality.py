@@ -6,13 +6,13 @@ import numpy as np
 from jaxtyping import Float
 
 from .._lifting import LiftedPieces, check_bounds_order
+from .._parameter import shape_of
 from ._base import (
     AbstractConstraint,
     MatrixData,
     VectorData,
     as_matrix,
     as_vector,
-    shape_of,
 )
 
 

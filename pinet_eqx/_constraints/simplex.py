@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Int
 
-from .._parameter import Parameter
 from .._cones import ScaledSimplex
 from .._lifting import ConeBlock, LiftedPieces
+from .._parameter import Parameter
 from ._base import AbstractConstraint, VectorData
 from .cones import as_scalar
 

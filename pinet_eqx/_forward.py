@@ -1,0 +1,210 @@
+"""One projection, end to end: the forward solve of a `Projector` for one instance.
+
+The pipeline of paper Algorithm 1 for one point: assemble the instance's data,
+factorise per-instance matrices, start from $y_{raw}$ lifted, iterate under the
+adjoint's derivative rule (the active set, the fixed point, or unrolled), refine
+onto the active rows in inference mode, and report the status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from . import _active_set, _douglas_rachford as dr
+from ._adjoint import UnrolledAdjoint
+from ._affine import build_affine_projection_traced
+from ._equilibrate import group_labels
+from ._errors import NAN_Y_RAW, RANK_DEFICIENT
+from ._frozen import thaw
+from ._implicit import fixed_point
+from ._krylov import ConjugateGradient
+from ._lifting import InstanceData, LiftedProblem
+from ._refine import RowResidual
+from ._solution import RESULTS, ProjectionSolution
+from ._solver import DouglasRachford
+
+# Refinement steps onto the active rows (see `_refine_active`): far from the set
+# the first correction is large, and its own rounding (and an approximate active
+# set) leave a second, small one.
+_REFINE_STEPS = 2
+
+
+def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
+    """Project one checked point `y_raw` with `proj` (a `Projector`).
+
+    Assembles the instance's data, factorises per-instance matrices, runs
+    Douglas-Rachford under the adjoint's derivative rule, refines in inference
+    mode, and, with `diagnostics`, returns a `ProjectionSolution` (else only $y$).
+    """
+    dtype = y_raw.dtype
+    problem, fixed_op, rows, refinement = thaw(
+        (proj.problem, proj.op, proj.active_rows, proj.refinement)
+    )
+    data = problem.data(problem.resolve(params, dtype), dtype, proj.check_inputs)
+    if problem.per_instance:
+        op = _factorise(proj, problem, data)
+        sigma = jax.lax.stop_gradient(proj.solver.step_size(op.d_y))
+    else:
+        op = jax.tree.map(lambda a: a.astype(dtype), fixed_op)
+        sigma = proj.sigma
+    s0 = _start(proj, y_raw, s0, data, op)
+    n_max = proj.solver.steps(proj.inference)
+    if problem.n_ineq + problem.n_cone == 0 and problem.n_eq == 0:
+        # Only boxes: the projection is a clip, exact in one step.
+        y = jnp.clip(y_raw, data.lb_y, data.ub_y)
+        if not diagnostics:
+            return y
+        return ProjectionSolution(
+            y=y,
+            s=s0,
+            n_iter=jnp.asarray(0),
+            primal_residual=jax.lax.stop_gradient(problem.violation(y, data)),
+            fixed_point_residual=jnp.zeros((), dtype),
+            result=RESULTS.successful,
+        )
+    polyhedral = not problem.groups
+    adjoint, omega, tol = proj.adjoint, proj.solver.omega, proj.solver.tol
+    # Derivative rules see the matrices only through a per-instance `op`.
+    theta_data = dataclasses.replace(data, E=None, C=None)
+    flags = None  # the active set, where the iteration reports it
+    y = None
+    if isinstance(adjoint, UnrolledAdjoint):
+        P = dr.prepare(y_raw, data, op, sigma, problem.groups)
+        s, n_iter, fp = dr.iterate(s0, P, op, omega, n_max, None)
+    elif adjoint.uses_active_set(polyhedral):
+        if problem.per_instance:
+            inputs = _active_set.Inputs(y_raw, data)
+        else:
+            inputs = _active_set.Inputs(y_raw, theta_data)
+        # Keyword arguments of a custom_jvp carry no tangents.
+        forward = jax.lax.stop_gradient(
+            _active_set.Forward(op=op, s0=s0, sigma=jnp.asarray(sigma, dtype))
+        )
+        cfg = (omega, n_max, tol, adjoint.solver(polyhedral), problem.box_index)
+        y, (s, n_iter, fp, *flags) = _active_set.project(
+            inputs, forward=forward, fixed=rows, cfg=cfg
+        )
+    else:
+        theta = (y_raw, theta_data, op if problem.per_instance else None)
+        s, n_iter, fp = fixed_point(
+            theta,
+            s0,
+            None if problem.per_instance else op,
+            (sigma, omega),
+            groups=problem.groups,
+            n_max=n_max,
+            tol=tol,
+            solver=adjoint.solver(polyhedral),
+        )
+    # On the active-set path y already is D_y [Pi_A(s)]_y; otherwise it is
+    # computed here, and the same z (and t, which only the status needs)
+    # feeds the infeasibility certificate.
+    if y is None or diagnostics:
+        P = dr.prepare(y_raw, data, op, sigma, problem.groups)
+        z, t = dr.z_and_t(s, P, op)
+    if y is None:
+        y = op.d_y * z[: problem.dim]
+    if refinement is not None and (proj.inference or proj.refine_always):
+        # The correction is at rounding level, so the derivative of the
+        # unrefined map is kept (stop_gradient).
+        y_plain = jax.lax.stop_gradient(y)
+        if isinstance(refinement, RowResidual):
+            if flags is None:
+                # Off the active-set path, P and z were computed above.
+                flags = _active_set.activity(s, P, op, z)
+            fix = _refine_active(problem, rows, refinement, y_plain, data, *flags)
+        else:
+            fix = refinement(y_plain, data.q)
+        # y - y is exactly zero, so the value is exactly `fix`.
+        y = (y - y_plain) + jax.lax.stop_gradient(fix)
+    if not diagnostics:
+        return y
+    viol, fp = jax.lax.stop_gradient((problem.violation(y, data), fp))
+    tol = DouglasRachford.default_tol(dtype) if tol is None else tol
+    infeasible = dr.certifies_infeasibility(*jax.lax.stop_gradient((z, t, P, op)))
+    result = RESULTS.where(
+        (viol <= tol) & (fp <= tol),
+        RESULTS.successful,
+        RESULTS.where(infeasible, RESULTS.infeasible, RESULTS.max_steps_reached),
+    )
+    return ProjectionSolution(
+        y=y,
+        s=s,
+        n_iter=jnp.asarray(n_iter),
+        primal_residual=viol,
+        fixed_point_residual=fp,
+        result=result,
+    )
+
+
+def _start(proj, y_raw, s0, data: InstanceData, op):
+    """The start of the iteration, checked; `y_raw` is checked on it."""
+    n = op.d_y.shape[0] + op.d_w.shape[0]
+    if s0 is None:
+        # y_raw lifted into the internal coordinates: this saves a few
+        # iterations over the paper's s0 = 0 and changes no fixed point.
+        s0 = jnp.concatenate([y_raw / op.d_y, (data.C @ y_raw) / op.d_w])
+    else:
+        s0 = jnp.asarray(s0, y_raw.dtype)
+        if s0.shape != (n,):
+            raise ValueError(
+                f"Projector.solve(y_raw, s0): `s0` must have shape ({n},) (the "
+                f"lifted dimension d + n_ineq + n_cone), got {s0.shape}. Pass "
+                "`solution.s` from an earlier call."
+            )
+    s0 = jax.lax.stop_gradient(s0)
+    if proj.check_inputs:
+        # Checked on the start, which every path consumes but no derivative
+        # flows through: the check then stays out of the derivative rules.
+        bad = ~jnp.all(jnp.isfinite(jax.lax.stop_gradient(y_raw)))
+        s0 = eqx.error_if(s0, bad, NAN_Y_RAW)
+    return s0
+
+
+def column_groups(proj, problem: LiftedProblem):
+    """The equilibration's column group labels and their count."""
+    shared_y = proj.equilibration is None or proj.equilibration.y == "shared"
+    labels = problem.column_labels(shared_y)
+    return group_labels(labels, labels.size)
+
+
+def _factorise(proj, problem: LiftedProblem, data: InstanceData):
+    """The per-instance affine projection (equilibrated, QR-factorised)."""
+    groups, n_groups = column_groups(proj, problem)
+    op, conditioning = build_affine_projection_traced(
+        data.E,
+        data.C,
+        equilibration=proj.equilibration,
+        column_groups=jnp.asarray(groups),
+        n_groups=n_groups,
+    )
+    if proj.check_inputs:
+        eps = jnp.finfo(data.E.dtype).eps
+        op = eqx.error_if(op, conditioning < 100 * eps, RANK_DEFICIENT)
+    return op
+
+
+def _refine_active(problem, rows, refinement, y, data, hi, lo):
+    """`y` refined onto its active rows (see `_active_set.refine`), kept only
+    where that is finite and no less feasible."""
+    inputs = _active_set.Inputs(y, dataclasses.replace(data, E=None, C=None))
+    inputs, hi, lo = jax.lax.stop_gradient((inputs, hi, lo))
+    # The forward pass does not warn: a failed refinement is simply dropped.
+    solver = ConjugateGradient(on_failure="ignore")
+    fix = y
+    for _ in range(_REFINE_STEPS):
+        fix = _active_set.refine(
+            refinement, rows, fix, inputs, hi, lo, problem.box_index, solver
+        )
+    # Violations computed in the working precision are only good to a few ulps of
+    # the products, hence the slack: this rejects a correction that goes astray
+    # (an inconsistent active set), not rounding noise.
+    slack = 64 * jnp.finfo(y.dtype).eps * (1 + jnp.max(jnp.abs(y)))
+    keep = jnp.all(jnp.isfinite(fix)) & (
+        problem.violation(fix, data) <= problem.violation(y, data) + slack
+    )
+    return jnp.where(keep, fix, y)
