@@ -203,9 +203,7 @@ def dc3_objective(y, Q, p, nonconvex: bool = False):
     This is $\tfrac12 y^\top Q y + p^\top y$ for the convex problem and
     $\tfrac12 y^\top Q y + p^\top \sin(y)$ for the non-convex one. The factor
     $\tfrac12$ is the one in DC3's code, and the one its published optimal
-    solutions use: they solve the convex problem with it to 1e-10 (and miss the
-    problem without it by 0.77), and are local minima of the non-convex problem
-    with it to 6e-4 (but 0.35 away from those without it).
+    solutions use (checked in `benchmarks/RESULTS.md`).
 
     Use `jax.vmap` over `y` for a batch.
 
