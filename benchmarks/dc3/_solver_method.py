@@ -74,7 +74,7 @@ def default_config(data: Dataset) -> OsqpConfig | IpoptConfig:
     return OsqpConfig(test_rows=test_rows)
 
 
-def _osqp_predictors(data: Dataset, config: OsqpConfig):
+def _osqp_solver(data: Dataset, config: OsqpConfig):
     """`make_solve(stats)` for OSQP (see `benchmarks._common.solvers.fit_solver`)."""
     import scipy.sparse as sp
 
@@ -125,7 +125,7 @@ def _osqp_predictors(data: Dataset, config: OsqpConfig):
     return make_solve
 
 
-def _ipopt_predictor(data: Dataset, config: IpoptConfig, info: dict):
+def _ipopt_solver(data: Dataset, config: IpoptConfig, info: dict):
     """`make_solve(stats)` for IPOPT; each solve starts from $A^+ x$."""
 
     def make_solve(stats: SolverStats):
@@ -157,8 +157,8 @@ def fit(data: Dataset, config, seed: int, run: Run) -> Trained:
     del seed  # deterministic
     if data.nonconvex:
         info = {"solver": "ipopt (casadi)"}
-        make_solve = _ipopt_predictor(data, config, info)
+        make_solve = _ipopt_solver(data, config, info)
     else:
         info = {"solver": "osqp", "mode": config.mode}
-        make_solve = _osqp_predictors(data, config)
+        make_solve = _osqp_solver(data, config)
     return fit_solver(make_solve, config, run, info, data.problem.n_var)
