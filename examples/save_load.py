@@ -2,12 +2,15 @@
 
 Two ways, each checked in a fresh Python process:
 
-- Leaves file (recommended). One file: a line of JSON with everything needed to
-  rebuild the network's skeleton (MLP sizes, projector settings, how to regenerate
-  the constraint data), then the arrays, written by `eqx.tree_serialise_leaves`.
-  Loading rebuilds the skeleton from the header and reads the arrays into it. The
-  file holds no code, so it is safe to load and survives refactors of the code, as
-  long as the skeleton can still be rebuilt.
+- Leaves file (recommended), with `pinet_eqx.save` and `pinet_eqx.load`. One
+  file: a line of JSON whose hyperparameters hold everything needed to rebuild
+  the network's skeleton (MLP sizes, projector settings, how to regenerate the
+  constraint data), then the arrays, written by `eqx.tree_serialise_leaves`.
+  `pe.load` passes the hyperparameters to `make_net` as keywords, checks every
+  stored array against the skeleton it returns, and reads the arrays into it;
+  this script then checks that the hyperparameters regenerate the constraints
+  the network was saved with. The file holds no code, so it is safe to load and
+  survives refactors of the code, as long as the skeleton can still be rebuilt.
 - Pickle. The whole object, code included: nothing to rebuild, but tied to the
   versions of Python and of the libraries that wrote it, and never to be loaded
   from an untrusted source (unpickling can run arbitrary code). The standard
@@ -28,12 +31,14 @@ inequalities), trained briefly through the projection.
 
 `save` writes `net.eqx`, `net.pkl` and `reference.npz` (fixed inputs and the
 outputs the network gave for them at save time); `load` and `unpickle` exit with
-status 0 only if the loaded network reproduces those outputs bit for bit.
+status 0 only if the loaded network reproduces those outputs bit for bit, and
+`load` with status 2 if the file cannot be loaded (the reason is printed). Load
+in the precision the file was saved in: this script runs in JAX's default
+float32, and `pe.load` says what to do otherwise.
 """
 
 import argparse
 import functools
-import json
 import pathlib
 import pickle
 import subprocess
@@ -44,31 +49,26 @@ import cloudpickle
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.tree_util as jtu
 import numpy as np
 import optax
 
 import pinet_eqx as pe
 from pinet_eqx.problems import dc3_objective, make_dc3
 
-FORMAT = "pinet_eqx-example-net"
-FORMAT_VERSION = 1
-
 # The header names the activation; the leaves file never stores functions.
 ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jax.nn.tanh}
 
 
 class HeaderMismatchError(ValueError):
-    """The file's header does not describe the arrays stored after it."""
+    """The file's hyperparameters are not this script's, or do not regenerate the
+    constraints the network was saved with."""
 
 
 def default_hyperparameters():
-    """Everything needed to rebuild the network's skeleton; stored as the header."""
+    """Everything needed to rebuild the network's skeleton: `pe.save` stores it in
+    the file's header, and `pe.load` passes it back to `make_net` as keywords."""
     return {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "pinet_eqx_version": pe.__version__,
-        # The constraint data are regenerated, not stored: make_dc3(**problem).
+        # The constraint data are regenerated, not read: make_dc3(**problem).
         "problem": {
             "n_var": 20,
             "n_eq": 10,
@@ -77,157 +77,90 @@ def default_hyperparameters():
             "seed": 17,
         },
         "mlp": {"width_size": 64, "depth": 2, "activation": "relu"},
+        # `pe.Projector` keywords (plain JSON: the solver's shorthands).
         "projector": {"n_iter": 50, "n_iter_test": 100},
         "dtype": "float32",
     }
 
 
-def projector_settings(settings):
-    """The `pe.Projector` keywords of a header's `"projector"` entry.
-
-    Headers written before `adjoint=` existed store the implicit backward pass's
-    step limit as `n_iter_bwd`; it becomes `pe.ImplicitAdjoint(max_steps=...)`. The
-    adjoint holds no arrays, so the stored leaves are the same either way.
-    """
-    settings = dict(settings)
-    if "n_iter_bwd" in settings:
-        max_steps = settings.pop("n_iter_bwd")
-        settings["adjoint"] = pe.ImplicitAdjoint(max_steps=max_steps)
-    return settings
-
-
-def make_net(hyperparameters, key=None):
-    """Build the network from its hyperparameters.
+def make_net(*, problem, mlp, projector, dtype, key=None):
+    """Build the network from its hyperparameters (`default_hyperparameters()`,
+    as keywords).
 
     With a `key`, the MLP's weights are random. Without one, it is a skeleton to
-    load into: its arrays are only shapes and dtypes (`jax.ShapeDtypeStruct`, from
-    `eqx.filter_eval_shape`), since they will be overwritten anyway.
+    load into: the MLP's arrays are only shapes and dtypes (`jax.ShapeDtypeStruct`,
+    from `eqx.filter_eval_shape`), since `pe.load` overwrites them anyway. The
+    projector is built for real: `load` projects with it to check the constraints.
 
-    **Returns:** `(net, problem)`: the `HardConstrainedNet` and the `DC3Problem`
-    whose constraints it enforces.
+    **Returns:** the `HardConstrainedNet`.
     """
-    hp = hyperparameters
-    problem = make_dc3(**hp["problem"])
-    projector = pe.Projector(
+    dc3 = make_dc3(**problem)
+    proj = pe.Projector(
         [
-            pe.Equality(problem.A, pe.Parameter("b")),
-            pe.AffineInequality(problem.G, upper=problem.h),
+            pe.Equality(dc3.A, pe.Parameter("b")),
+            pe.AffineInequality(dc3.G, upper=dc3.h),
         ],
-        **projector_settings(hp["projector"]),
+        **projector,
     )
     make_mlp = functools.partial(
         eqx.nn.MLP,
-        in_size=problem.n_eq,
-        out_size=problem.n_var,
-        width_size=hp["mlp"]["width_size"],
-        depth=hp["mlp"]["depth"],
-        activation=ACTIVATIONS[hp["mlp"]["activation"]],
-        dtype=jnp.dtype(hp["dtype"]),
+        in_size=dc3.n_eq,
+        out_size=dc3.n_var,
+        width_size=mlp["width_size"],
+        depth=mlp["depth"],
+        activation=ACTIVATIONS[mlp["activation"]],
+        dtype=jnp.dtype(dtype),
     )
     if key is None:
-        mlp = eqx.filter_eval_shape(make_mlp, key=jax.random.key(0))
+        backbone = eqx.filter_eval_shape(make_mlp, key=jax.random.key(0))
     else:
-        mlp = make_mlp(key=key)
-    return pe.HardConstrainedNet(mlp, projector), problem
-
-
-def save(path, net, hyperparameters):
-    """Write `hyperparameters` as one line of JSON, then the leaves of `net`."""
-    with open(path, "wb") as f:
-        f.write((json.dumps(hyperparameters) + "\n").encode())
-        eqx.tree_serialise_leaves(f, net)
+        backbone = make_mlp(key=key)
+    return pe.HardConstrainedNet(backbone, proj)
 
 
 def load(path):
-    """Rebuild the skeleton from the header of `path`, then read the arrays into it.
+    """`pe.load` the network in `path`, then check that its hyperparameters
+    regenerate the constraints it was saved with.
 
-    **Returns:** `(net, problem, hyperparameters)`.
+    **Returns:** `(net, hyperparameters)`.
 
-    **Raises:** `HeaderMismatchError` if the file is not in this format, if the
-    skeleton's arrays do not have the shapes of the stored ones, if the number of
-    stored arrays differs, or if the header regenerates other constraints than
-    those the network was saved with.
+    **Raises:** `ValueError` from `pe.load` if the file is not a `pe.save` file,
+    was saved in the other precision, or holds other arrays than the skeleton
+    built from its hyperparameters (in number, shape or dtype);
+    `HeaderMismatchError` if the hyperparameters are not this script's, or
+    regenerate other constraints than those the network was saved with.
     """
-    with open(path, "rb") as f:
-        try:
-            hp = json.loads(f.readline().decode())
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    rebuilt = {}
+
+    def make(**hp):
+        expected = set(default_hyperparameters())
+        if set(hp) != expected:
             raise HeaderMismatchError(
-                f"{path}: the first line is not a JSON header; was this file written "
-                "by `save`?"
-            ) from e
-        if hp.get("format") != FORMAT or hp.get("format_version") != FORMAT_VERSION:
-            raise HeaderMismatchError(
-                f"{path}: header format {hp.get('format')!r} version "
-                f"{hp.get('format_version')!r}, but this script reads {FORMAT!r} "
-                f"version {FORMAT_VERSION}."
+                f"{path}: the file's hyperparameters {sorted(hp)} are not this "
+                f"script's {sorted(expected)}; was it written by `save`?"
             )
-        skeleton, problem = make_net(hp)
+        rebuilt["hp"], rebuilt["skeleton"] = hp, make_net(**hp)
+        return rebuilt["skeleton"]
 
-        def is_stored(x):
-            return isinstance(x, jax.ShapeDtypeStruct) or eqx.is_array_like(x)
-
-        paths = [
-            jtu.keystr(p)
-            for p, leaf in jtu.tree_leaves_with_path(skeleton)
-            if is_stored(leaf)
-        ]
-        count = iter(range(len(paths)))
-
-        def read_leaf(f, x):
-            # Equinox reads whatever comes next in the file, whatever its shape: check
-            # it against the skeleton, so that a wrong header fails here, by name,
-            # and not later with an unrelated shape error.
-            if not is_stored(x):
-                return x
-            i = next(count)
-            try:
-                y = eqx.default_deserialise_filter_spec(f, x)
-            except (EOFError, ValueError) as e:
-                raise HeaderMismatchError(
-                    f"{path}: the file ends before array {i} ({paths[i]}): it is "
-                    "truncated, or the header describes a larger network than the "
-                    "one stored."
-                ) from e
-            if np.shape(y) != np.shape(x):
-                raise HeaderMismatchError(
-                    f"{path}: array {i} ({paths[i]}) has shape {np.shape(y)} in the "
-                    f"file, but the skeleton built from the header expects "
-                    f"{np.shape(x)}. The header does not match the stored network."
-                )
-            return y
-
-        try:
-            net = eqx.tree_deserialise_leaves(f, skeleton, filter_spec=read_leaf)
-        except Exception as e:
-            # Recent Equinox wraps errors raised while reading a leaf; raise ours as
-            # it is, since it already names the leaf.
-            cause = e
-            while cause is not None and not isinstance(cause, HeaderMismatchError):
-                cause = cause.__cause__
-            if cause is None:
-                raise
-            raise cause from None
-        if f.read(1):
-            raise HeaderMismatchError(
-                f"{path}: bytes are left after the {len(paths)} arrays the header "
-                "describes: the stored network is larger than the header says."
-            )
-    # The projector's arrays come from the file. Check that the header regenerates
-    # the same constraints, by projecting a few points with both: the factorisation
-    # itself need not match bit for bit across machines, the projection must.
-    X = jnp.asarray(problem.X[:8], hp["dtype"])
-    Y_raw = jax.random.normal(jax.random.key(0), (8, problem.n_var), hp["dtype"])
+    net = pe.load(path, make)
+    hp, skeleton = rebuilt["hp"], rebuilt["skeleton"]
+    # The file also stores the projector's constraint data, so the shapes alone
+    # cannot tell whether the hyperparameters regenerate the same constraints.
+    # Project a few points with both projectors: the factorisation itself need not
+    # match bit for bit across machines, the projection must.
+    dc3 = make_dc3(**hp["problem"])
+    X = jnp.asarray(dc3.X[:8], hp["dtype"])
+    Y_raw = jax.random.normal(jax.random.key(0), (8, dc3.n_var), hp["dtype"])
     project = eqx.filter_jit(lambda proj: jax.vmap(proj)(Y_raw, b=X))
     Y_file, Y_header = project(net.projector), project(skeleton.projector)
     gap = float(jnp.max(jnp.abs(Y_file - Y_header)))
     if not gap <= 1e-3 * (1.0 + float(jnp.max(jnp.abs(Y_header)))):
         raise HeaderMismatchError(
-            f"{path}: the constraints regenerated from the header "
+            f"{path}: the constraints regenerated from the hyperparameters "
             f"({hp['problem']}) are not those the network was saved with (their "
             f"projections differ by {gap:.2e})."
         )
-    return net, problem, hp
+    return net, hp
 
 
 @eqx.filter_jit
@@ -268,13 +201,14 @@ def cmd_save(args):
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     hp = default_hyperparameters()
-    net, problem = make_net(hp, jax.random.key(args.seed))
+    problem = make_dc3(**hp["problem"])
+    net = make_net(**hp, key=jax.random.key(args.seed))
     net = train(net, problem, args.steps, args.seed)
     # Fixed inputs: the 16 contexts held out from training.
     X = np.asarray(problem.split(n_valid=0, n_test=16)[2], np.float32)
     Y = np.asarray(predict(net, jnp.asarray(X)))
     np.savez(out / "reference.npz", X=X, Y=Y)
-    save(out / "net.eqx", net, hp)
+    pe.save(out / "net.eqx", net, hp)
     try:
         pickle.dumps(net)
         print("(the standard pickle can write this network too)")
@@ -302,13 +236,13 @@ def check_reference(net, reference):
 def cmd_load(args):
     t = time.perf_counter()
     try:
-        net, _, hp = load(args.path)
-    except HeaderMismatchError as e:
+        net, hp = load(args.path)
+    except ValueError as e:  # pe.load's errors, and HeaderMismatchError
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(
         f"loaded {args.path} in {time.perf_counter() - t:.2f} s "
-        f"(header: MLP {hp['mlp']}, projector {hp['projector']})"
+        f"(hyperparameters: MLP {hp['mlp']}, projector {hp['projector']})"
     )
     return check_reference(net, args.reference)
 

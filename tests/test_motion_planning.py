@@ -12,6 +12,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +20,6 @@ import numpy as np
 import pytest
 from helpers import _clarabel_solve, assert_close
 
-import pinet_eqx as pe
 from examples import motion_planning as mp
 from examples.motion_planning._cli import load_planner, main
 
@@ -188,23 +188,14 @@ def test_small_run(tmp_path):
     for key in ("dynamics", "boundary", "box", "jerk"):
         assert viol[key].max() <= 1e-5, (key, viol[key].max())
     assert summary["test"]["cv_cv_max"] == pytest.approx(viol["cv"].max())
-    # The saved model reproduces the trajectories.
+    # The saved model (a `pe.save` file) reproduces the trajectories bit for bit,
+    # in this process and in a fresh one.
     model, header = load_planner(f"{run}/model.eqx")
-    assert header["problem"]["horizon"] == 10
+    assert header["problem"]["horizon"] == 10 and "map" not in header
     Y2 = mp.predict(model, mp.context_features(S, G, TINY), S, G)
-    assert_close(Y2, Y, 1e-12, what="reloaded model")
-    # Files written before `adjoint=` store the backward step limit as n_iter_bwd.
-    head, rest = pathlib.Path(run, "model.eqx").read_bytes().split(b"\n", 1)
-    old = json.loads(head)
-    assert old["projector"].pop("bwd_max_steps") is None
-    old["projector"]["n_iter_bwd"] = 50
-    pathlib.Path(tmp_path, "old.eqx").write_bytes(
-        json.dumps(old).encode() + b"\n" + rest
-    )
-    model, _ = load_planner(tmp_path / "old.eqx")
-    assert model.projector.adjoint == pe.ImplicitAdjoint(max_steps=50)
-    Y2 = mp.predict(model, mp.context_features(S, G, TINY), S, G)
-    assert_close(Y2, Y, 1e-12, what="model from an old header")
+    assert np.asarray(Y2).tobytes() == np.asarray(Y).tobytes()
+    _assert_reloads_bit_identically(run, tmp_path)
+    _assert_bad_files_are_clear_errors(run, tmp_path)
 
     base = main(["baseline", "--run", run])
     assert base["qp_cv_max"] <= 1e-7 and np.isfinite(base["rs_mean"])
@@ -215,6 +206,61 @@ def test_small_run(tmp_path):
     for path in written:
         data = open(path, "rb").read()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def _assert_reloads_bit_identically(run, tmp_path):
+    """A fresh process loads a fleet planner's `run/model.eqx` and predicts the
+    test contexts: the trajectories are those `run/test.npz` recorded, bit for
+    bit."""
+    script = textwrap.dedent(
+        f"""
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        import numpy as np
+        from examples import motion_planning as mp
+        from examples.motion_planning._cli import load_planner
+
+        model, header = load_planner({str(run)!r} + "/model.eqx")
+        problem = mp.Problem(**header["problem"])
+        data = np.load({str(run)!r} + "/test.npz")
+        S, G = jax.numpy.asarray(data["starts"]), jax.numpy.asarray(data["goals"])
+        Y = mp.predict(model, mp.context_features(S, G, problem), S, G)
+        np.save({str(tmp_path / "fresh.npy")!r}, Y)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=pathlib.Path(__file__).resolve().parents[1],
+    )
+    assert proc.returncode == 0, proc.stderr
+    fresh = np.load(tmp_path / "fresh.npy")
+    recorded = np.load(pathlib.Path(run, "test.npz"))["Y"]
+    assert fresh.dtype == recorded.dtype and fresh.tobytes() == recorded.tobytes()
+
+
+def _assert_bad_files_are_clear_errors(run, tmp_path):
+    """A header that describes another planner, a truncated or padded file, or
+    the other precision: `load_planner` says so (`pe.load`'s errors)."""
+    data = pathlib.Path(run, "model.eqx").read_bytes()
+    head, rest = data.split(b"\n", 1)
+    wide = json.loads(head)
+    wide["hyperparameters"]["mlp"]["width"] += 1
+    bad = {
+        "wide.eqx": (json.dumps(wide).encode() + b"\n" + rest, "in the skeleton"),
+        "short.eqx": (data[: len(data) // 2], "the file holds fewer arrays"),
+        "long.eqx": (data + b"\0" * 8, r"the file holds more than \d+ arrays"),
+    }
+    for name, (content, message) in bad.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(ValueError, match="does not match the saved one") as e:
+            load_planner(path)
+        assert e.match(message), name
+    with jax.enable_x64(False), pytest.raises(ValueError, match="x64', True"):
+        load_planner(pathlib.Path(run, "model.eqx"))
 
 
 def test_command_line_from_repo_root():
@@ -312,7 +358,7 @@ def test_context_end_to_end(tmp_path):
     S, G = jnp.asarray(data["starts"]), jnp.asarray(data["goals"])
     X = map_inputs(data["map_ids"], S, G, problem)
     Y2 = mp.predict(model, X, S, G, lookup=make_map_table(64, problem))
-    assert_close(Y2, Y, 1e-12, what="reloaded model")
+    assert np.asarray(Y2).tobytes() == np.asarray(Y).tobytes()
 
 
 def test_construction_reports_both_forms(tmp_path):

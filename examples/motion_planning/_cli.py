@@ -14,7 +14,6 @@ import resource
 import sys
 import time
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,8 +60,8 @@ PROJECTOR = {
 
 
 def _settings(args) -> tuple[dict, dict]:
-    """The projector's (as stored in a header: see `projector_settings`) and the
-    MLP's settings from the command line."""
+    """The projector's (as stored in a model file's header: see
+    `projector_settings`) and the MLP's settings from the command line."""
     projector = {
         **PROJECTOR,
         "sigma": args.sigma,
@@ -75,13 +74,10 @@ def _settings(args) -> tuple[dict, dict]:
 
 def projector_settings(stored: dict) -> dict:
     """The `pe.Projector` keywords of the settings a header stores (plain JSON):
-    `bwd_max_steps` becomes `adjoint=pe.ImplicitAdjoint(max_steps=...)`, and so
-    does `n_iter_bwd`, its name in files written before `adjoint=` existed. The
-    adjoint holds no arrays, so either way the stored leaves fit the skeleton."""
+    `bwd_max_steps` becomes `adjoint=pe.ImplicitAdjoint(max_steps=...)`. The
+    adjoint holds no arrays, so its settings do not change the stored leaves."""
     settings = dict(stored)
     max_steps = settings.pop("bwd_max_steps", None)
-    if "n_iter_bwd" in settings:
-        max_steps = settings.pop("n_iter_bwd")
     if max_steps is not None:
         settings["adjoint"] = pe.ImplicitAdjoint(max_steps=max_steps)
     return settings
@@ -123,10 +119,11 @@ def _machine() -> dict:
 
 
 def save_planner(path, model, header: dict) -> None:
-    """A leaves file with a JSON header (README, "Saving, loading and shipping")."""
-    with open(path, "wb") as f:
-        f.write((json.dumps(header) + "\n").encode())
-        eqx.tree_serialise_leaves(f, model)
+    """`pe.save` the planner, with `header` (`"problem"`, `"mlp"`, `"projector"`
+    and, for a contextual-coverage planner, `"map"`) as its hyperparameters: what
+    `planner_skeleton` rebuilds it from (README, "Saving, loading and
+    shipping")."""
+    pe.save(path, model, header)
 
 
 def _save_run(out, args, model, header, setup, info, metrics, **extra) -> dict:
@@ -162,22 +159,32 @@ def _cv_metrics(cv: dict) -> dict:
     }
 
 
+def planner_skeleton(*, problem: dict, mlp: dict, projector: dict, map=None):
+    """The planner a run's header describes, to load into (`pe.load` passes the
+    header's entries as keywords): a fleet planner, or a contextual-coverage one
+    when there is a `map` entry. Its weights are random; `pe.load` overwrites
+    them."""
+    problem = Problem(**problem)
+    settings = projector_settings(projector)
+    if map is not None:
+        return make_map_planner(problem, **map, **mlp, **settings)
+    return make_planner(problem, key=jax.random.key(0), **mlp, **settings)
+
+
 def load_planner(path):
-    """The planner saved by `save_planner`, rebuilt from its header (a fleet
-    planner, or a contextual-coverage one when the header has a `"map"`)."""
-    with open(path, "rb") as f:
-        header = json.loads(f.readline().decode())
-        problem = Problem(**header["problem"])
-        projector = projector_settings(header["projector"])
-        if "map" in header:
-            skeleton = make_map_planner(
-                problem, **header["map"], **header["mlp"], **projector
-            )
-        else:
-            skeleton = make_planner(
-                problem, key=jax.random.key(0), **header["mlp"], **projector
-            )
-        return eqx.tree_deserialise_leaves(f, skeleton), header
+    """The planner saved by `save_planner`, and its header.
+
+    **Raises:** `ValueError` (from `pe.load`) if the file is not a `pe.save` file,
+    was saved with the other setting of `jax_enable_x64` (a `--float64` run needs
+    it on), or holds other arrays than the planner its header describes.
+    """
+    header = {}
+
+    def make(**stored):
+        header.update(stored)
+        return planner_skeleton(**stored)
+
+    return pe.load(path, make), header
 
 
 def evaluate(model, problem: Problem, starts, goals, lam: float, nu: float) -> dict:
@@ -348,9 +355,10 @@ def _projector_cost(horizon: int, h: float, per_axis: bool) -> dict:
     projector = make_projector(problem, per_axis=per_axis)
     seconds = time.perf_counter() - tic
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Its arrays, the constraint data and factorisation (stored frozen, as bit
+    # patterns of the same size), and the lifted problem's row counts.
     arrays = [x for x in jax.tree.leaves(projector) if isinstance(x, jax.Array)]
-    n_eq = sum(e.shape[0] for e in projector.E)
-    n_ineq = sum(c.shape[0] for c in projector.C)
+    n_eq, n_ineq = projector.problem.n_eq, projector.problem.n_ineq
     return {
         "horizon": horizon,
         "per_axis": per_axis,
