@@ -74,7 +74,7 @@ def main(argv=None) -> None:
         def steps(p):
             p = p.with_settings(tol=tol, n_iter=3000)
             sol = eqx.filter_jit(jax.vmap(lambda y, prm: p.solve(y, **prm)))(*test)
-            return int(sol.n_steps.max())
+            return int(sol.n_iter.max())
 
         rows.append(
             f"| {name} | {result.sigma:.3g} | {result.n_iter} | "

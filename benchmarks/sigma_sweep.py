@@ -69,7 +69,7 @@ def _cases():
 def _max_steps(proj, Y, params):
     in_axes = (0, 0 if params else None)
     solve = jax.jit(jax.vmap(lambda y, kw: proj.solve(y, **kw), in_axes=in_axes))
-    return int(solve(Y, params).n_steps.max())
+    return int(solve(Y, params).n_iter.max())
 
 
 def main():

@@ -106,7 +106,7 @@ def n_steps(projector, Y, P):
     """The iterations each instance of the batch takes (in-jit stopping)."""
     import jax
 
-    return jax.jit(jax.vmap(lambda y, P: projector.solve(y, **P).n_steps))(Y, P)
+    return jax.jit(jax.vmap(lambda y, P: projector.solve(y, **P).n_iter))(Y, P)
 
 
 def ref_advancer(ref, Y, P):
