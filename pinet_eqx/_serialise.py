@@ -136,11 +136,7 @@ class _Reader:
 
     def __call__(self, f, x):
         if isinstance(x, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)):
-            self.count += 1
-            try:
-                stored = np.load(f)
-            except (ValueError, EOFError) as e:
-                raise self._error(f"the file holds fewer arrays ({e})") from e
+            stored = self._next(f)
             if stored.shape != x.shape or stored.dtype != x.dtype:
                 raise self._error(
                     f"array {self.count} has shape {stored.shape} and dtype "
@@ -149,8 +145,15 @@ class _Reader:
                 )
             return stored if isinstance(x, np.ndarray) else jnp.asarray(stored)
         if isinstance(x, _SCALARS):
-            return type(x)(np.load(f).item())
+            return type(x)(self._next(f).item())
         return x
+
+    def _next(self, f) -> np.ndarray:
+        self.count += 1
+        try:
+            return np.load(f)
+        except (ValueError, EOFError, OSError) as e:
+            raise self._error(f"the file holds fewer arrays ({e})") from e
 
     def _error(self, what: str) -> ValueError:
         return _Mismatch(

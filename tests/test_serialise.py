@@ -95,3 +95,17 @@ def test_loading_in_the_other_precision_says_what_to_do(tmp_path):
     )
     assert "jax_enable_x64=True" in out.stdout, out.stderr
     assert "jax.config.update('jax_enable_x64', True)" in out.stdout
+
+
+@pytest.mark.parametrize("cut", [3, 200])
+def test_truncated_or_padded_files_are_clear_errors(tmp_path, cut):
+    path = tmp_path / "net.eqx"
+    pe.save(path, make(8, 0), {"width": 8, "seed": 0})
+    data = path.read_bytes()
+    # Cut inside the last stored value (a Python scalar), or deeper.
+    path.write_bytes(data[:-cut])
+    with pytest.raises(ValueError, match="fewer arrays"):
+        pe.load(path, make)
+    path.write_bytes(data + data[-cut:])
+    with pytest.raises(ValueError, match="more than"):
+        pe.load(path, make)
