@@ -2,8 +2,7 @@
 
 `report(results_dir, out_dir, suite)` reads every `results.json` (and the
 `per_instance.csv` beside it) written by `harness.write_results`, groups the runs
-by data set and method,
-and writes for each data set
+by data set and method, and writes for each data set
 
 - `scatter_{dataset}.png`: per-instance test CV against RS (the paper's scatter),
 - `curves_{dataset}.png`: validation mean RS and max CV against training time,
