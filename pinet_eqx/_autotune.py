@@ -70,7 +70,7 @@ def _score_sigmas(base, sigma_values, Y, params, reference_distance, batch: int)
     are arguments, not closed-over constants, so XLA does not constant-fold them."""
 
     def score(sigma):
-        proj = eqx.tree_at(lambda p: p.sigma, base, sigma)
+        proj = eqx.tree_at(lambda p: p.solver.sigma, base, sigma)
         return _scores(proj, Y, params, reference_distance)
 
     return jax.lax.map(score, sigma_values, batch_size=batch)

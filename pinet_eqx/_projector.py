@@ -211,10 +211,12 @@ class Projector(eqx.Module):
         return self.problem.parameters
 
     @property
-    def sigma(self) -> float:
+    def sigma(self) -> float | Array:
         """The Douglas-Rachford scaling in use ("auto" resolved; with per-instance
         matrices, the constant it is computed from)."""
-        if self.solver.sigma == "auto" and self.auto_sigma is not None:
+        if not isinstance(self.solver.sigma, str):
+            return self.solver.sigma
+        if self.auto_sigma is not None:
             return self.auto_sigma
         return float(self.solver.step_size(np.ones(1)))
 

@@ -7,6 +7,7 @@ from typing import Literal
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array
 
 # sigma * gmean(d_y^2) for the "auto" step (see `DouglasRachford`); the sweep that
 # chose it is in benchmarks/RESULTS.md ("Default sigma").
@@ -40,7 +41,8 @@ class DouglasRachford(eqx.Module):
     `tol`, or, when `tol` is `None`, at most `default_tol(dtype)`.
     """
 
-    sigma: float | Literal["auto"] = eqx.field(static=True, default="auto")
+    # A leaf, not static: `pinet_eqx.autotune` sweeps it as a traced value.
+    sigma: float | Literal["auto"] = "auto"
     omega: float = eqx.field(static=True, default=1.7)
     n_iter: int = eqx.field(static=True, default=50)
     n_iter_test: int | None = eqx.field(static=True, default=None)
@@ -48,7 +50,7 @@ class DouglasRachford(eqx.Module):
 
     def __check_init__(self):
         sigma = self.sigma
-        if not (sigma == "auto" or _positive(sigma)):
+        if not (_is_auto(sigma) or _positive(sigma)):
             raise ValueError(
                 f"DouglasRachford(sigma={sigma!r}): sigma must be a float > 0 or "
                 "'auto'."
@@ -79,10 +81,10 @@ class DouglasRachford(eqx.Module):
             return self.n_iter_test
         return self.n_iter
 
-    def step_size(self, d_y) -> float:
+    def step_size(self, d_y) -> float | Array:
         """$\\sigma$ for an equilibration column scaling `d_y` of $y$ (a NumPy
         or JAX array): `sigma` itself unless it is `"auto"`."""
-        if self.sigma != "auto":
+        if not _is_auto(self.sigma):
             return self.sigma
         xp = np if isinstance(d_y, np.ndarray) else jnp
         return _AUTO_SIGMA / xp.exp(xp.mean(xp.log(d_y**2)))
@@ -111,6 +113,10 @@ def solver_from_keywords(
             "are fields of the solver)."
         )
     return solver
+
+
+def _is_auto(sigma) -> bool:
+    return isinstance(sigma, str) and sigma == "auto"
 
 
 def _real(x) -> bool:
