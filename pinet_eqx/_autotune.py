@@ -24,8 +24,9 @@ class AutotuneResult:
 
     **Fields:**
 
-    - `projector`: the input projector with the chosen `sigma`, and `n_iter` =
-        `n_iter_test` = the chosen iteration count.
+    - `projector`: the input projector with the chosen `sigma` and `n_iter`; its
+        inference count `n_iter_test` is the larger of the chosen count and the
+        input projector's, so that inference stays at least as accurate.
     - `sigma`, `n_iter`: the chosen values.
     - `sigmas`, `sigma_violation`, `sigma_suboptimality`: the $\\sigma$ grid and,
         for each value, the largest constraint violation and the mean relative
@@ -202,7 +203,10 @@ def autotune(
     n_viol, n_subopt = np.asarray(n_viol), np.asarray(n_subopt)
     n_iter = n_iters[_choose(n_viol, n_subopt, violation_tol, suboptimality_tol, True)]
 
-    tuned = projector.with_settings(sigma=sigma, n_iter=n_iter, n_iter_test=n_iter)
+    # Inference keeps at least the iterations it had: tuning for the training
+    # budget must not make inference less accurate.
+    n_test = max(n_iter, projector.n_iter_test)
+    tuned = projector.with_settings(sigma=sigma, n_iter=n_iter, n_iter_test=n_test)
     return AutotuneResult(
         projector=tuned,
         sigma=sigma,
