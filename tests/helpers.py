@@ -701,3 +701,9 @@ def badly_scale(spec, y0, seed, rows=(1e-2, 1e2), cols=(1e-2, 1e2)):
     eq, _ = spec_residuals(z0, out)
     assert eq <= 1e-8 * rows[1] * cols[1], eq
     return out, z0, D
+
+
+def slow_except(cases, *fast):
+    """`cases` as pytest parameters, all but those in `fast` marked `slow`: the
+    fast tier (`pytest`) keeps a representative few, `pytest -m slow` runs the rest."""
+    return [c if c in fast else pytest.param(c, marks=pytest.mark.slow) for c in cases]

@@ -26,6 +26,7 @@ from helpers import (
     assert_close,
     central_difference,
     random_set_spec,
+    slow_except,
     spec_violation,
     to_pinet,
     values_of,
@@ -96,7 +97,7 @@ def _set_case(case):
     return rng, proj, y_raw, v
 
 
-@pytest.mark.parametrize("case", list(SET_CASES))
+@pytest.mark.parametrize("case", slow_except(SET_CASES, "box", "polytope"))
 def test_jvp_and_jacobians_match_finite_differences(case):
     _, proj, y_raw, v = _set_case(case)
     d = y_raw.shape[0]
@@ -123,7 +124,7 @@ def test_jvp_and_jacobians_match_finite_differences(case):
     assert float(jnp.max(jnp.abs(jac_fwd - jnp.eye(d)))) > 1e-2
 
 
-@pytest.mark.parametrize("case", list(SET_CASES))
+@pytest.mark.parametrize("case", slow_except(SET_CASES, "box", "polytope"))
 def test_hessian_vector_product_matches_finite_differences(case):
     # sin makes the loss curved even where the projection is piecewise affine; on
     # the cones the projection's own curvature enters too.
@@ -197,7 +198,16 @@ def _param_case(case):
     return rng, proj, y_raw, flat, unravel, v
 
 
-@pytest.mark.parametrize("case", list(PARAM_CASES))
+@pytest.mark.parametrize(
+    "case",
+    slow_except(
+        PARAM_CASES,
+        "ineq_bounds",
+        "box_bounds",
+        "polytope_matrices",
+        "soc_offsets",
+    ),
+)
 def test_parameter_derivatives_match_finite_differences(case):
     rng, proj, y_raw, flat, unravel, v = _param_case(case)
     cot = jnp.asarray(rng.normal(size=y_raw.shape))
@@ -220,6 +230,7 @@ def test_parameter_derivatives_match_finite_differences(case):
     assert float(jnp.max(jnp.abs(fd))) > 1e-3
 
 
+@pytest.mark.slow
 def test_matrix_parameter_hessian_vector_product():
     # A linear loss, so the check is on the projection's own second derivative in
     # (E, C), which is non-zero: the projection onto {E y = b, C_A y = u_A} involves
@@ -264,7 +275,7 @@ def _weakly_active_problem(seed):
     return spec, y_star, y_raw
 
 
-@pytest.mark.parametrize("method", ["auto", "fixed_point"])
+@pytest.mark.parametrize("method", slow_except(["auto", "fixed_point"], "auto"))
 def test_weakly_active_inequality(method):
     # The map is not differentiable here: the one-sided directional derivatives
     # differ (with and without row 1 in the active set). Any consistent choice of
@@ -322,7 +333,7 @@ def _apex_problem(kind, seed=810):
     return spec, apex, apex + M.T @ u
 
 
-@pytest.mark.parametrize("kind", ["standard", "general"])
+@pytest.mark.parametrize("kind", slow_except(["standard", "general"], "general"))
 def test_second_order_cone_apex(kind):
     # The projection is the apex on a neighbourhood of y_raw: the Jacobian is zero.
     spec, apex, y_raw = _apex_problem(kind)
@@ -374,7 +385,7 @@ def _agreement_case(case):
     return kinds, constraints, n_unrolled, grads
 
 
-@pytest.mark.parametrize("case", list(AGREEMENT_CASES))
+@pytest.mark.parametrize("case", slow_except(AGREEMENT_CASES, "polytope"))
 def test_unrolled_adjoint_agrees_with_implicit(case):
     kinds, constraints, n_unrolled, grads = _agreement_case(case)
     implicit = pe.Projector(constraints, adjoint=_adjoint(kinds), **CONVERGED)
@@ -425,7 +436,9 @@ def test_with_settings_accepts_adjoint():
 # --------------------------------------------------- 5. batch independence
 
 
-@pytest.mark.parametrize("method", ["active_set", "fixed_point"])
+@pytest.mark.parametrize(
+    "method", slow_except(["active_set", "fixed_point"], "active_set")
+)
 def test_batch_independence(method):
     rng = np.random.default_rng(1000)
     d, kinds = 8, ["eq", "ineq", "box"]
@@ -466,7 +479,7 @@ def test_batch_independence(method):
 # ------------------------------------------------ 6. non-convergence reporting
 
 
-@pytest.mark.parametrize("on_failure", ["warn", "raise", "ignore"])
+@pytest.mark.parametrize("on_failure", slow_except(["warn", "raise", "ignore"], "warn"))
 def test_backward_non_convergence_is_reported(on_failure):
     # A cone problem, so the fixed-point (Krylov) path is taken.
     rng = np.random.default_rng(1100)
@@ -533,6 +546,7 @@ np.save(sys.argv[4], np.asarray(jax.grad(f)(Y), np.float64))
 """
 
 
+@pytest.mark.slow
 def test_float32_gradient_at_default_settings_matches_float64(tmp_path):
     # The float32 run happens in a subprocess where x64 is really off; its inputs
     # are rounded to float32 here, so both runs see the same numbers.

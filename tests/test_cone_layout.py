@@ -116,7 +116,9 @@ def test_per_instance_scaling_is_applied_per_instance():
         np.testing.assert_allclose(y[i], expected, atol=1e-9)
 
 
-@pytest.mark.parametrize("per_instance", [False, True])
+@pytest.mark.parametrize(
+    "per_instance", [False, pytest.param(True, marks=pytest.mark.slow)]
+)
 def test_shared_y_scale_is_uniform_and_projects_the_same(per_instance):
     rng = np.random.default_rng(5)
     d = 7
@@ -160,6 +162,7 @@ def _soc_net(key, d=6, k=3, n_ctx=4):
     return pe.HardConstrainedNet(backbone, proj)
 
 
+@pytest.mark.slow
 def test_training_through_per_instance_cone_reduces_loss_and_stays_feasible():
     key_net, key_data = jax.random.split(jax.random.key(0))
     net = _soc_net(key_net)
@@ -198,6 +201,7 @@ def test_training_through_per_instance_cone_reduces_loss_and_stays_feasible():
     assert float(jnp.max(jnp.abs(norms - 1.0))) < 1e-2
 
 
+@pytest.mark.slow
 def test_cone_projector_serialises_and_pickles(tmp_path):
     net = _soc_net(jax.random.key(3))
     path = tmp_path / "net.eqx"
@@ -230,6 +234,7 @@ def test_negative_parameterised_simplex_total_raises():
         proj(jnp.ones(3), r=jnp.asarray(-1.0))
 
 
+@pytest.mark.slow
 def test_float32_cone_projection(tmp_path):
     """Without x64, a mixed cone projection reaches float32-level accuracy."""
     script = textwrap.dedent(

@@ -20,9 +20,20 @@ KINDS = {
 ACCURATE = dict(n_iter=100_000, tol=1e-10, sigma=0.1)
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
-@pytest.mark.parametrize("equilibrate", [True, False])
-@pytest.mark.parametrize("affine_form", ["nullspace", "eliminated"])
+# "mixed" has every kind of row: the fast tier runs it in both affine forms, once
+# with and once without equilibration; `pytest -m slow` runs every combination.
+@pytest.mark.parametrize(
+    "affine_form, equilibrate, kind",
+    [
+        (form, eq, kind)
+        if (form, eq, kind)
+        in {("nullspace", True, "mixed"), ("eliminated", False, "mixed")}
+        else pytest.param(form, eq, kind, marks=pytest.mark.slow)
+        for form in ("nullspace", "eliminated")
+        for eq in (True, False)
+        for kind in KINDS
+    ],
+)
 def test_matches_clarabel(kind, equilibrate, affine_form):
     d, m_eq, m_ineq, box = KINDS[kind]
     rng = np.random.default_rng(10 * list(KINDS).index(kind) + int(equilibrate))
@@ -42,6 +53,7 @@ def test_matches_clarabel(kind, equilibrate, affine_form):
         assert float(sol.primal_residual) <= 1e-9
 
 
+@pytest.mark.slow
 def test_feasible_point_is_fixed():
     rng = np.random.default_rng(1)
     poly = random_polytope(rng, 10, 3, 6)
@@ -187,6 +199,7 @@ def test_equilibrate_balances_norms():
     assert np.ptp(np.linalg.norm(scaled_j, axis=1)) < 0.05
 
 
+@pytest.mark.slow
 def test_auto_sigma_is_robust_to_rescaling_y():
     # Substituting y = alpha * y' rescales the columns of every matrix. "auto" sigma
     # follows the equilibration's column scaling, so the iteration count barely

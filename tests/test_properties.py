@@ -8,6 +8,7 @@ $\\|\\Pi(a) - \\Pi(b)\\| \\le \\|a - b\\|$.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from helpers import constraints_of, random_polytope
 from hypothesis import given, settings, strategies as st
 
@@ -16,7 +17,12 @@ import pinet_eqx as pe
 ACCURATE = dict(n_iter=50_000, tol=1e-10)
 
 
-@settings(max_examples=15, deadline=None)
+# A few random polytopes in the fast tier, more in the slow one (`pytest -m slow`).
+@pytest.mark.parametrize("max_examples", [3, pytest.param(15, marks=pytest.mark.slow)])
+def test_projection_properties(max_examples):
+    settings(max_examples=max_examples, deadline=None)(_check_properties)()
+
+
 @given(
     seed=st.integers(0, 2**31 - 1),
     d=st.integers(3, 10),
@@ -25,7 +31,7 @@ ACCURATE = dict(n_iter=50_000, tol=1e-10)
     box=st.booleans(),
     scale=st.floats(0.1, 10.0),
 )
-def test_projection_properties(seed, d, m_eq, m_ineq, box, scale):
+def _check_properties(seed, d, m_eq, m_ineq, box, scale):
     rng = np.random.default_rng(seed)
     m_eq = min(m_eq, d - 1)
     poly = random_polytope(rng, d, m_eq, m_ineq, box=box or m_eq + m_ineq == 0)

@@ -61,6 +61,7 @@ def _dc3_projector(refine, n=64):
     )
 
 
+@pytest.mark.slow
 def test_refine_keeps_the_float64_projection_and_its_gradient():
     problem, plain = _dc3_projector(False)
     _, refined = _dc3_projector(True)
@@ -82,6 +83,7 @@ def test_refine_keeps_the_float64_projection_and_its_gradient():
     np.testing.assert_allclose(g1, g0, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_refine_reaches_the_float32_rounding_floor():
     # x64 is global and on in the test process, so float32 runs in a subprocess.
     script = textwrap.dedent("""

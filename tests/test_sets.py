@@ -27,6 +27,7 @@ from helpers import (
     clarabel_project_sets,
     random_instance,
     random_set_spec,
+    slow_except,
     spec_residuals,
     spec_violation,
     stack_values,
@@ -90,7 +91,7 @@ SET_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(SET_CASES))
+@pytest.mark.parametrize("case", slow_except(SET_CASES, "everything"))
 def test_projection_matches_clarabel(case):
     d, kinds, opts = SET_CASES[case]
     rng = np.random.default_rng(100 + list(SET_CASES).index(case))
@@ -149,7 +150,7 @@ def _instances(rng, spec, y0, parameters, jitter=0.0, n=BATCH):
     return instances, values
 
 
-@pytest.mark.parametrize("case", list(PARAM_CASES))
+@pytest.mark.parametrize("case", slow_except(PARAM_CASES, "soc_A_f"))
 def test_per_instance_parameters_match_clarabel(case):
     d, kinds, parameters, jitter = PARAM_CASES[case]
     rng = np.random.default_rng(200 + list(PARAM_CASES).index(case))
@@ -179,7 +180,9 @@ def _row_norms(spec):
     return np.concatenate([np.linalg.norm(M, axis=1) for M in mats])
 
 
-@pytest.mark.parametrize("case", list(EQUILIBRATE_CASES))
+@pytest.mark.parametrize(
+    "case", slow_except(EQUILIBRATE_CASES, "per_instance_matrices")
+)
 def test_equilibration_does_not_change_the_projection(case):
     d, kinds, parameters = EQUILIBRATE_CASES[case]
     rng = np.random.default_rng(300 + list(EQUILIBRATE_CASES).index(case))
@@ -243,7 +246,7 @@ GRAD_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(GRAD_CASES))
+@pytest.mark.parametrize("case", slow_except(GRAD_CASES, "soc_offset_a"))
 def test_vjp_matches_finite_differences(case):
     d, kinds, parameters, wrt, active = GRAD_CASES[case]
     rng = np.random.default_rng(400 + list(GRAD_CASES).index(case))
@@ -321,7 +324,7 @@ def _with_values(spec, parameters, values):
     return out
 
 
-@pytest.mark.parametrize("case", list(INFEASIBLE_CASES))
+@pytest.mark.parametrize("case", slow_except(INFEASIBLE_CASES, "equality_vs_box"))
 def test_infeasible_context_is_reported(case):
     spec, parameters, bad, good = INFEASIBLE_CASES[case]
     bad_spec = _with_values(spec, parameters, bad)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 import optax
+import pytest
 from helpers import random_polytope
 
 import pinet_eqx as pe
@@ -149,6 +150,7 @@ def test_inference_mode_switches_iteration_count():
     assert int(back.projector.solve(y_raw, b=X[0]).n_iter) == 7
 
 
+@pytest.mark.slow
 def test_float32_equalities_hold_to_working_precision():
     rng = np.random.default_rng(4)
     d, m_eq, m_ineq = 40, 15, 20
