@@ -52,11 +52,11 @@ class AbstractAffineProjection(eqx.Module):
     d_w: eqx.AbstractVar[Float[Array, " m"]]
 
     @abc.abstractmethod
-    def particular(self, q: Float[Array, " m_eq"]):
+    def particular(self, q: Float[Array, " m_eq"]) -> Array:
         """Per-instance data for `project`, computed once per call."""
 
     @abc.abstractmethod
-    def project(self, s, part):
+    def project(self, s, part) -> Array:
         """Return $\\tilde z = \\Pi_{\\tilde{\\mathcal{A}}}(s)$ for $s = (s_y, s_w)$
         of length $d + m$."""
 

@@ -19,7 +19,8 @@ class Group(NamedTuple):
     """`count` consecutive blocks of one `cone`, each of length `size`."""
 
     cone: AbstractCone
-    count: int
+    # Shadows `tuple.count`, which nothing calls on a Group.
+    count: int  # pyright: ignore[reportIncompatibleMethodOverride]
     size: int
 
 

@@ -118,7 +118,9 @@ class _AbstractKrylov(lx.AbstractLinearSolver):
         return x, lx.RESULTS.successful, {"num_steps": steps, "converged": converged}
 
     @abc.abstractmethod
-    def _iterate(self, operator, b, threshold, max_steps):
+    def _iterate(
+        self, operator, b, threshold, max_steps
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """Solve `operator x = b` to the 2-norm residual `threshold`.
 
         **Returns:** `(x, converged, steps)`, with `x` finite.

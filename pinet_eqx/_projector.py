@@ -272,7 +272,7 @@ class Projector(eqx.Module):
         )
         check_adjoint(adjoint, solver.tol)
         new = copy.copy(self)
-        changes = dict(solver=solver, adjoint=adjoint)
+        changes: dict[str, object] = dict(solver=solver, adjoint=adjoint)
         for k in ("check_inputs", "inference"):
             if k in settings:
                 changes[k] = bool(settings[k])

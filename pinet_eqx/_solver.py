@@ -126,7 +126,7 @@ def _real(x) -> bool:
 
 
 def _positive(x) -> bool:
-    return _real(x) and x > 0
+    return bool(_real(x) and x > 0)
 
 
 def _count(n) -> bool:
