@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
 
+import jaxtyping
 import numpy as np
 import pytest
 
@@ -17,6 +20,21 @@ needs_reference = pytest.mark.skipif(
     reason="pinet-hcnn is not installed (pip install --no-deps pinet-hcnn==0.2.0 "
     "beartype); it cannot be a pip extra",
 )
+
+
+@contextlib.contextmanager
+def raises_for(argument: str, exception: type[Exception], match: str):
+    """`pytest.raises` for a bad argument: our own `exception` with a message
+    matching `match`, or, since the tests run under jaxtyping's runtime type
+    checker, its `TypeCheckError` (which rejects an argument of the wrong type or
+    shape before our check runs) naming `argument`."""
+    with pytest.raises((exception, jaxtyping.TypeCheckError)) as info:
+        yield info
+    message = str(info.value)
+    if isinstance(info.value, jaxtyping.TypeCheckError):
+        assert f"parameter '{argument}'" in message, message
+    else:
+        assert re.search(match, message), message
 
 
 @dataclasses.dataclass

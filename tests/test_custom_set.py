@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import central_difference
 
 import pinet_eqx as pe
-from helpers import central_difference
 
 
 class Halfspace(pe.AbstractConstraint):
@@ -52,7 +52,9 @@ class Nonnegative(pe.AbstractConstraint):
         k = len(self.indices)
         rows = np.zeros((k, dim))
         rows[np.arange(k), self.indices] = 1.0
-        block = pe.ConeBlock(cone=Orthant(), rows=(rows,), offset=(np.zeros(k),), size=k)
+        block = pe.ConeBlock(
+            cone=Orthant(), rows=(rows,), offset=(np.zeros(k),), size=k
+        )
         return pe.LiftedPieces(cones=(block,))
 
 

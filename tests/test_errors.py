@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import raises_for
 
 import pinet_eqx as pe
 
@@ -107,8 +108,18 @@ def _proj(**kw):
     ],
 )
 def test_construction_errors(make, exc, match):
-    with pytest.raises(exc, match=match):
+    # Under the runtime type checker, arguments of the wrong type are rejected
+    # before our checks run, by a TypeCheckError that names the parameter.
+    with raises_for(_PARAMETER_OF.get(match, "(none)"), exc, match):
         make()
+
+
+_PARAMETER_OF = {
+    "not a constraint": "constraints",
+    "on_failure": "on_failure",
+    "method": "method",
+    "adjoint=": "adjoint",
+}
 
 
 def test_active_set_adjoint_on_a_cone_problem_raises():
@@ -123,9 +134,9 @@ def test_active_set_adjoint_on_a_cone_problem_raises():
 def test_call_errors_name_the_argument():
     proj = _proj()
     y, b = jnp.zeros(3), jnp.ones(2)
-    with pytest.raises(ValueError, match=r"`y_raw` must have shape \(3,\).*vmap"):
+    with raises_for("y_raw", ValueError, r"`y_raw` must have shape \(3,\).*vmap"):
         proj(jnp.zeros((4, 3)), b=b)
-    with pytest.raises(ValueError, match=r"`y_raw` must have shape \(3,\)"):
+    with raises_for("y_raw", ValueError, r"`y_raw` must have shape \(3,\)"):
         proj(jnp.zeros(5), b=b)
     with pytest.raises(TypeError, match=r"missing \['b'\]"):
         proj(y)

@@ -75,7 +75,9 @@ def test_plain_equinox_loop_with_weight_decay_leaves_the_projector_intact():
     assert np.all(np.isfinite(Y))
     np.testing.assert_allclose(Y @ A.T, B, atol=1e-9)
     # The backbone did train.
-    assert not np.allclose(trained.backbone.layers[0].weight, net.backbone.layers[0].weight)
+    assert not np.allclose(
+        trained.backbone.layers[0].weight, net.backbone.layers[0].weight
+    )
 
 
 def test_frozen_data_are_jit_arguments_not_constants():

@@ -47,9 +47,10 @@ def test_round_trip_is_bit_identical(tmp_path):
     )
     # A skeleton of shapes only works too.
     shapes = pe.load(path, lambda **hp: eqx.filter_eval_shape(make, **hp))
-    assert np.array_equal(np.asarray(shapes.backbone.layers[0].weight), np.asarray(
-        net.backbone.layers[0].weight
-    ))
+    assert np.array_equal(
+        np.asarray(shapes.backbone.layers[0].weight),
+        np.asarray(net.backbone.layers[0].weight),
+    )
 
 
 def test_wrong_skeleton_is_a_clear_error(tmp_path):

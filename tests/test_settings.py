@@ -7,9 +7,9 @@ import warnings
 import jax
 import numpy as np
 import pytest
+from helpers import constraints_of, raises_for, random_polytope
 
 import pinet_eqx as pe
-from helpers import constraints_of, random_polytope
 
 
 def _projector(**kwargs):
@@ -67,9 +67,9 @@ def test_inference_runs_the_inference_count():
 )
 def test_bad_settings_name_the_argument(settings, message):
     proj, _ = _projector()
-    with pytest.raises(ValueError, match=message):
+    with raises_for(message, ValueError, message):
         proj.with_settings(**settings)
-    with pytest.raises(ValueError, match=message):
+    with raises_for(message, ValueError, message):
         _projector(**settings)
 
 
@@ -123,7 +123,7 @@ def test_equilibration_settings_and_deprecated_keywords():
     proj, _ = _projector(equilibrate=pe.Equilibration(n_iter=3, mode="jacobi"))
     assert proj.equilibration == pe.Equilibration(n_iter=3, mode="jacobi")
     assert _projector(equilibrate=False)[0].equilibration is None
-    with pytest.raises(ValueError, match="mode"):
+    with raises_for("mode", ValueError, "mode"):
         pe.Equilibration(mode="ruiz")
     with pytest.warns(DeprecationWarning, match="equilibrate_iters"):
         old, _ = _projector(equilibrate_iters=3, equilibrate_mode="jacobi")
