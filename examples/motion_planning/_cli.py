@@ -121,8 +121,7 @@ def _machine() -> dict:
 def save_planner(path, model, header: dict) -> None:
     """`pe.save` the planner, with `header` (`"problem"`, `"mlp"`, `"projector"`
     and, for a contextual-coverage planner, `"map"`) as its hyperparameters: what
-    `planner_skeleton` rebuilds it from (README, "Saving, loading and
-    shipping")."""
+    `planner_skeleton` rebuilds it from (see `docs/concepts/save-load.md`)."""
     pe.save(path, model, header)
 
 
