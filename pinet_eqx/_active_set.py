@@ -28,6 +28,8 @@ Jacobian vanishes (the implicit derivative of the fixed point, in closed form).
 
 from __future__ import annotations
 
+from typing import cast
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -77,10 +79,14 @@ class FixedRows(eqx.Module):
         r = keep.size
         P_y = np.zeros((m_eq, d))
         if r:
-            Q, R = scipy.linalg.qr(E[keep].T, mode="full")
+            # scipy-stubs types `qr` as a union over all its modes.
+            Q, R = cast(
+                "tuple[np.ndarray, np.ndarray]", scipy.linalg.qr(E[keep].T, mode="full")
+            )
             N = Q[:, r:]
-            # E_keep^+ = Q_1 R_1^{-T}: the minimum-norm particular solution.
-            pinv = Q[:, :r] @ scipy.linalg.solve_triangular(R[:r], np.eye(r), trans="T")
+            # E_keep^+ = Q_1 R_1^{-T}: the minimum-norm particular solution
+            # (trans=1, i.e. "T": solve R^T x = b).
+            pinv = Q[:, :r] @ scipy.linalg.solve_triangular(R[:r], np.eye(r), trans=1)
             P_y[keep] = pinv.T
         else:
             N = np.eye(d)
@@ -268,6 +274,8 @@ def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solv
     d = y.shape[0]
     dtype = y.dtype
     E, C = inputs.data.E, inputs.data.C
+    # Only reached without `FixedRows`, i.e. with per-instance matrices.
+    assert E is not None and C is not None
     M = jnp.concatenate([E, C, jnp.eye(d, dtype=dtype)[box]])
     norms = jnp.linalg.norm(M, axis=1)
     usable = norms > 0
@@ -281,7 +289,9 @@ def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solv
         # The multipliers, y_raw - y = M^T lam, enter through the moving rows.
         rhs = jnp.where(active, Ms @ (inputs.y_raw - y), 0.0)
         lam = scale * _solve(apply_gram, active, rhs, solver)
-        dM = jnp.concatenate([t.data.E, t.data.C, jnp.zeros((box.size, d), dtype)])
+        dE, dC = t.data.E, t.data.C
+        assert dE is not None and dC is not None  # `None` tangents became zeros
+        dM = jnp.concatenate([dE, dC, jnp.zeros((box.size, d), dtype)])
         r = r - lam @ dM
         dh = dh - dM @ y
     rhs = jnp.where(active, Ms @ r - scale * dh, 0.0)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -154,7 +155,11 @@ def independent_rows(E: np.ndarray) -> np.ndarray:
         return np.arange(0)
     rank = int(np.sum(sv > sv[0] * max(E.shape) * np.finfo(np.float64).eps * 10))
     # Column pivoting on E^T picks the most independent rows first.
-    _, _, piv = scipy.linalg.qr(E.T, mode="economic", pivoting=True)
+    # scipy-stubs types `qr` as a union over all its modes.
+    _, _, piv = cast(
+        "tuple[np.ndarray, np.ndarray, np.ndarray]",
+        scipy.linalg.qr(E.T, mode="economic", pivoting=True),
+    )
     return np.sort(piv[:rank])
 
 
@@ -208,11 +213,12 @@ def build_affine_projection(
     M = np.block([[E_s[keep], np.zeros((r, m))], [C_t, -np.eye(m)]])
     n, k = d + m, d - r
 
-    Q, R = scipy.linalg.qr(M.T, mode="full")
+    Q, R = cast("tuple[np.ndarray, np.ndarray]", scipy.linalg.qr(M.T, mode="full"))
     rank = r + m
     # Particular solution Q_1 R^{-T} b for b = [D_r q_keep; 0], as a map from q.
     if rank:
-        R_inv_T = scipy.linalg.solve_triangular(R[:rank], np.eye(rank), trans="T")
+        # trans=1, i.e. "T": solve R^T x = b.
+        R_inv_T = scipy.linalg.solve_triangular(R[:rank], np.eye(rank), trans=1)
         G = Q[:, :rank] @ R_inv_T[:, :r]  # (n, r)
     else:
         G = np.zeros((n, 0))

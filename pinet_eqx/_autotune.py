@@ -10,7 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import ArrayLike, Float
+from jaxtyping import ArrayLike, Float, Int
 
 from ._projector import Projector
 
@@ -94,8 +94,8 @@ def autotune(
     y_raw: Float[ArrayLike, "b d"],
     params: dict[str, ArrayLike] | None = None,
     *,
-    sigmas: Sequence[float] | None = None,
-    n_iters: Sequence[int] = DEFAULT_N_ITERS,
+    sigmas: Sequence[float] | Float[np.ndarray, " s"] | None = None,
+    n_iters: Sequence[int] | Int[np.ndarray, " n"] = DEFAULT_N_ITERS,
     tune_iter: int = 100,
     violation_tol: float = 1e-4,
     suboptimality_tol: float = 1e-3,
@@ -142,16 +142,16 @@ def autotune(
             f"autotune(projector, y_raw): `y_raw` must have shape (b, "
             f"{projector.dim}) (a batch of points), got {Y.shape}."
         )
-    params = {k: jnp.asarray(v) for k, v in (params or {}).items()}
-    for name, value in params.items():
+    arrays = {k: jnp.asarray(v) for k, v in (params or {}).items()}
+    for name, value in arrays.items():
         if value.shape[:1] != Y.shape[:1]:
             raise ValueError(
                 f"autotune(projector, y_raw, params): parameter `{name}` must have "
                 f"one row per point ({Y.shape[0]}), got shape {value.shape}."
             )
-    sigmas = np.asarray(DEFAULT_SIGMAS if sigmas is None else sigmas, np.float64)
+    grid = np.asarray(DEFAULT_SIGMAS if sigmas is None else sigmas, np.float64)
     n_iters = tuple(int(n) for n in n_iters)
-    if sigmas.ndim != 1 or sigmas.size == 0 or np.any(sigmas <= 0):
+    if grid.ndim != 1 or grid.size == 0 or np.any(grid <= 0):
         raise ValueError(
             "autotune(sigmas=...): must be a non-empty list of floats > 0."
         )
@@ -161,7 +161,7 @@ def autotune(
         )
 
     exact = projector.with_settings(tol=1e-9, n_iter=5000, inference=False)
-    Pi = eqx.filter_jit(jax.vmap(lambda y, p: exact(y, **p)))(Y, params)
+    Pi = eqx.filter_jit(jax.vmap(lambda y, p: exact(y, **p)))(Y, arrays)
     reference_distance = jnp.linalg.norm(Pi - Y, axis=1)
     # A point already in the set has distance 0; score it against a tiny distance
     # instead of dividing by zero.
@@ -172,10 +172,10 @@ def autotune(
             sigma=1.0, n_iter=iters, tol=None, inference=False
         )
         values = jnp.asarray(sigma_values, Y.dtype)
-        out = _score_sigmas(base, values, Y, params, reference_distance, sigma_batch)
+        out = _score_sigmas(base, values, Y, arrays, reference_distance, sigma_batch)
         return tuple(np.asarray(o, np.float64) for o in out)
 
-    viol, subopt = score_grid(sigmas, tune_iter)
+    viol, subopt = score_grid(grid, tune_iter)
     best = _choose(viol, subopt, violation_tol, suboptimality_tol, first=False)
     # Once several candidates are at the noise floor their violations no longer
     # rank them; re-score those with half the iterations until one leads.
@@ -184,7 +184,7 @@ def autotune(
     iters = tune_iter
     while tied.size > 1 and iters > 5:
         iters //= 2
-        v, sub = score_grid(sigmas[tied], iters)
+        v, sub = score_grid(grid[tied], iters)
         # Only values that still meet both tolerances compete (a tiny sigma
         # converges fast to a feasible point that is not the projection).
         passing = (v <= violation_tol) & (sub <= suboptimality_tol)
@@ -192,12 +192,12 @@ def autotune(
             break
         best = int(tied[passing][np.nanargmin(v[passing])])
         tied = tied[passing & (v <= _TIE_FLOOR * violation_tol)]
-    sigma = float(sigmas[best])
+    sigma = float(grid[best])
 
     n_viol, n_subopt = [], []
     for n in n_iters:
         proj = projector.with_settings(sigma=sigma, n_iter=n, tol=None)
-        v, s = eqx.filter_jit(_scores)(proj, Y, params, reference_distance)
+        v, s = eqx.filter_jit(_scores)(proj, Y, arrays, reference_distance)
         n_viol.append(float(v))
         n_subopt.append(float(s))
     n_viol, n_subopt = np.asarray(n_viol), np.asarray(n_subopt)
@@ -211,7 +211,7 @@ def autotune(
         projector=tuned,
         sigma=sigma,
         n_iter=n_iter,
-        sigmas=sigmas,
+        sigmas=grid,
         sigma_violation=viol,
         sigma_suboptimality=subopt,
         n_iters=n_iters,

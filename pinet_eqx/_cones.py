@@ -143,11 +143,14 @@ class ScaledSimplex(AbstractCone):
     has_total: ClassVar[bool] = True
 
     def project(self, u, total):
+        assert total is not None  # `has_total`: the blocks always pass one
         return jax.vmap(project_simplex)(u, total)
 
     def excess(self, u, total):
+        assert total is not None
         return jnp.maximum(jnp.max(-u, axis=1), jnp.abs(jnp.sum(u, axis=1) - total))
 
     def support(self, v, offset, total):
+        assert total is not None
         infimum = total * jnp.min(v, axis=1) - jnp.sum(v * offset, axis=1)
         return infimum, jnp.zeros(v.shape[:1], v.dtype)

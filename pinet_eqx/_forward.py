@@ -179,6 +179,7 @@ def column_groups(proj, problem: LiftedProblem):
 def _factorise(proj, problem: LiftedProblem, data: InstanceData):
     """The per-instance affine projection (equilibrated, QR-factorised)."""
     groups, n_groups = column_groups(proj, problem)
+    assert data.E is not None and data.C is not None  # per-instance matrices
     op, conditioning = build_affine_projection_traced(
         data.E,
         data.C,

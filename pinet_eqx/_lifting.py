@@ -20,7 +20,7 @@ from jaxtyping import Array, Float
 from . import _blocks as blocks
 from ._cones import AbstractCone
 from ._errors import PARAM_BOUNDS_CROSSED
-from ._parameter import Parameter
+from ._parameter import Parameter, shape_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,6 +266,7 @@ class LiftedProblem(eqx.Module):
 
     def violation(self, y: Float[Array, " d"], data: InstanceData) -> Float[Array, ""]:
         """The largest absolute constraint violation of `y`, in the user's units."""
+        assert data.E is not None and data.C is not None  # as built by `data()`
         w = data.C @ y
         w_box, w_cone = w[: self.n_ineq], w[self.n_ineq :]
         terms = [
@@ -346,7 +347,7 @@ class _Registry:
             if not isinstance(M, Parameter):
                 out.append(jnp.asarray(M))
                 continue
-            shape = M.shape
+            shape = shape_of(M)
             if shape[-1] != self.dim:
                 raise ValueError(
                     f"Projector(constraints): matrix Parameter({M.name!r}) has shape "
@@ -374,8 +375,7 @@ def _rows(M) -> int:
 
 def _size(v) -> int:
     """The length of a vector piece (a scalar counts as 1)."""
-    shape = v.shape if isinstance(v, Parameter) else np.shape(v)
-    return int(np.prod(shape))
+    return int(np.prod(shape_of(v)))
 
 
 def _stack(matrices, dim: int) -> np.ndarray:

@@ -70,5 +70,7 @@ class Parameter(eqx.Module):
 def shape_of(value) -> tuple[int, ...]:
     """The (declared) shape of a fixed array or a `Parameter`."""
     if isinstance(value, Parameter):
+        # Declared for matrices (`as_matrix`) and cone offsets (`lift`).
+        assert value.shape is not None
         return value.shape
     return np.shape(value)

@@ -26,8 +26,8 @@ from jaxtyping import Array, ArrayLike, Float, ScalarLike
 
 def project_box(
     v: Float[Array, " n"],
-    lower: Float[ArrayLike, "#n"] | float,
-    upper: Float[ArrayLike, "#n"] | float,
+    lower: Float[ArrayLike, "#n"] | Float[ArrayLike, ""] | float,
+    upper: Float[ArrayLike, "#n"] | Float[ArrayLike, ""] | float,
 ) -> Float[Array, " n"]:
     r"""Euclidean projection onto a box.
 

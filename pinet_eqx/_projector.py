@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -296,7 +296,7 @@ class Projector(eqx.Module):
         """
         # Only y: the diagnostics of `solve` would cost nothing at run time (XLA
         # drops them) but their tracing and lowering add to every compile.
-        return self._solve(y_raw, None, params, diagnostics=False)
+        return cast(Array, self._solve(y_raw, None, params, diagnostics=False))
 
     def solve(
         self, y_raw: Float[ArrayLike, " d"], s0=None, **params
@@ -314,7 +314,9 @@ class Projector(eqx.Module):
 
         **Returns:** a `ProjectionSolution`.
         """
-        return self._solve(y_raw, s0, params, diagnostics=True)
+        return cast(
+            ProjectionSolution, self._solve(y_raw, s0, params, diagnostics=True)
+        )
 
     @full_precision
     def violation(self, y: Float[ArrayLike, " d"], **params) -> Float[Array, ""]:

@@ -81,10 +81,10 @@ class DouglasRachford(eqx.Module):
             return self.n_iter_test
         return self.n_iter
 
-    def step_size(self, d_y) -> float | Array:
+    def step_size(self, d_y) -> float | Array | np.ndarray:
         """$\\sigma$ for an equilibration column scaling `d_y` of $y$ (a NumPy
         or JAX array): `sigma` itself unless it is `"auto"`."""
-        if not _is_auto(self.sigma):
+        if not isinstance(self.sigma, str):  # checked: the only string is "auto"
             return self.sigma
         xp = np if isinstance(d_y, np.ndarray) else jnp
         return _AUTO_SIGMA / xp.exp(xp.mean(xp.log(d_y**2)))
@@ -130,4 +130,4 @@ def _positive(x) -> bool:
 
 
 def _count(n) -> bool:
-    return isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1
+    return bool(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1)
