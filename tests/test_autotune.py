@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import clarabel_project, constraints_of, random_polytope
+from helpers import clarabel_project, constraints_of, raises_for, random_polytope
 
 import pinet_eqx as pe
 
@@ -76,7 +76,7 @@ def test_tuned_sigma_beats_the_worst_grid_value(tuned):
 
 def test_autotune_rejects_bad_input():
     proj = pe.Projector([pe.Box(-1.0, np.ones(3)), pe.Equality(np.ones((1, 3)), 0.0)])
-    with pytest.raises(ValueError, match="y_raw"):
+    with raises_for("y_raw", ValueError, "y_raw"):
         pe.autotune(proj, jnp.ones(3))
     with pytest.raises(ValueError, match="sigmas"):
         pe.autotune(proj, jnp.ones((2, 3)), sigmas=[0.1, -1.0])

@@ -14,6 +14,7 @@ import optax
 import pytest
 
 import pinet_eqx as pe
+from pinet_eqx import _forward
 from pinet_eqx._equilibrate import equilibrate_traced, group_labels
 from pinet_eqx._frozen import thaw
 
@@ -101,7 +102,8 @@ def test_per_instance_scaling_is_applied_per_instance():
     problem = thaw(proj.problem)
 
     def factorise(E, q):
-        return proj._factorise(problem, problem.data({"E": E, "q": q}, E.dtype, True))
+        data = problem.data({"E": E, "q": q}, E.dtype, True)
+        return _forward._factorise(proj, problem, data)
 
     ops = jax.vmap(factorise)(Es, qs)
     ratio = np.asarray(ops.d_y[0] / ops.d_y[1])
