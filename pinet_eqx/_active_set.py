@@ -238,34 +238,13 @@ def _fixed_tangent(fixed: FixedRows, active, dy_raw, dq, dh, solver):
     v = dy_raw @ N
     # The scaled active rows' residual at the unconstrained tangent y0 + N v.
     rhs = jnp.where(active, BN @ v + BP @ dq - scale * dh, 0.0)
-    if fixed.gram is not None and isinstance(solver, lx.Cholesky):
-        zeta = _dense_solve(fixed.gram.astype(dtype), active, rhs, solver)
+    if fixed.gram is not None:
+        gram = fixed.gram.astype(dtype)
+        apply_gram = lambda x: gram @ x  # noqa: E731
     else:
-        if fixed.gram is not None:
-            gram = fixed.gram.astype(dtype)
-            apply_gram = lambda x: gram @ x  # noqa: E731
-        else:
-            apply_gram = lambda x: BN @ (x @ BN)  # noqa: E731
-        zeta = _solve(apply_gram, active, rhs, solver)
+        apply_gram = lambda x: BN @ (x @ BN)  # noqa: E731
+    zeta = _solve(apply_gram, active, rhs, solver)
     return y0 + N @ (v - zeta @ BN)
-
-
-def _dense_solve(gram, active, rhs, solver):
-    """The masked active-row system solved directly, for small systems: one
-    Cholesky factorisation instead of a Krylov loop.
-
-    Dependent active rows make $G_{aa}$ singular; a regularisation of a few ulps
-    on the active diagonal (the rows have unit length) keeps the factorisation
-    finite, and changes a consistent solution only at that relative level.
-    """
-    if rhs.size == 0:
-        return rhs
-    a = active.astype(rhs.dtype)
-    n = rhs.shape[0]
-    delta = 16 * n * jnp.finfo(rhs.dtype).eps
-    matrix = a[:, None] * gram * a[None, :] + jnp.diag(1 - a + delta * a)
-    operator = lx.MatrixLinearOperator(matrix, lx.positive_semidefinite_tag)
-    return lx.linear_solve(operator, rhs, solver, throw=False).value
 
 
 def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solver):

@@ -13,7 +13,6 @@ import dataclasses
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import lineax as lx
 
 from . import _active_set, _douglas_rachford as dr
 from ._adjoint import UnrolledAdjoint
@@ -32,9 +31,6 @@ from ._solver import DouglasRachford
 # the first correction is large, and its own rounding (and an approximate active
 # set) leave a second, small one.
 _REFINE_STEPS = 2
-# Up to this many inequality and box rows, the refinement's active-row system is
-# solved by a dense Cholesky factorisation rather than conjugate gradients.
-_DIRECT_ROWS = 128
 
 
 def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
@@ -198,13 +194,8 @@ def _refine_active(problem, rows, refinement, y, data, hi, lo):
     where that is finite and no less feasible."""
     inputs = _active_set.Inputs(y, dataclasses.replace(data, E=None, C=None))
     inputs, hi, lo = jax.lax.stop_gradient((inputs, hi, lo))
-    # Small systems are solved directly: a Krylov loop's per-step overhead would
-    # dominate a single instance's latency. The forward pass does not warn: a
-    # failed refinement is simply dropped.
-    if rows.gram is not None and rows.gram.shape[0] <= _DIRECT_ROWS:
-        solver = lx.Cholesky()
-    else:
-        solver = ConjugateGradient(on_failure="ignore")
+    # The forward pass does not warn: a failed refinement is simply dropped.
+    solver = ConjugateGradient(on_failure="ignore")
     fix = y
     for _ in range(_REFINE_STEPS):
         fix = _active_set.refine(
