@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks._common import harness as _harness, report as _report
-from benchmarks._common.metrics import CV_OPTIMAL, RS_OPTIMAL
+from benchmarks._common.metrics import CV_OPTIMAL, RS_OPTIMAL, Metrics
 from benchmarks.dc3._report import SUITE
 
 DATASETS = {
@@ -58,17 +58,7 @@ def _fabricate_run(root: pathlib.Path, dataset: str, label: str, seed: int, rng)
         cv = rng.lognormal(np.log(1e-7 if label == "pinet" else 1e-3), 1.0, N_TEST)
     rs[0] = 0.0  # RS is clipped at 0 and CV can be exactly 0: log axes must cope
     cv[1] = 0.0
-    metrics = {
-        "rs_mean": float(rs.mean()),
-        "rs_median": float(np.median(rs)),
-        "rs_max": float(rs.max()),
-        "cv_mean": float(cv.mean()),
-        "cv_median": float(np.median(cv)),
-        "cv_max": float(cv.max()),
-        "eq_cv_max": float(cv.max()),
-        "ineq_cv_max": float(cv.max() / 2),
-        "optimal_pct": float(100 * np.mean((cv <= CV_OPTIMAL) & (rs <= RS_OPTIMAL))),
-    }
+    metrics = Metrics(rs, cv, {"eq": cv, "ineq": cv / 2}).summary()
     curve = []
     if label != "solver":
         # Seeds cover different time spans, so averaging needs a common grid.
