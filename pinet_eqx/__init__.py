@@ -47,6 +47,11 @@ from ._primitives import (
 )
 from ._projector import Projector as Projector
 from ._serialise import load as load, save as save
+from ._sharding import (
+    data_mesh as data_mesh,
+    replicate as replicate,
+    shard_batch as shard_batch,
+)
 from ._solution import RESULTS as RESULTS, ProjectionSolution as ProjectionSolution
 from ._solver import DouglasRachford as DouglasRachford
 
