@@ -26,6 +26,29 @@ import pinet_eqx as pe
 from pinet_eqx.problems import dc3_objective, dc3_violation, make_dc3, solve_dc3_convex
 
 
+def make_net(problem, seed: int) -> pe.HardConstrainedNet:
+    """The DC3 network: an MLP from the context x to a raw guess, projected onto
+    {y : A y = x, G y <= h}."""
+    # The context x is the right-hand side of A y = x: a Parameter, passed per call.
+    projector = pe.Projector(
+        [
+            pe.Equality(problem.A, pe.Parameter("b")),
+            pe.AffineInequality(problem.G, upper=problem.h),
+        ],
+        n_iter=50,  # Douglas-Rachford iterations while training...
+        n_iter_test=100,  # ...and in inference mode, for a smaller violation.
+    )
+    backbone = eqx.nn.MLP(
+        in_size=problem.n_eq,
+        out_size=problem.n_var,
+        width_size=200,
+        depth=2,
+        activation=jax.nn.relu,
+        key=jax.random.key(seed),
+    )
+    return pe.HardConstrainedNet(backbone, projector)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=10)
@@ -52,24 +75,8 @@ def main():
     J_test = objective(jnp.asarray(solve_dc3_convex(problem, X_test), jnp.float32))
     osqp_time = time.perf_counter() - t
 
-    # The context x is the right-hand side of A y = x: a Parameter, passed per call.
-    projector = pe.Projector(
-        [
-            pe.Equality(problem.A, pe.Parameter("b")),
-            pe.AffineInequality(problem.G, upper=problem.h),
-        ],
-        n_iter=50,  # Douglas-Rachford iterations while training...
-        n_iter_test=100,  # ...and in inference mode, for a smaller violation.
-    )
-    backbone = eqx.nn.MLP(
-        in_size=problem.n_eq,
-        out_size=problem.n_var,
-        width_size=200,
-        depth=2,
-        activation=jax.nn.relu,
-        key=jax.random.key(args.seed),
-    )
-    net = pe.HardConstrainedNet(backbone, projector)
+    net = make_net(problem, args.seed)
+    projector = net.projector
 
     # Only the backbone is trained; the projector's factorisation stays fixed.
     params, static = eqx.partition(net, pe.trainable_filter(net))
