@@ -132,22 +132,31 @@ class Forward(eqx.Module):
     sigma: Float[Array, ""]
 
 
+def _row_gram(rows, v):
+    """$B B^\\top v$ by two thin products."""
+    return rows @ (v @ rows)
+
+
+def _masked_mv(apply_gram, a, v):
+    return a * apply_gram(a * v) + (1 - a) * v
+
+
 def _masked_operator(apply_gram, active, structure):
     """$A v = a \\odot G (a \\odot v) + (1 - a) \\odot v$: the Gram matrix of the
     active rows, with the identity on the inactive ones (SPD where $G_{aa}$ is)."""
     a = active.astype(structure.dtype)
-
-    def mv(v):
-        return a * apply_gram(a * v) + (1 - a) * v
-
+    # A pytree `Partial` of module-level functions, not a closure: lineax then
+    # need not closure-convert it, a conversion that rejects the vectors without
+    # sharding that lineax's abstract evaluation passes inside `shard_map`.
+    mv = eqx.Partial(_masked_mv, apply_gram, a)
     tags = (lx.symmetric_tag, lx.positive_semidefinite_tag)
-    return lx.FunctionLinearOperator(mv, structure, tags)
+    return lx.FunctionLinearOperator(mv, structure, tags, closure_convert=False)
 
 
 def _solve(apply_gram, active, rhs, solver):
     if rhs.size == 0:
         return rhs
-    structure = jax.ShapeDtypeStruct(rhs.shape, rhs.dtype)
+    structure = jax.eval_shape(lambda: rhs)
     operator = _masked_operator(apply_gram, active, structure)
     return lx.linear_solve(operator, rhs, solver, throw=False).value
 
@@ -240,9 +249,9 @@ def _fixed_tangent(fixed: FixedRows, active, dy_raw, dq, dh, solver):
     rhs = jnp.where(active, BN @ v + BP @ dq - scale * dh, 0.0)
     if fixed.gram is not None:
         gram = fixed.gram.astype(dtype)
-        apply_gram = lambda x: gram @ x  # noqa: E731
+        apply_gram = eqx.Partial(jnp.matmul, gram)
     else:
-        apply_gram = lambda x: BN @ (x @ BN)  # noqa: E731
+        apply_gram = eqx.Partial(_row_gram, BN)
     zeta = _solve(apply_gram, active, rhs, solver)
     return y0 + N @ (v - zeta @ BN)
 
@@ -262,7 +271,7 @@ def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solv
     Ms = scale[:, None] * M
     active = jnp.concatenate([jnp.ones(E.shape[0], bool), active]) & usable
     dh = jnp.concatenate([t.data.q, dh])
-    apply_gram = lambda x: Ms @ (x @ Ms)  # noqa: E731
+    apply_gram = eqx.Partial(_row_gram, Ms)
     r = t.y_raw
     if moving:
         # The multipliers, y_raw - y = M^T lam, enter through the moving rows.

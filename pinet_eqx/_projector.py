@@ -30,6 +30,7 @@ from ._errors import (
 )
 from ._frozen import freeze, thaw
 from ._lifting import LiftedPieces, LiftedProblem, host_data
+from ._mesh import per_instance
 from ._precision import full_precision
 from ._refine import EqualityRefinement, RowResidual
 from ._solution import ProjectionSolution
@@ -334,6 +335,9 @@ class Projector(eqx.Module):
         **Returns:** a scalar.
         """
         y = self._check_y(y, "y")
+        return per_instance(self._violation, y, params)
+
+    def _violation(self, y, params: dict):
         problem = thaw(self.problem)
         values = problem.resolve(params, y.dtype)
         return problem.violation(y, problem.data(values, y.dtype, self.check_inputs))
@@ -341,7 +345,11 @@ class Projector(eqx.Module):
     @full_precision
     def _solve(self, y_raw, s0, params: dict, diagnostics: bool):
         y_raw = self._check_y(y_raw, "y_raw")
-        return forward.solve(self, y_raw, s0, params, diagnostics)
+
+        def run(y_raw, s0, params):
+            return forward.solve(self, y_raw, s0, params, diagnostics)
+
+        return per_instance(run, y_raw, s0, params)
 
     # ---------------------------------------------------------- internals
 
