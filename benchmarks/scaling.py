@@ -1,0 +1,222 @@
+r"""Data-parallel scaling: the projection forward and forward+backward with the
+batch sharded over 1, 2, 4 and 8 devices.
+
+    python -m benchmarks.scaling                        # 1, 2, 4, 8 virtual CPU devices
+    python -m benchmarks.scaling --devices 1 2 --per-device 64 --repeats 10
+    python -m benchmarks.scaling --quick                # tiny problem (smoke test)
+    python -m benchmarks.scaling --platform gpu --devices 1   # a GPU baseline
+
+Weak scaling: every device holds `--per-device` instances, so the global batch is
+$n$ times that on $n$ devices. The problem is the DC3 projection of
+`benchmarks.training_step` (small: $d = 100$, 50 equalities, 50 inequalities;
+raw points $A^+ x + 0.5\,N(0, I)$), at the library's defaults, batched with
+`jax.vmap(proj)(Y, b=X)` and placed with `pinet_eqx.shard_batch` on a
+`pinet_eqx.data_mesh()`. Timed are the jitted projection (`fwd`) and the jitted
+`jax.value_and_grad` of $\sum_{ij} V_{ij} \Pi(Y)_{ij}$ with respect to $Y$
+(`fwd+bwd`), each call ended by `block_until_ready`; the first call is reported
+as `compile`. Reported per device count: the median step time with its
+quartiles, and the per-device throughput, instances per second per device.
+
+Each device count runs in a fresh process, since virtual CPU devices are fixed
+when JAX starts (`XLA_FLAGS=--xla_force_host_platform_device_count=N`). Virtual
+devices share the host's cores: on a machine with $c$ cores the per-device
+throughput can only fall beyond $n = c$. What this measures on a CPU is the
+overhead of sharding (partitioning, dispatch, the absence of collectives), not
+the speed-up of real devices.
+
+Writes a markdown table to stdout and a JSON record (default
+`benchmarks/_out/scaling.json`); progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+PROG = "python -m benchmarks.scaling"
+DEFAULT_OUT = pathlib.Path(__file__).parent / "_out" / "scaling.json"
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def measure(size: str, per_device: int, repeats: int, dtype: str) -> dict:
+    """In this process, on all its devices: compile and step times of `fwd` and
+    `fwd+bwd`, and the peak memory of the process."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import pinet_eqx as pe
+
+    from ._common.provenance import machine, peak_rss_gb
+    from ._common.timing import time_interleaved
+    from .training_step import make_case
+
+    n = jax.device_count()
+    mesh = pe.data_mesh()
+    case = make_case(size, batch=per_device * n)
+    proj = pe.Projector(
+        [
+            pe.Equality(case.problem.A, pe.Parameter("b")),
+            pe.AffineInequality(case.problem.G, upper=case.problem.h),
+        ]
+    )
+    Y, X, V = pe.shard_batch(
+        mesh, *(jnp.asarray(a, dtype) for a in (case.Y, case.X, case.V))
+    )
+
+    @jax.jit
+    def fwd(Y, X):
+        return jax.vmap(proj)(Y, b=X)
+
+    @jax.jit
+    def fwd_bwd(Y, X, V):
+        return jax.value_and_grad(lambda Y: jnp.sum(V * jax.vmap(proj)(Y, b=X)))(Y)
+
+    calls = {"fwd": lambda: fwd(Y, X), "fwd+bwd": lambda: fwd_bwd(Y, X, V)}
+    compile_s = {}
+    for name, call in calls.items():
+        start = time.perf_counter()
+        jax.block_until_ready(call())
+        compile_s[name] = time.perf_counter() - start
+    timed = time_interleaved(calls, repeats)
+    out_spec = str(fwd(Y, X).sharding.spec)
+    record = {
+        "devices": n,
+        "batch": per_device * n,
+        "per_device": per_device,
+        "output_sharding": out_spec,
+        "load": timed.pop("load"),
+        "peak_rss_gb": peak_rss_gb(),
+        "machine": machine(devices=True),
+    }
+    for name, t in timed.items():
+        record[name] = {
+            **t,
+            "compile": compile_s[name],
+            "throughput_per_device": per_device / t["median"],
+        }
+    record["max_abs_output"] = float(np.max(np.abs(np.asarray(fwd(Y, X)))))
+    return record
+
+
+def _child(n: int, args) -> dict:
+    env = dict(os.environ)
+    if args.platform == "cpu":
+        env["XLA_FLAGS"] = (
+            env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={n}"
+        ).strip()
+        env["JAX_PLATFORMS"] = "cpu"
+    elif args.platform == "gpu":
+        # The first n GPUs.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(n))
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.scaling",
+        "--child",
+        f"--size={args.size}",
+        f"--per-device={args.per_device}",
+        f"--repeats={args.repeats}",
+        f"--dtype={args.dtype}",
+    ]
+    proc = subprocess.run(
+        command,
+        env=env,
+        cwd=pathlib.Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=args.timeout,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"{n} device(s) failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def table(records: list[dict]) -> str:
+    """The markdown table of `records`, one row per device count."""
+    lines = [
+        "| devices | batch | fwd median (IQR), ms | fwd per device, inst/s "
+        "| fwd+bwd median (IQR), ms | fwd+bwd per device, inst/s "
+        "| compile fwd / fwd+bwd, s | peak RSS, GiB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in records:
+        f, b = r["fwd"], r["fwd+bwd"]
+        lines.append(
+            f"| {r['devices']} | {r['batch']} "
+            f"| {1e3 * f['median']:.1f} ({1e3 * f['lq']:.1f}-{1e3 * f['uq']:.1f}) "
+            f"| {f['throughput_per_device']:.0f} "
+            f"| {1e3 * b['median']:.1f} ({1e3 * b['lq']:.1f}-{1e3 * b['uq']:.1f}) "
+            f"| {b['throughput_per_device']:.0f} "
+            f"| {f['compile']:.1f} / {b['compile']:.1f} | {r['peak_rss_gb']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--size", choices=("tiny", "small", "large"), default="small")
+    parser.add_argument(
+        "--per-device", type=int, default=256, help="instances per device"
+    )
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--platform", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--timeout", type=float, default=900, help="per device count")
+    parser.add_argument("--quick", action="store_true", help="tiny, 2 repeats")
+    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.size, args.per_device, args.repeats = "tiny", 16, 2
+
+    if args.child:
+        import jax
+
+        if args.dtype == "float64":
+            jax.config.update("jax_enable_x64", True)
+        record = measure(args.size, args.per_device, args.repeats, args.dtype)
+        print(json.dumps(record))
+        return None
+
+    from ._common.provenance import command_line, describe
+
+    command = command_line(PROG, argv)
+    records = []
+    for n in args.devices:
+        _log(f"{n} device(s)...")
+        records.append(_child(n, args))
+    result = {
+        "command": command,
+        "settings": {
+            "size": args.size,
+            "per_device": args.per_device,
+            "repeats": args.repeats,
+            "dtype": args.dtype,
+            "platform": args.platform,
+        },
+        "records": records,
+        "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    m = records[0]["machine"]
+    print(f"{command}\n{describe(m)}, {m['device_kind']}\n")
+    print(table(records))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    return result
+
+
+if __name__ == "__main__":
+    main()
