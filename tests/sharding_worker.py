@@ -5,7 +5,7 @@ is set before JAX starts, and the test process has started JAX already; so the
 tests run this script in a subprocess. It has two commands:
 
     python tests/sharding_worker.py cases OUT.json [--case ID ...] [--optimise]
-    python tests/sharding_worker.py process OUT.npz --process-id I --port P
+    python tests/sharding_worker.py process OUT.npz --process-id I --port P [--optimise]
 
 `cases` runs each case (set, adjoint, mode) sharded over all devices and on one
 device, and writes their largest differences; an exception fails only its own
@@ -291,7 +291,7 @@ def run_all(fns, problem: Problem, proj, net, optimiser, with_eval: bool) -> dic
             out[name] = jax.tree.map(np.asarray, result)
         except Exception as e:  # recorded: one failure must not hide the others
             out[name] = f"{type(e).__name__}: {e}"
-            print(traceback.format_exc(limit=-4), file=sys.stderr)
+            print(traceback.format_exc(limit=-15), file=sys.stderr)
     return out
 
 
@@ -487,6 +487,9 @@ def main(argv=None) -> None:
     proc.add_argument("out")
     proc.add_argument("--process-id", type=int, required=True)
     proc.add_argument("--port", type=int, required=True)
+    proc.add_argument(
+        "--optimise", action="store_true", help="keep XLA's optimisations"
+    )
     args = parser.parse_args(argv)
 
     import jax
@@ -494,9 +497,11 @@ def main(argv=None) -> None:
     # The settings of tests/conftest.py.
     jax.config.update("jax_enable_x64", True)
     jax.config.update("jax_numpy_rank_promotion", "raise")
+    # The fast tier's setting (tests/conftest.py): the problems are tiny, and
+    # their time goes to XLA compiling them.
+    if not args.optimise:
+        jax.config.update("jax_disable_most_optimizations", True)
     if args.command == "cases":
-        if not args.optimise:
-            jax.config.update("jax_disable_most_optimizations", True)
         cases_main(args.out, args.case or all_cases())
     else:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")

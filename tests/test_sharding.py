@@ -51,9 +51,15 @@ def _env(n_devices: int) -> dict:
     return env
 
 
+def _optimise() -> list[str]:
+    # The workers compile as this process does (the fast tier turns XLA's
+    # optimisations off, see conftest.py).
+    return [] if jax.config.jax_disable_most_optimizations else ["--optimise"]
+
+
 def _run_worker(cases, tmp_path, timeout) -> dict:
     out = tmp_path / "cases.json"
-    command = [sys.executable, str(WORKER), "cases", str(out)]
+    command = [sys.executable, str(WORKER), "cases", str(out), *_optimise()]
     for cid in cases:
         command += ["--case", cid]
     proc = subprocess.run(
@@ -207,6 +213,7 @@ def test_two_processes_train_like_one(tmp_path):
                         str(i),
                         "--port",
                         str(port),
+                        *_optimise(),
                     ],
                     env=_env(2),
                     stdout=subprocess.DEVNULL,
