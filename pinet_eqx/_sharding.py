@@ -43,7 +43,8 @@ _NO_BATCH_AXIS = (
 
 def data_mesh(
     axis_name: str = "data",
-    devices: Sequence[jax.Device] | None = None,
+    # `jax.Device` is an alias that type checkers reject as an annotation.
+    devices: Sequence[Any] | None = None,
     *,
     explicit: bool = False,
 ) -> Mesh:
