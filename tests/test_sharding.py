@@ -54,7 +54,8 @@ def _env(n_devices: int) -> dict:
 def _optimise() -> list[str]:
     # The workers compile as this process does (the fast tier turns XLA's
     # optimisations off, see conftest.py).
-    return [] if jax.config.jax_disable_most_optimizations else ["--optimise"]
+    off = jax.config.read("jax_disable_most_optimizations")
+    return [] if off else ["--optimise"]
 
 
 def _run_worker(cases, tmp_path, timeout) -> dict:
