@@ -154,11 +154,24 @@ def _masked_operator(apply_gram, active, structure):
 
 
 def _solve(apply_gram, active, rhs, solver):
+    """$x = A^{-1} b$ for the masked active-row system, solved by lineax.
+
+    The system is symmetric, so its transpose is itself: `custom_linear_solve`
+    says so to JAX, which then reuses the traced solve for reverse mode. Left to
+    lineax's own transposition rule, reverse mode re-traces the solver four times
+    (JVP, batching, transposition and its batching) and adds a checked
+    (`throw=True`) transposed solve, a large share of the training step's
+    tracing time (see `benchmarks/RESULTS.md`).
+    """
     if rhs.size == 0:
         return rhs
     structure = jax.eval_shape(lambda: rhs)
     operator = _masked_operator(apply_gram, active, structure)
-    return lx.linear_solve(operator, rhs, solver, throw=False).value
+
+    def solve(_, b):
+        return lx.linear_solve(operator, b, solver, throw=False).value
+
+    return jax.lax.custom_linear_solve(operator.mv, rhs, solve, symmetric=True)
 
 
 def _zeros_if_none(tangent, like):
