@@ -26,7 +26,7 @@ from jaxtyping import PyTree
 
 _NOT_DIVISIBLE = (
     "pinet_eqx.shard_batch(mesh, *batches): argument {arg} has a leaf of shape "
-    "{shape}, whose leading (batch) axis of {batch} {where} does not divide evenly "
+    "{shape}, whose leading (batch) axis of {batch}{where} does not divide evenly "
     "across the {n} devices of mesh axis {axis!r}. Pad or trim the batch to a "
     "multiple of {n} (for example drop the last incomplete batch of an epoch), or "
     "build the mesh over fewer devices: "
@@ -152,7 +152,7 @@ def shard_batch(mesh: Mesh, *batches: PyTree, axis_name: str = "data") -> Any:
         if len(shape) == 0:
             raise ValueError(_NO_BATCH_AXIS.format(arg=arg))
         if shape[0] % local != 0:
-            where = "(this process's slice)" if multi_process else ""
+            where = " (this process's slice)" if multi_process else ""
             raise ValueError(
                 _NOT_DIVISIBLE.format(
                     arg=arg,
@@ -161,7 +161,7 @@ def shard_batch(mesh: Mesh, *batches: PyTree, axis_name: str = "data") -> Any:
                     where=where,
                     n=local,
                     axis=axis_name,
-                ).replace("  ", " ")
+                )
             )
         if multi_process:
             return jax.make_array_from_process_local_data(sharding, np.asarray(leaf))
