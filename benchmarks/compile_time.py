@@ -1,0 +1,220 @@
+"""Compile time of one paper-recipe training step: ours against the reference.
+
+    python -m benchmarks.compile_time [--repeats 5] [--size small] [--batch 2048]
+
+The step is the paper's DC3 recipe (App. H): a 200-200 ReLU MLP, the projection
+layer, the non-convex DC3 objective and an Adam update, on a batch of contexts, in
+float32. Ours is `pe.HardConstrainedNet` with `pe.Projector(constraints)` at the
+library's defaults; the reference is `pinet-hcnn` at its paper configuration
+(tuned sigma, 50 forward and 25 backward iterations). Only a first call pays for
+compilation, and JAX caches it per process, so each measurement runs in a fresh
+Python process, ours and the reference's taking turns. Each first call is split
+with `jax.jit(step).trace / .lower / .compile` and the run of the compiled step:
+their sum is the first call's time.
+
+Needs the `bench` extra and, for the reference, `pinet-hcnn` (else only ours is
+timed). Results go to `benchmarks/_out/compile_time.json` and, as a table, to
+stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from ._common.provenance import command_line, describe, machine
+from ._common.timing import stats
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "benchmarks" / "_out" / "compile_time.json"
+SIZES = {"small": (100, 50, 50), "large": (1000, 500, 500)}
+PARTS = ("trace", "lower", "compile", "run", "total")
+
+
+def _step(layer: str, size: str, batch: int):
+    """The jitted training step and its arguments, for `layer` in
+    `("ours", "reference")`."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    import pinet_eqx as pe
+    from pinet_eqx.problems import dc3_objective, make_dc3
+
+    from ._common.problems import PAPER_SIGMA
+    from ._common.training import backbone
+
+    n_var, n_eq, n_ineq = SIZES[size]
+    prob = make_dc3(n_var, n_eq, n_ineq)
+    dtype = jnp.float32
+    X = jnp.asarray(np.resize(prob.X, (batch, n_eq)), dtype)
+    Q, p = jnp.asarray(prob.Q, dtype), jnp.asarray(prob.p, dtype)
+    objective = jax.vmap(lambda y: dc3_objective(y, Q, p, nonconvex=True))
+    mlp = backbone(n_eq, n_var, 0, dtype)
+    if layer == "ours":
+        constraints = [
+            pe.Equality(prob.A, pe.Parameter("b")),
+            pe.AffineInequality(prob.G, upper=prob.h),
+        ]
+        model = pe.HardConstrainedNet(mlp, pe.Projector(constraints))
+
+        def loss(model, X):
+            return jnp.mean(objective(jax.vmap(model)(X, b=X)))
+
+        spec = pe.trainable_filter(model)
+    else:
+        from ._common.reference import ReferenceDC3Projector
+
+        project = ReferenceDC3Projector(
+            prob.A, prob.G, prob.h, sigma=PAPER_SIGMA[size], dtype=dtype
+        ).projection(50, 25)
+        model = mlp
+
+        def loss(model, X):
+            return jnp.mean(objective(project(jax.vmap(model)(X), X)))
+
+        spec = eqx.is_inexact_array
+    params, static = eqx.partition(model, spec)
+    optim = optax.adam(1e-2)
+
+    def step(state, X):
+        params, opt_state = state
+        value, grads = jax.value_and_grad(lambda q: loss(eqx.combine(q, static), X))(
+            params
+        )
+        updates, opt_state = optim.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), value
+
+    state = (params, optim.init(params))
+    return jax.jit(step), (state, X)
+
+
+def _worker(layer: str, size: str, batch: int) -> dict:
+    """One first call, split into its parts, in seconds."""
+    import jax
+
+    step, args = _step(layer, size, batch)
+    jax.block_until_ready(args)
+    t0 = time.perf_counter()
+    traced = step.trace(*args)
+    t1 = time.perf_counter()
+    lowered = traced.lower()
+    t2 = time.perf_counter()
+    compiled = lowered.compile()
+    t3 = time.perf_counter()
+    jax.block_until_ready(compiled(*args))
+    t4 = time.perf_counter()
+    return {
+        "trace": t1 - t0,
+        "lower": t2 - t1,
+        "compile": t3 - t2,
+        "run": t4 - t3,
+        "total": t4 - t0,
+    }
+
+
+def _spawn(layer: str, size: str, batch: int) -> dict:
+    cmd = [sys.executable, "-m", "benchmarks.compile_time", "--worker", layer]
+    cmd += ["--size", size, "--batch", str(batch)]
+    out = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, check=True, timeout=600
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _reference_available() -> bool:
+    from ._common.reference import reference_available
+
+    return reference_available()
+
+
+def run(args, argv) -> dict:
+    layers = ["ours"] + (["reference"] if _reference_available() else [])
+    samples = {layer: [] for layer in layers}
+    for i in range(args.repeats):
+        for layer in layers:
+            print(f"[{i + 1}/{args.repeats}] {layer}", file=sys.stderr, flush=True)
+            samples[layer].append(_spawn(layer, args.size, args.batch))
+    record = {
+        "command": command_line("python -m benchmarks.compile_time", argv),
+        "machine": machine(),
+        "size": args.size,
+        "batch": args.batch,
+        "samples": samples,
+        "stats": {
+            layer: {part: stats([s[part] for s in samples[layer]]) for part in PARTS}
+            for layer in layers
+        },
+    }
+    if "reference" in layers:
+        # Paired by turn: each ratio compares two processes that ran back to back.
+        ratios = [
+            o["total"] / r["total"]
+            for o, r in zip(samples["ours"], samples["reference"], strict=True)
+        ]
+        record["total_ratio"] = stats(ratios)
+    return record
+
+
+def markdown(record: dict) -> str:
+    lines = [
+        f"Command: `{record['command']}`. Machine: {describe(record['machine'])}; "
+        f"load average {record['machine']['load_avg'][0]:.1f} at the start. "
+        f"DC3 {record['size']}, batch {record['batch']}, float32; seconds, median "
+        "[min, max] over fresh processes.",
+        "",
+        "| layer | " + " | ".join(PARTS) + " |",
+        "|---|" + "---|" * len(PARTS),
+    ]
+    for layer, parts in record["stats"].items():
+        cells = [
+            f"{t['median']:.2f} [{t['min']:.2f}, {t['max']:.2f}]"
+            for t in (parts[p] for p in PARTS)
+        ]
+        lines.append(f"| {layer} | " + " | ".join(cells) + " |")
+    if "total_ratio" in record:
+        r = record["total_ratio"]
+        lines += [
+            "",
+            f"First call, ours / reference (paired by turn): median {r['median']:.2f} "
+            f"[{r['min']:.2f}, {r['max']:.2f}].",
+        ]
+    return "\n".join(lines)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.compile_time",
+        description="Compile time of one paper-recipe DC3 training step.",
+    )
+    p.add_argument("--repeats", type=int, default=5, help="fresh processes per layer")
+    p.add_argument("--size", choices=tuple(SIZES), default="small")
+    p.add_argument("--batch", type=int, default=2048)
+    p.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
+    p.add_argument("--worker", choices=("ours", "reference"), help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    args = parser().parse_args(argv)
+    if args.repeats < 1 or args.batch < 1:
+        parser().error("--repeats and --batch must be at least 1.")
+    if args.worker:
+        print(json.dumps(_worker(args.worker, args.size, args.batch)))
+        return None
+    record = run(args, argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1))
+    print(markdown(record))
+    return record
+
+
+if __name__ == "__main__":
+    main()
