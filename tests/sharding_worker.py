@@ -390,13 +390,13 @@ def run_case(cid: str) -> dict:
         result = run_all(fns, sharded, proj, net, optimiser, with_eval)
         try:
             record["collectives"] = forward_collectives(fns["forward"], proj, Y, P)
-            if record["collectives"]:
-                # Again without the runtime input checks, to tell their
-                # collectives (from `eqx.error_if`) from the projection's own.
-                unchecked = proj.with_settings(check_inputs=False)
-                record["collectives_unchecked"] = forward_collectives(
-                    fns["forward"], unchecked, Y, P
-                )
+            # Again without the runtime input checks, to tell their collectives
+            # (`eqx.error_if` reduces its predicate over the batch) from the
+            # projection's own.
+            unchecked = proj.with_settings(check_inputs=False)
+            record["collectives_unchecked"] = forward_collectives(
+                fns["forward"], unchecked, Y, P
+            )
         except Exception as e:
             record["collectives"] = f"{type(e).__name__}: {e}"
     record["computations"] = compare(result, reference)
