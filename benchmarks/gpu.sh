@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-shot GPU check, at most 8 minutes on an H100: the training-step benchmark
 # (ours against the reference, at XLA's default float32 matmul precision, which is
-# TF32 on an H100, and at "highest") and the paper-recipe DC3 training of both.
+# TF32 on an H100, and at "highest"), the paper-recipe DC3 training of both, and
+# the first call of that training step split into trace, lower and compile.
 #
 #   bash benchmarks/gpu.sh [OUT]
 #   PINET_WHEEL=wheels/pinet_hcnn-0.2.0-py3-none-any.whl bash benchmarks/gpu.sh OUT
@@ -77,6 +78,12 @@ step train_pinet_defaults 90 "${train[@]}" --method pinet \
 step train_reference 90 "${train[@]}" --method reference
 step train_reference_highest 90 env JAX_DEFAULT_MATMUL_PRECISION=highest \
   "${train[@]}" --method reference --label reference-highest
+
+# First call of the paper-recipe step, split into trace/lower/compile/run, ours
+# and the reference in fresh processes (the training runs above record only the
+# whole first step). Last, as it is the first to go when time runs short.
+step compile_time 90 python -m benchmarks.compile_time --repeats "${CT_REPEATS:-1}" \
+  --size "$dc3_size" --out "$out/compile_time.json"
 
 echo "== done in $SECONDS s; results under $out" >&2
 cat "$status"
