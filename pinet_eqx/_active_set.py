@@ -190,17 +190,18 @@ def project(inputs: Inputs, *, forward: Forward, fixed: FixedRows | None, cfg):
     - `inputs`: the differentiated data.
     - `forward`: the iteration's affine projection, start and $\\sigma$.
     - `fixed`: the host factorisation for fixed matrices, else `None`.
-    - `cfg`: static `(omega, n_max, tol, solver, box_index)`, with `box_index`
+    - `cfg`: static `(omega, (n_min, n_max), tol, solver, box_index)`: the
+        iteration's schedule (see `_douglas_rachford.iterate`), with `box_index`
         the tuple of the bounded coordinates of $y$.
 
     **Returns:** `(y, (s, n_iter, fixed_point_residual, upper_active,
     lower_active))`, the activity flags for $y$'s coordinates then the
     inequality rows.
     """
-    omega, n_max, tol, _, _ = cfg
+    omega, (n_min, n_max), tol, _, _ = cfg
     op = forward.op
     P = dr.prepare(inputs.y_raw, inputs.data, op, forward.sigma)
-    s, n_iter, fp = dr.iterate(forward.s0, P, op, omega, n_max, tol)
+    s, n_iter, fp = dr.iterate(forward.s0, P, op, omega, n_max, tol, n_min)
     z = op.project(s, P.part)
     y = op.d_y * z[: inputs.y_raw.shape[0]]
     return y, (s, n_iter, fp, *activity(s, P, op, z))

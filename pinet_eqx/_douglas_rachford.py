@@ -174,14 +174,23 @@ def certifies_infeasibility(z, t, P: Prepared, op: AbstractAffineProjection):
 _CERTIFICATE_RTOL = 1e-3
 
 
-def iterate(s0, P: Prepared, op: AbstractAffineProjection, omega, n_max: int, tol):
+def iterate(
+    s0,
+    P: Prepared,
+    op: AbstractAffineProjection,
+    omega,
+    n_max: int,
+    tol,
+    n_min: int = 0,
+):
     """Run the iteration from `s0`.
 
     With `tol=None` it runs exactly `n_max` steps (a `fori_loop`, which reverse-mode
-    AD can unroll). Otherwise it stops once both residuals are at most `tol`, checked
-    every `CHECK_EVERY` steps inside jit, in a `while_loop` capped at `n_max`
-    rounded up to a multiple of `CHECK_EVERY`; under `jax.vmap` each instance
-    freezes once it has converged.
+    AD can unroll). Otherwise it runs `n_min` steps, then stops once both residuals
+    are at most `tol`, checked every `CHECK_EVERY` steps inside jit, in a
+    `while_loop` capped at `n_max` (the steps after `n_min` rounded up to a
+    multiple of `CHECK_EVERY`); under `jax.vmap` each instance freezes once it
+    has converged.
 
     **Returns:** `(s_K, n_iter, fixed_point_residual)`.
     """
@@ -207,9 +216,11 @@ def iterate(s0, P: Prepared, op: AbstractAffineProjection, omega, n_max: int, to
         viol, fp = residuals(z, t, P)
         return s, z, t, k + CHECK_EVERY, viol, fp
 
+    if n_min:
+        s0 = jax.lax.fori_loop(0, n_min, lambda _, s: phi(s, P, op, omega), s0)
     z0, t0 = z_and_t(s0, P, op)
     viol0, fp0 = residuals(z0, t0, P)
     s, _, _, k, _, fp = jax.lax.while_loop(
-        cond, body_w, (s0, z0, t0, jnp.asarray(0), viol0, fp0)
+        cond, body_w, (s0, z0, t0, jnp.asarray(n_min), viol0, fp0)
     )
     return s, k, fp

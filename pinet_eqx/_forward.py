@@ -52,7 +52,7 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         op = jax.tree.map(lambda a: a.astype(dtype), fixed_op)
         sigma = proj.sigma
     s0 = _start(proj, y_raw, s0, data, op)
-    n_max = proj.solver.steps(proj.inference)
+    n_min, n_max, tol = proj.solver.schedule(proj.inference)
     if problem.n_ineq + problem.n_cone == 0 and problem.n_eq == 0:
         # Only boxes: the projection is a clip, exact in one step.
         y = jnp.clip(y_raw, data.lb_y, data.ub_y)
@@ -67,12 +67,15 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
             result=RESULTS.successful,
         )
     polyhedral = not problem.groups
-    adjoint, omega, tol = proj.adjoint, proj.solver.omega, proj.solver.tol
+    adjoint, omega = proj.adjoint, proj.solver.omega
     # Derivative rules see the matrices only through a per-instance `op`.
     theta_data = dataclasses.replace(data, E=None, C=None)
     flags = None  # the active set, where the iteration reports it
     y = None
     if isinstance(adjoint, UnrolledAdjoint):
+        # A fixed count, which reverse mode can unroll (inference mode too: its
+        # `n_iter_test` iterations, without `tol_test`'s extra ones).
+        n_max, tol = n_min or n_max, None
         P = dr.prepare(y_raw, data, op, sigma, problem.groups)
         s, n_iter, fp = dr.iterate(s0, P, op, omega, n_max, None)
     elif adjoint.uses_active_set(polyhedral):
@@ -84,7 +87,13 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         forward = jax.lax.stop_gradient(
             _active_set.Forward(op=op, s0=s0, sigma=jnp.asarray(sigma, dtype))
         )
-        cfg = (omega, n_max, tol, adjoint.solver(polyhedral), problem.box_index)
+        cfg = (
+            omega,
+            (n_min, n_max),
+            tol,
+            adjoint.solver(polyhedral),
+            problem.box_index,
+        )
         y, (s, n_iter, fp, *flags) = _active_set.project(
             inputs, forward=forward, fixed=rows, cfg=cfg
         )
@@ -99,6 +108,7 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
             n_max=n_max,
             tol=tol,
             solver=adjoint.solver(polyhedral),
+            n_min=n_min,
         )
     # On the active-set path y already is D_y [Pi_A(s)]_y; otherwise it is
     # computed here, and the same z (and t, which only the status needs)

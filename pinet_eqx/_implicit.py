@@ -36,7 +36,9 @@ def _phi(s, theta, op, hyper, groups):
 
 
 @eqx.filter_custom_jvp
-def fixed_point(theta, s0, op, hyper, *, groups, n_max: int, tol, solver):
+def fixed_point(
+    theta, s0, op, hyper, *, groups, n_max: int, tol, solver, n_min: int = 0
+):
     """$s^\\star(\\theta)$ by Douglas-Rachford, differentiated implicitly.
 
     **Arguments:**
@@ -48,22 +50,31 @@ def fixed_point(theta, s0, op, hyper, *, groups, n_max: int, tol, solver):
     - `op`: the fixed affine projection, or `None`.
     - `hyper`: `(sigma, omega)`.
     - `groups`: the static cone layout.
-    - `n_max`, `tol`: the iteration's cap and tolerance.
+    - `n_max`, `tol`, `n_min`: the iteration's cap, tolerance and fixed first
+        steps (see `_douglas_rachford.iterate`).
     - `solver`: the `lineax` solver of the tangent system.
 
     **Returns:** `(s_K, n_iter, fixed_point_residual)`.
     """
     sigma, omega = hyper
     P, op = _prepare(theta, op, sigma, groups)
-    return dr.iterate(s0, P, op, omega, n_max, tol)
+    return dr.iterate(s0, P, op, omega, n_max, tol, n_min)
 
 
 @fixed_point.def_jvp
-def _fixed_point_jvp(primals, tangents, *, groups, n_max, tol, solver):
+def _fixed_point_jvp(primals, tangents, *, groups, n_max, tol, solver, n_min=0):
     theta, s0, op, hyper = primals
     t_theta = tangents[0]
     out = fixed_point(
-        theta, s0, op, hyper, groups=groups, n_max=n_max, tol=tol, solver=solver
+        theta,
+        s0,
+        op,
+        hyper,
+        groups=groups,
+        n_max=n_max,
+        tol=tol,
+        solver=solver,
+        n_min=n_min,
     )
     s_star = out[0]
     if t_theta is None:

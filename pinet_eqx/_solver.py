@@ -35,10 +35,22 @@ class DouglasRachford(eqx.Module):
     - `tol`: if set, each instance stops as soon as its constraint violation and
         fixed-point residual (user units) are both at most `tol`, checked every 5
         iterations, with the iteration count (rounded up to a multiple of 5) as
-        the cap. `None` (default) runs the iteration count exactly.
+        the cap, in training and in inference mode. `None` (default) runs the
+        training iteration count exactly.
+    - `tol_test`: inference mode's tolerance when `tol` is `None` (default
+        `1e-4`, user units): after its `n_iter_test` iterations, each instance
+        whose violation or fixed-point residual still exceeds `tol_test` (one
+        far from the set, say) goes on iterating, checked every 5 iterations, up
+        to `n_iter_test_max` in all. Instances that are already there cost one
+        check. The refinement then takes the output to the rounding floor where
+        it applies. `None` runs `n_iter_test` iterations exactly.
+    - `n_iter_test_max`: the cap of inference mode's iterations under
+        `tol_test` (default 1000).
 
     `ProjectionSolution.result` is `successful` when both residuals are at most
-    `tol`, or, when `tol` is `None`, at most `default_tol(dtype)`.
+    the tolerance in force (`tol`, or `tol_test` in inference mode), or, for a
+    fixed iteration count, at most `default_tol(dtype)`; an instance stopped by
+    the cap is `max_steps_reached`.
     """
 
     # A leaf, not static: `pinet_eqx.autotune` sweeps it as a traced value.
@@ -47,6 +59,8 @@ class DouglasRachford(eqx.Module):
     n_iter: int = eqx.field(static=True, default=50)
     n_iter_test: int | None = eqx.field(static=True, default=None)
     tol: float | None = eqx.field(static=True, default=None)
+    tol_test: float | None = eqx.field(static=True, default=1e-4)
+    n_iter_test_max: int = eqx.field(static=True, default=1000)
 
     def __check_init__(self):
         sigma = self.sigma
@@ -74,6 +88,25 @@ class DouglasRachford(eqx.Module):
                 f"DouglasRachford(tol={self.tol!r}): must be a float > 0, or None "
                 "for a fixed iteration count."
             )
+
+        if self.tol_test is not None and not _positive(self.tol_test):
+            raise ValueError(
+                f"DouglasRachford(tol_test={self.tol_test!r}): must be a float > 0, "
+                "or None for exactly n_iter_test iterations in inference mode."
+            )
+        if not _count(self.n_iter_test_max):
+            raise ValueError(
+                f"DouglasRachford(n_iter_test_max={self.n_iter_test_max!r}): must be "
+                "an int >= 1."
+            )
+
+    def schedule(self, inference: bool) -> tuple[int, int, float | None]:
+        """`(n_min, n_max, tol)`: every instance runs `n_min` iterations, then
+        those above `tol` go on up to `n_max` (`tol=None`: exactly `n_max`)."""
+        if not inference or self.tol is not None or self.tol_test is None:
+            return 0, self.steps(inference), self.tol
+        n_min = self.steps(True)
+        return n_min, max(n_min, self.n_iter_test_max), self.tol_test
 
     def steps(self, inference: bool) -> int:
         """The iteration count (or cap) in training or inference mode."""

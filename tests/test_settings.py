@@ -43,7 +43,9 @@ def test_n_iter_test_follows_n_iter_until_set():
 
 
 def test_inference_runs_the_inference_count():
+    """Without `tol_test`, inference mode runs exactly `n_iter_test` iterations."""
     proj, spec = _projector(n_iter=5)
+    proj = proj.with_settings(tol_test=None)
     y = np.random.default_rng(1).normal(size=spec.d)
     sol = proj.with_settings(n_iter_test=None, inference=True).solve(y)
     assert int(sol.n_iter) == 5
@@ -51,6 +53,32 @@ def test_inference_runs_the_inference_count():
     assert int(sol.n_iter) == 35
     sol = proj.with_settings(n_iter_test=35).solve(y)  # training mode
     assert int(sol.n_iter) == 5
+
+
+@pytest.mark.parametrize("scale", [0.1, 30.0])
+def test_inference_iterates_to_tol_test(scale):
+    """By default, inference runs `n_iter_test` iterations, then each instance
+    above `tol_test` goes on (in steps of 5) up to `n_iter_test_max`; `result` is
+    successful exactly when both residuals are within `tol_test`. Training mode
+    is unaffected."""
+    proj, spec = _projector(n_iter=10)
+    tol = proj.solver.tol_test
+    assert (tol, proj.solver.n_iter_test_max) == (1e-4, 1000)
+    Y = np.random.default_rng(3).normal(size=(16, spec.d)) * scale
+    sol = jax.vmap(proj.with_settings(inference=True).solve)(Y)
+    n = np.asarray(sol.n_iter)
+    met = (np.asarray(sol.primal_residual) <= tol) & (
+        np.asarray(sol.fixed_point_residual) <= tol
+    )
+    assert np.array_equal(np.asarray(sol.result == pe.RESULTS.successful), met)
+    assert np.all(n >= 10) and np.all((n - 10) % 5 == 0) and np.all(n <= 1000)
+    assert np.all(met | (n == 1000))  # only the cap stops an instance short
+    # Most instances meet the tolerance; far ones need more than 10 iterations.
+    assert met.mean() >= 0.75
+    if scale > 1:
+        assert n.max() > 10
+    trained = jax.vmap(proj.solve)(Y)
+    assert np.all(np.asarray(trained.n_iter) == 10)
 
 
 @pytest.mark.parametrize(
@@ -63,6 +91,8 @@ def test_inference_runs_the_inference_count():
         (dict(n_iter=2.5), "n_iter"),
         (dict(n_iter_test=0), "n_iter_test"),
         (dict(tol=0.0), "tol"),
+        (dict(tol_test=-1e-3), "tol_test"),
+        (dict(n_iter_test_max=0), "n_iter_test_max"),
     ],
 )
 def test_bad_settings_name_the_argument(settings, message):
@@ -70,7 +100,10 @@ def test_bad_settings_name_the_argument(settings, message):
     with raises_for(message, ValueError, message):
         proj.with_settings(**settings)
     with raises_for(message, ValueError, message):
-        _projector(**settings)
+        if message in ("tol_test", "n_iter_test_max"):  # solver fields only
+            pe.DouglasRachford(**settings)
+        else:
+            _projector(**settings)
 
 
 def test_with_settings_rejects_unknown_and_structural_settings():

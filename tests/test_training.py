@@ -145,7 +145,12 @@ def test_inference_mode_switches_iteration_count():
     assert int(net.projector.solve(y_raw, b=X[0]).n_iter) == 7
     test_net = eqx.nn.inference_mode(net)
     assert test_net.projector.inference
-    assert int(test_net.projector.solve(y_raw, b=X[0]).n_iter) == 23
+    # At least the 23 inference iterations; more (in steps of 5) only while the
+    # instance is above `tol_test`.
+    sol = test_net.projector.solve(y_raw, b=X[0])
+    n = int(sol.n_iter)
+    assert n >= 23 and (n - 23) % 5 == 0
+    assert n == 23 or float(sol.fixed_point_residual) <= 1e-4
     back = eqx.nn.inference_mode(test_net, value=False)
     assert int(back.projector.solve(y_raw, b=X[0]).n_iter) == 7
 
