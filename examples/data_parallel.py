@@ -37,9 +37,9 @@ import pinet_eqx as pe
 from pinet_eqx.problems import dc3_objective, dc3_violation, make_dc3, solve_dc3_convex
 
 try:  # run as a script, with examples/ on sys.path
-    from quickstart import make_net
+    from quickstart import make_net, make_train_step
 except ImportError:  # imported as examples.data_parallel
-    from examples.quickstart import make_net
+    from examples.quickstart import make_net, make_train_step
 
 
 def local_rows(X):
@@ -91,18 +91,10 @@ def main(argv: list[str] | None = None) -> dict:
     params = pe.replicate(mesh, params)
     opt_state = pe.replicate(mesh, optim.init(params))
 
-    def loss_fn(params, static, X):
-        model = eqx.combine(params, static)
-        return jnp.mean(objective(jax.vmap(model)(X, b=X)))
-
-    # The same step as the quickstart's: the sharding of its inputs is all that
-    # makes it data-parallel. The mean over the sharded batch becomes a local sum
-    # on each device and one all-reduce, and so does the backbone's gradient.
-    @eqx.filter_jit
-    def train_step(params, static, opt_state, X):
-        loss, grads = eqx.filter_value_and_grad(loss_fn)(params, static, X)
-        updates, opt_state = optim.update(grads, opt_state, params)
-        return eqx.apply_updates(params, updates), opt_state, loss
+    # The quickstart's step: the sharding of its inputs is all that makes it
+    # data-parallel. The mean over the sharded batch becomes a local sum on each
+    # device and one all-reduce, and so does the backbone's gradient.
+    train_step = make_train_step(objective, optim)
 
     @eqx.filter_jit
     def evaluate(model, X, J_star):

@@ -49,6 +49,28 @@ def make_net(problem, seed: int) -> pe.HardConstrainedNet:
     return pe.HardConstrainedNet(backbone, projector)
 
 
+def make_train_step(objective, optim):
+    """The jitted training step: the mean objective of the projected outputs on a
+    batch of contexts $X$ (each context is also the equality's right-hand side
+    $b = x$), and one `optim` update of the trainable part.
+
+    **Returns:** `train_step(params, static, opt_state, X) -> (params, opt_state,
+    loss)`.
+    """
+
+    def loss_fn(params, static, X):
+        model = eqx.combine(params, static)
+        return jnp.mean(objective(jax.vmap(model)(X, b=X)))
+
+    @eqx.filter_jit
+    def train_step(params, static, opt_state, X):
+        loss, grads = eqx.filter_value_and_grad(loss_fn)(params, static, X)
+        updates, opt_state = optim.update(grads, opt_state, params)
+        return eqx.apply_updates(params, updates), opt_state, loss
+
+    return train_step
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=10)
@@ -83,15 +105,7 @@ def main():
     optim = optax.adam(args.lr)
     opt_state = optim.init(params)
 
-    def loss_fn(params, static, X):
-        model = eqx.combine(params, static)
-        return jnp.mean(objective(jax.vmap(model)(X, b=X)))
-
-    @eqx.filter_jit
-    def train_step(params, static, opt_state, X):
-        loss, grads = eqx.filter_value_and_grad(loss_fn)(params, static, X)
-        updates, opt_state = optim.update(grads, opt_state, params)
-        return eqx.apply_updates(params, updates), opt_state, loss
+    train_step = make_train_step(objective, optim)
 
     @eqx.filter_jit
     def predict(model, X):
