@@ -28,6 +28,9 @@ from ._affine import AbstractAffineProjection
 from ._lifting import InstanceData, max_abs
 
 CHECK_EVERY = 5
+# A tolerance is raised to this many roundings of the lifted point, the lowest
+# residual the dtype can resolve there (see `reachable_tol`).
+_ROUNDING_MARGIN = 10.0
 
 
 class Prepared(eqx.Module):
@@ -116,6 +119,20 @@ def phi(s, P: Prepared, op: AbstractAffineProjection, omega):
     return s + omega * (t - z)
 
 
+def reachable_tol(tol, z, P: Prepared):
+    """`tol`, raised where needed to $10\\,\\varepsilon \\max(1, \\|z\\|_\\infty)$
+    (user units, $\\varepsilon$ the dtype's machine epsilon).
+
+    The residuals' own rounding is about $\\varepsilon \\|z\\|_\\infty$, so a
+    smaller tolerance cannot be met, however many iterations run: in float32, far
+    from the set of a large problem, a fixed `tol` would keep every instance
+    iterating to the cap.
+    """
+    eps = jnp.finfo(z.dtype).eps
+    magnitude = jnp.max(jnp.abs(P.scale * z))
+    return jnp.maximum(tol, _ROUNDING_MARGIN * eps * jnp.maximum(1.0, magnitude))
+
+
 def residuals(z, t, P: Prepared):
     """(violation of $z$ w.r.t. $\\mathcal{K}$, $\\max|t - z|$), in user units.
 
@@ -187,9 +204,10 @@ def iterate(
 
     With `tol=None` it runs exactly `n_max` steps (a `fori_loop`, which reverse-mode
     AD can unroll). Otherwise it runs `n_min` steps, then stops once both residuals
-    are at most `tol`, checked every `CHECK_EVERY` steps inside jit, in a
-    `while_loop` capped at `n_max` (the steps after `n_min` rounded up to a
-    multiple of `CHECK_EVERY`); under `jax.vmap` each instance freezes once it
+    are at most `tol` (raised to the dtype's resolution, see `reachable_tol`),
+    checked every `CHECK_EVERY` steps inside jit, in a `while_loop` capped at
+    `n_max` (the steps after `n_min` rounded up to a multiple of
+    `CHECK_EVERY`); under `jax.vmap` each instance freezes once it
     has converged.
 
     **Returns:** `(s_K, n_iter, fixed_point_residual)`.
@@ -205,8 +223,9 @@ def iterate(
     # Residuals are checked every `CHECK_EVERY` steps: under vmap, each check is a
     # batch-wide select and reduction that costs about as much as a whole step.
     def cond(carry):
-        _, _, _, k, viol, fp = carry
-        return (k < n_max) & ((viol > tol) | (fp > tol))
+        _, z, _, k, viol, fp = carry
+        bound = reachable_tol(tol, z, P)
+        return (k < n_max) & ((viol > bound) | (fp > bound))
 
     def body_w(carry):
         s, z, t, k, _, _ = carry

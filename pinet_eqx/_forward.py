@@ -135,6 +135,7 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         return y
     viol, fp = jax.lax.stop_gradient((problem.violation(y, data), fp))
     tol = DouglasRachford.default_tol(dtype) if tol is None else tol
+    tol = dr.reachable_tol(tol, *jax.lax.stop_gradient((z, P)))
     infeasible = dr.certifies_infeasibility(*jax.lax.stop_gradient((z, t, P, op)))
     result = RESULTS.where(
         (viol <= tol) & (fp <= tol),

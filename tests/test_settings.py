@@ -177,3 +177,28 @@ def test_settings_objects_are_hashable_configuration():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _projector()  # no deprecation warning from the defaults
+
+
+def test_tolerance_below_the_rounding_is_raised_to_it():
+    """In float32, a `tol` below what the dtype resolves at the point's magnitude
+    is raised to 10 eps max(1, |(y, C y)|_inf): instances stop well before the
+    cap, and `result` is judged against the same raised bound."""
+    rng = np.random.default_rng(4)
+    spec = random_polytope(rng, d=8, m_eq=2, m_ineq=5, box=False)
+    # Scaled data: the lifted point is large, so float32 resolves only ~1e-5.
+    scaled = dataclasses.replace(
+        spec, b=300 * spec.b, upper=300 * spec.upper, lower=300 * spec.lower
+    )
+    proj = pe.Projector(constraints_of(scaled), n_iter=2000, tol=1e-12)
+    Y = np.asarray(rng.normal(size=(8, spec.d)) * 300, np.float32)
+    sol = jax.vmap(proj.solve)(Y)
+    assert sol.y.dtype == np.float32
+    n = np.asarray(sol.n_iter)
+    assert np.all(n < 2000), n
+    assert np.all(np.asarray(sol.result == pe.RESULTS.successful))
+    # The bound the instances met is a small multiple of the rounding.
+    y = np.asarray(sol.y, np.float64)
+    magnitude = np.maximum(np.abs(y).max(1), np.abs(y @ spec.C.T).max(1))
+    eps = np.finfo(np.float32).eps
+    fp = np.asarray(sol.fixed_point_residual)
+    assert np.all(fp <= 1.5 * 10 * eps * np.maximum(1.0, magnitude)), fp
