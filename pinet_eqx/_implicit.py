@@ -93,5 +93,17 @@ def _fixed_point_jvp(primals, tangents, *, groups, n_max, tol, solver, n_min=0):
     operator = lx.FunctionLinearOperator(
         lambda v: v - lin(v), jax.eval_shape(lambda: s_star)
     )
-    ds = lx.linear_solve(operator, rhs, solver, throw=False).value
+    transposed = operator.transpose()
+
+    # `custom_linear_solve` gives JAX the transposed solve directly, so reverse
+    # mode traces each solve once; left to lineax's own transposition rule it
+    # re-traces the solver in every abstract evaluation (JVP, batching,
+    # transposition) and adds a checked (`throw=True`) transposed solve.
+    def solve(_, b):
+        return lx.linear_solve(operator, b, solver, throw=False).value
+
+    def transpose_solve(_, b):
+        return lx.linear_solve(transposed, b, solver, throw=False).value
+
+    ds = jax.lax.custom_linear_solve(operator.mv, rhs, solve, transpose_solve)
     return out, (ds, None, None)

@@ -51,7 +51,7 @@ class DouglasRachford(eqx.Module):
     the tolerance in force (`tol`, or `tol_test` in inference mode), or, for a
     fixed iteration count, at most `default_tol(dtype)`; an instance stopped by
     the cap is `max_steps_reached`. Every tolerance is raised, where needed, to
-    $10\,\varepsilon \max(1, \|(y, C y)\|_\infty)$ ($\varepsilon$ the dtype's
+    $10\\,\\varepsilon \\max(1, \\|(y, C y)\\|_\\infty)$ ($\\varepsilon$ the dtype's
     machine epsilon): no iteration count resolves residuals below the rounding
     of the point itself.
     """
