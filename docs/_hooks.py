@@ -3,6 +3,9 @@
 - Files outside `docs/` that the pages show or link to (the benchmark results and
   their figures, the example scripts and figures) are added to the site at their
   repository paths, so one copy of each exists and links are checked.
+- MathJax 3 (the `tex-mml-chtml` component, its fonts and TeX extensions) is
+  copied into the site from the `django-static-mathjax` package (the `docs`
+  extra), so the maths renders without a network connection.
 - The build fails if a public name of `pinet_eqx` has no `::: pinet_eqx.<name>`
   entry in `docs/api/`, or no docstring.
 """
@@ -34,12 +37,41 @@ def _public_names() -> list[str]:
     )
 
 
+# What the site needs of MathJax's es5 build, relative to it; served from
+# `_static/mathjax/`, where mkdocs.yml loads `tex-mml-chtml.js`.
+_MATHJAX = [
+    "tex-mml-chtml.js",
+    "output/chtml/fonts/woff-v2/*.woff",
+    "input/tex/extensions/*.js",
+]
+
+
+def _mathjax_dir() -> str:
+    try:
+        import mathjax  # django-static-mathjax: MathJax's files, no dependencies
+    except ImportError as e:
+        raise PluginError(
+            "The docs need MathJax from the `docs` extra: pip install -e '.[docs]'."
+        ) from e
+    return os.path.join(os.path.dirname(mathjax.__file__), "static", "mathjax", "es5")
+
+
 def on_files(files, config):
     for pattern in _EXTERNAL:
         for path in sorted(glob.glob(os.path.join(_ROOT, pattern), recursive=True)):
             rel = os.path.relpath(path, _ROOT).replace(os.sep, "/")
             files.append(
                 File(rel, _ROOT, config["site_dir"], config["use_directory_urls"])
+            )
+    es5 = _mathjax_dir()
+    for pattern in _MATHJAX:
+        paths = sorted(glob.glob(os.path.join(es5, pattern)))
+        if not paths:
+            raise PluginError(f"MathJax's {pattern} is missing under {es5}.")
+        for path in paths:
+            rel = os.path.relpath(path, es5).replace(os.sep, "/")
+            files.append(
+                File.generated(config, f"_static/mathjax/{rel}", abs_src_path=path)
             )
     return files
 
