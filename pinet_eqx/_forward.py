@@ -75,7 +75,7 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
     if isinstance(adjoint, UnrolledAdjoint):
         # A fixed count, which reverse mode can unroll (inference mode too: its
         # `n_iter_test` iterations, without `tol_test`'s extra ones).
-        n_max, tol = n_min or n_max, None
+        n_max, tol = proj.solver.steps(proj.inference), None
         P = dr.prepare(y_raw, data, op, sigma, problem.groups)
         s, n_iter, fp = dr.iterate(s0, P, op, omega, n_max, None)
     elif adjoint.uses_active_set(polyhedral):

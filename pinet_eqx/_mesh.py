@@ -33,13 +33,10 @@ VARYING_MANUAL_AXES = (
 
 
 def _varying_axes(tree) -> tuple:
-    typeof = getattr(jax, "typeof", None)
-    if typeof is None:
-        return ()
     axes = set()
     for leaf in jax.tree.leaves(tree):
         if isinstance(leaf, jax.Array):
-            aval = typeof(leaf)
+            aval = jax.typeof(leaf)
             # Older JAX: `aval.vma`; newer: `aval.manual_axis_type.varying`.
             manual = getattr(aval, "manual_axis_type", None)
             axes |= set(getattr(manual, "varying", getattr(aval, "vma", ())))
@@ -48,14 +45,11 @@ def _varying_axes(tree) -> tuple:
 
 def explicit_mesh(tree) -> Any:
     """The mesh of the first array in `tree` whose type carries explicit mesh
-    axes, else `None` (no sharding-in-types, or automatic axes only)."""
-    typeof = getattr(jax, "typeof", None)
-    if typeof is None:  # a JAX without sharding in types
-        return None
+    axes, else `None` (automatic axes only, or no mesh)."""
     for leaf in jax.tree.leaves(tree):
         if not isinstance(leaf, jax.Array):
             continue
-        mesh = getattr(typeof(leaf).sharding, "mesh", None)
+        mesh = getattr(jax.typeof(leaf).sharding, "mesh", None)
         if mesh is not None and not mesh.empty and mesh.explicit_axes:
             return mesh
     return None

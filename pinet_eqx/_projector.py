@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Literal, cast
 
@@ -345,10 +346,7 @@ class Projector(eqx.Module):
     @full_precision
     def _solve(self, y_raw, s0, params: dict, diagnostics: bool):
         y_raw = self._check_y(y_raw, "y_raw")
-
-        def run(y_raw, s0, params):
-            return forward.solve(self, y_raw, s0, params, diagnostics)
-
+        run = functools.partial(forward.solve, self, diagnostics=diagnostics)
         return per_instance(run, y_raw, s0, params)
 
     # ---------------------------------------------------------- internals

@@ -94,13 +94,17 @@ def replicate(mesh: Mesh, tree: PyTree) -> PyTree:
     sharding = NamedSharding(mesh, PartitionSpec())
 
     def place(leaf):
-        if not eqx.is_array(leaf):
-            return leaf
-        if jax.process_count() > 1:
-            return jax.make_array_from_process_local_data(sharding, np.asarray(leaf))
-        return jax.device_put(leaf, sharding)
+        return _put(leaf, sharding) if eqx.is_array(leaf) else leaf
 
     return jtu.tree_map(place, tree)
+
+
+def _put(leaf, sharding: NamedSharding) -> jax.Array:
+    """`leaf` placed with `sharding`; with several processes, `leaf` is this
+    process's part of the global array."""
+    if jax.process_count() > 1:
+        return jax.make_array_from_process_local_data(sharding, np.asarray(leaf))
+    return jax.device_put(leaf, sharding)
 
 
 def shard_batch(mesh: Mesh, *batches: PyTree, axis_name: str = "data") -> Any:
@@ -163,9 +167,7 @@ def shard_batch(mesh: Mesh, *batches: PyTree, axis_name: str = "data") -> Any:
                     axis=axis_name,
                 )
             )
-        if multi_process:
-            return jax.make_array_from_process_local_data(sharding, np.asarray(leaf))
-        return jax.device_put(leaf, sharding)
+        return _put(leaf, sharding)
 
     out = tuple(
         jtu.tree_map(lambda leaf, i=i: place(i, leaf), batch)
