@@ -13,6 +13,13 @@
 # The feasibility steps need the paper's DC3 files (FEAS_INSTANCES, a folder;
 # default ../shared/data/dc3) and are skipped without them.
 #
+# On the lent H100 (2026-11-26) the Python with JAX is /opt/torch/.venv/bin/python3
+# and a symbolic link to it loses its packages (the venv is found from the path
+# of the executable), so `python` must be a wrapper script that execs it; the
+# image lacks beartype and cvxpy. One attempt there ran into the command's
+# 600 s limit with no output back, although every step has its own timeout: wrap
+# the whole script in `timeout` too, and copy status.txt out as it grows.
+#
 # OUT is $1, else $OUT, else results/gpu. Everything goes under it: one log per
 # step, training_step_{default,highest}.json, the DC3 runs under dc3/, and
 # status.txt (each step's exit status and seconds; 124 means it hit its timeout).
@@ -44,7 +51,7 @@ step() {
   local left=$((budget - SECONDS - 5))
   if ((left < 15)); then
     echo "$name skipped: out of time" | tee -a "$status"
-    return
+    return 124
   fi
   ((limit > left)) && limit=$left
   echo "== $name (limit ${limit} s): $*" >&2
@@ -52,6 +59,7 @@ step() {
   timeout --kill-after=5 "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   echo "$name rc=$rc $((SECONDS - t0)) s" | tee -a "$status"
+  return "$rc"
 }
 
 if [ -n "${PINET_WHEEL:-}" ]; then
