@@ -36,7 +36,13 @@ import numpy as np
 import scipy.linalg
 from jaxtyping import Array, Float, Int
 
-from ._equilibrate import Equilibration, equilibrate as _ruiz, equilibrate_traced
+from ._equilibrate import (
+    Equilibration,
+    equilibrate as _ruiz,
+    equilibrate_traced,
+    group_labels,
+    lifted_start,
+)
 from ._errors import INCONSISTENT_EQUALITY
 
 
@@ -194,13 +200,16 @@ def build_affine_projection(
     m = C.shape[0]
     if equilibration is not None and m_eq + m > 0:
         lifted = np.block([[E, np.zeros((m_eq, m))], [C, -np.eye(m)]])
+        groups, n_groups = group_labels(column_groups, d + m)
+        d_r0, d_c0 = lifted_start(np, C, m_eq, d, groups, n_groups)
         d_r, d_c = _ruiz(
-            lifted,
+            d_r0[:, None] * lifted * d_c0[None, :],
             n_iter=equilibration.n_iter,
             tol=equilibration.tol,
             mode=equilibration.mode,
-            column_groups=column_groups,
+            column_groups=groups,
         )
+        d_r, d_c = d_r * d_r0, d_c * d_c0
         d_r_eq, d_y, d_w = d_r[:m_eq], d_c[:d], d_c[d:]
     else:
         d_r_eq, d_y, d_w = np.ones(m_eq), np.ones(d), np.ones(m)
@@ -276,14 +285,16 @@ def build_affine_projection_traced(
         [[E, jnp.zeros((m_eq, m), dtype)], [C, -jnp.eye(m, dtype=dtype)]]
     )
     if equilibration is not None:
+        d_r0, d_c0 = lifted_start(jnp, C, m_eq, d, column_groups, n_groups)
         d_r, d_c = equilibrate_traced(
-            lifted,
+            d_r0[:, None] * lifted * d_c0[None, :],
             n_iter=equilibration.n_iter,
             tol=equilibration.tol,
             mode=equilibration.mode,
             column_groups=column_groups,
             n_groups=n_groups,
         )
+        d_r, d_c = d_r * d_r0, d_c * d_c0
     else:
         d_r, d_c = jnp.ones(m_eq + m, dtype), jnp.ones(d + m, dtype)
     Q, R = jnp.linalg.qr((d_r[:, None] * lifted * d_c[None, :]).T)

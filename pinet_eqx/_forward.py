@@ -31,6 +31,9 @@ from ._solver import DouglasRachford
 # the first correction is large, and its own rounding (and an approximate active
 # set) leave a second, small one.
 _REFINE_STEPS = 2
+# A refinement may move y by at most this multiple of the violation it removes
+# (or by sqrt(eps) relative, whichever is larger): see `_refine_active`.
+_MOVE_FACTOR = 100
 
 
 def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
@@ -215,8 +218,18 @@ def _refine_active(problem, rows, refinement, y, data, hi, lo):
     # Violations computed in the working precision are only good to a few ulps of
     # the products, hence the slack: this rejects a correction that goes astray
     # (an inconsistent active set), not rounding noise.
-    slack = 64 * jnp.finfo(y.dtype).eps * (1 + jnp.max(jnp.abs(y)))
-    keep = jnp.all(jnp.isfinite(fix)) & (
-        problem.violation(fix, data) <= problem.violation(y, data) + slack
+    eps = jnp.finfo(y.dtype).eps
+    size = 1 + jnp.max(jnp.abs(y))
+    before = problem.violation(y, data)
+    # The correction is meant to be at the scale of the rounding or of the
+    # violation it removes. Nearly dependent active rows (a thin slab, nearly
+    # parallel rows) make its system nearly singular, and the minimum-norm
+    # solve can then throw a converged point far away while keeping it
+    # feasible; such a move is rejected and the iterate kept.
+    moved = jnp.max(jnp.abs(fix - y))
+    keep = (
+        jnp.all(jnp.isfinite(fix))
+        & (problem.violation(fix, data) <= before + 64 * eps * size)
+        & (moved <= jnp.maximum(jnp.sqrt(eps) * size, _MOVE_FACTOR * before))
     )
     return jnp.where(keep, fix, y)
