@@ -55,7 +55,7 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         op = jax.tree.map(lambda a: a.astype(dtype), fixed_op)
         sigma = proj.sigma
     s0 = _start(proj, y_raw, s0, data, op)
-    n_min, n_max, tol = proj.solver.schedule(proj.inference)
+    n_min, n_max, tol = proj.solver.schedule(proj.inference, y_raw.dtype)
     if problem.n_ineq + problem.n_cone == 0 and problem.n_eq == 0:
         # Only boxes: the projection is a clip, exact in one step.
         y = jnp.clip(y_raw, data.lb_y, data.ub_y)

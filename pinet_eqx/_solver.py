@@ -37,8 +37,11 @@ class DouglasRachford(eqx.Module):
         iterations, with the iteration count (rounded up to a multiple of 5) as
         the cap, in training and in inference mode. `None` (default) runs the
         training iteration count exactly.
-    - `tol_test`: inference mode's tolerance when `tol` is `None` (default
-        `1e-4`, user units): after its `n_iter_test` iterations, each instance
+    - `tol_test`: inference mode's tolerance when `tol` is `None`, in user
+        units; `"auto"` (default) is `1e-4` in single (or lower) precision and
+        `1e-9` in double precision (`inference_tol`), so that a float64
+        output is as accurate as float64 users expect: after its `n_iter_test`
+        iterations, each instance
         whose violation or fixed-point residual still exceeds `tol_test` (one
         far from the set, say) goes on iterating, checked every 5 iterations, up
         to `n_iter_test_max` in all. Instances that are already there cost one
@@ -62,7 +65,7 @@ class DouglasRachford(eqx.Module):
     n_iter: int = eqx.field(static=True, default=50)
     n_iter_test: int | None = eqx.field(static=True, default=None)
     tol: float | None = eqx.field(static=True, default=None)
-    tol_test: float | None = eqx.field(static=True, default=1e-4)
+    tol_test: float | Literal["auto"] | None = eqx.field(static=True, default="auto")
     n_iter_test_max: int = eqx.field(static=True, default=1000)
 
     def __check_init__(self):
@@ -92,10 +95,12 @@ class DouglasRachford(eqx.Module):
                 "for a fixed iteration count."
             )
 
-        if self.tol_test is not None and not _positive(self.tol_test):
+        tol_test = self.tol_test
+        if not (tol_test is None or _is_auto(tol_test) or _positive(tol_test)):
             raise ValueError(
-                f"DouglasRachford(tol_test={self.tol_test!r}): must be a float > 0, "
-                "or None for exactly n_iter_test iterations in inference mode."
+                f"DouglasRachford(tol_test={tol_test!r}): must be a float > 0, "
+                "'auto', or None for exactly n_iter_test iterations in inference "
+                "mode."
             )
         if not _count(self.n_iter_test_max):
             raise ValueError(
@@ -103,13 +108,22 @@ class DouglasRachford(eqx.Module):
                 "an int >= 1."
             )
 
-    def schedule(self, inference: bool) -> tuple[int, int, float | None]:
-        """`(n_min, n_max, tol)`: every instance runs `n_min` iterations, then
-        those above `tol` go on up to `n_max` (`tol=None`: exactly `n_max`)."""
-        if not inference or self.tol is not None or self.tol_test is None:
+    def schedule(self, inference: bool, dtype) -> tuple[int, int, float | None]:
+        """`(n_min, n_max, tol)` for arrays of `dtype`: every instance runs
+        `n_min` iterations, then those above `tol` go on up to `n_max`
+        (`tol=None`: exactly `n_max`)."""
+        tol_test = self.inference_tol(dtype)
+        if not inference or self.tol is not None or tol_test is None:
             return 0, self.steps(inference), self.tol
         n_min = self.steps(True)
-        return n_min, max(n_min, self.n_iter_test_max), self.tol_test
+        return n_min, max(n_min, self.n_iter_test_max), tol_test
+
+    def inference_tol(self, dtype) -> float | None:
+        """`tol_test` for arrays of `dtype`, with `"auto"` resolved: `1e-4` in
+        single (or lower) precision, `default_tol(dtype)` (1e-9) in double."""
+        if isinstance(self.tol_test, str):  # checked: the only string is "auto"
+            return 1e-4 if jnp.finfo(dtype).bits < 64 else self.default_tol(dtype)
+        return self.tol_test
 
     def steps(self, inference: bool) -> int:
         """The iteration count (or cap) in training or inference mode."""

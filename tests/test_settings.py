@@ -62,9 +62,9 @@ def test_inference_iterates_to_tol_test(scale):
     successful exactly when both residuals are within `tol_test`. Training mode
     is unaffected."""
     proj, spec = _projector(n_iter=10)
-    tol = proj.solver.tol_test
-    assert (tol, proj.solver.n_iter_test_max) == (1e-4, 1000)
     Y = np.random.default_rng(3).normal(size=(16, spec.d)) * scale
+    tol = proj.solver.inference_tol(Y.dtype)
+    assert (tol, proj.solver.n_iter_test_max) == (1e-9, 1000)  # "auto", float64
     sol = jax.vmap(proj.with_settings(inference=True).solve)(Y)
     n = np.asarray(sol.n_iter)
     met = (np.asarray(sol.primal_residual) <= tol) & (
@@ -92,6 +92,7 @@ def test_inference_iterates_to_tol_test(scale):
         (dict(n_iter_test=0), "n_iter_test"),
         (dict(tol=0.0), "tol"),
         (dict(tol_test=-1e-3), "tol_test"),
+        (dict(tol_test="tight"), "tol_test"),
         (dict(n_iter_test_max=0), "n_iter_test_max"),
     ],
 )
@@ -150,6 +151,13 @@ def test_result_tracks_the_tolerance(tol):
 def test_default_tol_by_precision():
     assert pe.DouglasRachford.default_tol(np.float32) == 1e-5
     assert pe.DouglasRachford.default_tol(np.float64) == 1e-9
+    # Inference's tolerance: "auto" by precision, or the value given.
+    solver = pe.DouglasRachford()
+    assert solver.tol_test == "auto"
+    assert solver.inference_tol(np.float32) == 1e-4
+    assert solver.inference_tol(np.float64) == 1e-9
+    assert pe.DouglasRachford(tol_test=1e-6).inference_tol(np.float64) == 1e-6
+    assert pe.DouglasRachford(tol_test=None).inference_tol(np.float32) is None
 
 
 def test_equilibration_settings_and_deprecated_keywords():
