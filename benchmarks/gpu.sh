@@ -18,7 +18,17 @@
 # of the executable), so `python` must be a wrapper script that execs it; the
 # image lacks beartype and cvxpy. One attempt there ran into the command's
 # 600 s limit with no output back, although every step has its own timeout: wrap
-# the whole script in `timeout` too, and copy status.txt out as it grows.
+# the whole script in `timeout` too, and set GPU_MIRROR to a folder (the device
+# tool's $OUT) to get GPU_MIRROR/progress.txt, each step's status and log tail,
+# written as the steps end. The command tried there (carry .whl with the
+# pinet-hcnn and beartype wheels, .gpu_data with a copy of the DC3 files, and
+# benchmarks/_out/dc3 with the cached IPOPT solutions, which need casadi):
+#   mkdir -p /tmp/bin; printf '#!/bin/sh\nexec /opt/torch/.venv/bin/python3 "$@"\n' \
+#     >/tmp/bin/python; chmod +x /tmp/bin/python; export PATH=/tmp/bin:$PATH
+#   python -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+#   export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+#   FEAS_INSTANCES=.gpu_data/dc3 GPU_MIRROR=$OUT timeout -k 10 520 \
+#     bash benchmarks/gpu.sh /tmp/gpuout; tar czf $OUT/gpu.tgz -C /tmp/gpuout .
 #
 # OUT is $1, else $OUT, else results/gpu. Everything goes under it: one log per
 # step, training_step_{default,highest}.json, the DC3 runs under dc3/, and
@@ -59,6 +69,10 @@ step() {
   timeout --kill-after=5 "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   echo "$name rc=$rc $((SECONDS - t0)) s" | tee -a "$status"
+  # A copy that grows step by step, for a caller that may lose the rest.
+  if [ -n "${GPU_MIRROR:-}" ]; then
+    { echo "== $name rc=$rc"; tail -n 20 "$out/$name.log"; } >>"$GPU_MIRROR/progress.txt"
+  fi
   return "$rc"
 }
 
