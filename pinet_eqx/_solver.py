@@ -39,14 +39,14 @@ class DouglasRachford(eqx.Module):
         training iteration count exactly.
     - `tol_test`: inference mode's tolerance when `tol` is `None`, in user
         units; `"auto"` (default) is `1e-4` in single (or lower) precision and
-        `1e-9` in double precision (`inference_tol`), so that a float64
-        output is as accurate as float64 users expect: after its `n_iter_test`
-        iterations, each instance
-        whose violation or fixed-point residual still exceeds `tol_test` (one
-        far from the set, say) goes on iterating, checked every 5 iterations, up
-        to `n_iter_test_max` in all. Instances that are already there cost one
-        check. The refinement then takes the output to the rounding floor where
-        it applies. `None` runs `n_iter_test` iterations exactly.
+        `1e-9` in double precision (`inference_tol`), so that a float64 output
+        is as accurate as float64 users expect. After its `n_iter_test`
+        iterations, each instance whose violation or fixed-point residual still
+        exceeds it (one far from the set, say) goes on iterating, checked every
+        5 iterations, up to `n_iter_test_max` in all. Instances that are
+        already there cost one check. The refinement then takes the output to
+        the rounding floor where it applies. `None` runs `n_iter_test`
+        iterations exactly.
     - `n_iter_test_max`: the cap of inference mode's iterations under
         `tol_test` (default 1000).
 
