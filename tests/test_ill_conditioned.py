@@ -37,6 +37,14 @@ def _append_row(poly: Polytope, row, half_width: float) -> Polytope:
     )
 
 
+def _scale_rows(poly: Polytope, s) -> Polytope:
+    """`poly` with inequality row i and its bounds multiplied by `s[i] > 0`: the
+    same set."""
+    return dataclasses.replace(
+        poly, C=s[:, None] * poly.C, lower=s * poly.lower, upper=s * poly.upper
+    )
+
+
 def ill_conditioned(rng, kind: str) -> tuple[Polytope, Polytope]:
     """A badly conditioned polytope of `kind`, and the same set with its rows
     unscaled (for the ground truth: Clarabel itself fails on rows scaled over
@@ -56,11 +64,7 @@ def ill_conditioned(rng, kind: str) -> tuple[Polytope, Polytope]:
         poly.lower[0], poly.upper[0] = centre - 1e-6, centre + 1e-6
     if kind not in ("scaled_rows", "all"):
         return poly, poly
-    s = 10.0 ** rng.uniform(-5, 5, size=poly.C.shape[0])
-    scaled = dataclasses.replace(
-        poly, C=s[:, None] * poly.C, lower=s * poly.lower, upper=s * poly.upper
-    )
-    return scaled, poly
+    return _scale_rows(poly, 10.0 ** rng.uniform(-5, 5, size=poly.C.shape[0])), poly
 
 
 def relative_violation(poly: Polytope, y) -> float:
@@ -101,10 +105,7 @@ def test_row_scaling_does_not_change_the_iteration():
     rounding, at a fixed iteration count."""
     rng = np.random.default_rng(7)
     poly = random_polytope(rng, D, M_EQ, M_INEQ, box=False)
-    s = 10.0 ** rng.uniform(-5, 5, size=M_INEQ)
-    scaled = dataclasses.replace(
-        poly, C=s[:, None] * poly.C, lower=s * poly.lower, upper=s * poly.upper
-    )
+    scaled = _scale_rows(poly, 10.0 ** rng.uniform(-5, 5, size=M_INEQ))
     Y = poly.y_feas + 3 * rng.normal(size=(4, D))
     out = [
         np.asarray(jax.vmap(pe.Projector(constraints_of(p), n_iter=30))(Y))
