@@ -244,6 +244,22 @@ def _project_jvp(primals, tangents, *, forward, fixed, cfg):
     return out, (dy, (None,) * 5)
 
 
+def unit_rows(M):
+    """`(Ms, scale, usable)`: the rows of `M` scaled to unit length (Jacobi
+    preconditioning of their Gram matrix), the scales, and which rows are
+    non-zero (a zero row keeps scale 0 and must be left out of the system)."""
+    norms = jnp.linalg.norm(M, axis=1)
+    usable = norms > 0
+    scale = jnp.where(usable, 1 / jnp.where(usable, norms, 1), 0)
+    return scale[:, None] * M, scale, usable
+
+
+def solve_rows(Ms, active, rhs, solver):
+    """$\\zeta$ with $(M_s M_s^\\top)_{aa} \\zeta_a = \\mathrm{rhs}_a$ on the active
+    rows $a$ (and $\\zeta = \\mathrm{rhs}$, zero, on the others)."""
+    return _solve(eqx.Partial(_row_gram, Ms), active, rhs, solver)
+
+
 def _rows(y_part, w_part, box):
     """A quantity per row of the active-set system: the inequality rows, then
     the bounded coordinates `box` of $y$."""
@@ -279,25 +295,21 @@ def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solv
     # Only reached without `FixedRows`, i.e. with per-instance matrices.
     assert E is not None and C is not None
     M = jnp.concatenate([E, C, jnp.eye(d, dtype=dtype)[box]])
-    norms = jnp.linalg.norm(M, axis=1)
-    usable = norms > 0
-    scale = jnp.where(usable, 1 / jnp.where(usable, norms, 1), 0)
-    Ms = scale[:, None] * M
+    Ms, scale, usable = unit_rows(M)
     active = jnp.concatenate([jnp.ones(E.shape[0], bool), active]) & usable
     dh = jnp.concatenate([t.data.q, dh])
-    apply_gram = eqx.Partial(_row_gram, Ms)
     r = t.y_raw
     if moving:
         # The multipliers, y_raw - y = M^T lam, enter through the moving rows.
         rhs = jnp.where(active, Ms @ (inputs.y_raw - y), 0.0)
-        lam = scale * _solve(apply_gram, active, rhs, solver)
+        lam = scale * solve_rows(Ms, active, rhs, solver)
         dE, dC = t.data.E, t.data.C
         assert dE is not None and dC is not None  # `None` tangents became zeros
         dM = jnp.concatenate([dE, dC, jnp.zeros((box.size, d), dtype)])
         r = r - lam @ dM
         dh = dh - dM @ y
     rhs = jnp.where(active, Ms @ r - scale * dh, 0.0)
-    zeta = _solve(apply_gram, active, rhs, solver)
+    zeta = solve_rows(Ms, active, rhs, solver)
     return r - zeta @ Ms
 
 
@@ -321,17 +333,35 @@ def refine(residual, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
 
     **Returns:** the refined point.
     """
-    d = y.shape[0]
     m_eq = inputs.data.q.shape[0]
-    box = np.asarray(box, np.int32)
     m = inputs.data.lb_w.shape[0]
     r = residual(y, jnp.concatenate([inputs.data.q, jnp.zeros((m,), y.dtype)]))
-    value = _rows(y, r[m_eq:], box)
-    lower = _rows(inputs.data.lb_y, inputs.data.lb_w, box)
-    upper = _rows(inputs.data.ub_y, inputs.data.ub_w, box)
+    dh, active = clip_rows(y, r[m_eq:], inputs.data, hi, lo, box)
+    active = active & fixed.usable
+    delta = _fixed_tangent(fixed, active, jnp.zeros_like(y), r[:m_eq], dh, solver)
+    return y - delta
+
+
+def clip_rows(y, w, data: InstanceData, hi, lo, box):
+    """The residuals of the inequality and box rows that are active or violated
+    at $y$, for iterative refinement.
+
+    **Arguments:**
+
+    - `y`: the point; `w` its inequality rows $C y$ (computed nearly exactly).
+    - `data`: the instance's bounds.
+    - `hi`, `lo`: the activity flags returned by `project` (or `activity`).
+    - `box`: the bounded coordinates of $y$.
+
+    **Returns:** `(dh, active)`: per row of `_rows`' layout, the excess over the
+    bound it is pinned to (zero elsewhere), and whether it is pinned.
+    """
+    d = y.shape[0]
+    box = np.asarray(box, np.int32)
+    value = _rows(y, w, box)
+    lower = _rows(data.lb_y, data.lb_w, box)
+    upper = _rows(data.ub_y, data.ub_w, box)
     hi = _rows(hi[:d], hi[d:], box) | (value > upper)
     lo = (_rows(lo[:d], lo[d:], box) | (value < lower)) & ~hi
     dh = jnp.where(hi, value - upper, jnp.where(lo, value - lower, 0.0))
-    active = (hi | lo) & fixed.usable
-    delta = _fixed_tangent(fixed, active, jnp.zeros_like(y), r[:m_eq], dh, solver)
-    return y - delta
+    return dh, hi | lo

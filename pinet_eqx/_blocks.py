@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 
-from ._cones import AbstractCone
+from ._cones import AbstractCone, AbstractPolishableCone
 
 
 class Group(NamedTuple):
@@ -44,7 +45,7 @@ def _split(u, groups):
     start = 0
     for g in groups:
         n = g.count * g.size
-        yield u[start : start + n].reshape(g.count, g.size)
+        yield u[start : start + n].reshape(g.count, g.size, *u.shape[1:])
         start += n
 
 
@@ -103,3 +104,49 @@ def support(v, groups: tuple[Group, ...], scale, offset, totals):
         total += jnp.sum(infimum / sb[:, 0])
         distance = jnp.maximum(distance, jnp.max(dist))
     return total, distance
+
+
+def face(pre, u, groups: tuple[Group, ...], totals, rows, totals_low=None):
+    """The blocks' active constraints (see `AbstractPolishableCone.face`), as rows
+    over $y$.
+
+    **Arguments:**
+
+    - `pre`: the blocks' prox arguments, whose projections define the faces.
+    - `u`: the blocks' values $M y + o$ at which the faces are linearised.
+    - `groups`, `totals`: the layout, as for `project`.
+    - `rows`: the blocks' matrix $M$, shape `(n_cone, d)`.
+    - `totals_low`: what rounding took from `totals`, if known: the values are
+        then corrected to first order in it.
+
+    **Returns:** `(F, values, active)`: the gradients $\\nabla g_j(u)^\\top M$,
+    shape `(n_cone, d)`, their values $g_j(u)$ and which are active. A set that
+    is not an `AbstractPolishableCone` contributes no active row.
+    """
+    out_rows, out_values, out_active = [], [], []
+    parts = zip(
+        groups,
+        _split(pre, groups),
+        _split(u, groups),
+        _split(rows, groups),
+        _totals(totals, groups),
+        _totals(totals_low, groups) if totals_low is not None else [None] * len(groups),
+    )
+    for g, pb, ub, Mb, r, low in parts:
+        if isinstance(g.cone, AbstractPolishableCone):
+            R, values, active = g.cone.face(pb, ub, r)
+            if low is not None:
+                # The values' derivative in the total (minus one on a sum row).
+                _, shift = jax.jvp(lambda r: g.cone.face(pb, ub, r)[1], (r,), (low,))
+                values = values + shift
+            Mb = jnp.einsum("kij,kjd->kid", R, Mb)
+        else:
+            values, active = jnp.zeros_like(ub), jnp.zeros(ub.shape, bool)
+        out_rows.append(Mb.reshape(g.count * g.size, -1))
+        out_values.append(values.reshape(-1))
+        out_active.append(active.reshape(-1))
+    return (
+        jnp.concatenate(out_rows),
+        jnp.concatenate(out_values),
+        jnp.concatenate(out_active),
+    )

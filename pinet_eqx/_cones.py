@@ -19,7 +19,7 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from ._primitives import (
     project_l1_norm_cone,
@@ -27,6 +27,7 @@ from ._primitives import (
     project_second_order_cone,
     project_simplex,
 )
+from ._refine import accurate_sum
 
 
 class AbstractCone(eqx.Module):
@@ -71,7 +72,52 @@ class AbstractCone(eqx.Module):
         """
 
 
-class AbstractNormCone(AbstractCone):
+class AbstractPolishableCone(AbstractCone):
+    """A set whose active face at a projection is known in closed form, so that
+    inference can polish a block onto it (see `_polish`).
+
+    Subclasses implement `face`.
+    """
+
+    @abc.abstractmethod
+    def face(
+        self,
+        pre: Float[Array, "count size"],
+        u: Float[Array, "count size"],
+        total: Float[Array, " count"] | None,
+    ) -> tuple[
+        Float[Array, "count size size"],
+        Float[Array, "count size"],
+        Bool[Array, "count size"],
+    ]:
+        """The constraints active at the projection of `pre`, linearised at `u`.
+
+        Each active row $j$ is a constraint $g_j(u) = 0$ that holds on the face of
+        the set containing $\\Pi(\\mathrm{pre})$; it is returned as its gradient
+        $\\nabla g_j(u)$ and its value $g_j(u)$, so that $u - \\delta$ with
+        $\\nabla g_j^\\top \\delta = g_j(u)$ satisfies it to first order.
+
+        **Returns:** `(rows, values, active)`: the gradients, shape
+        `(count, size, size)` (row $j$ of block $k$ is `rows[k, j]`), the values
+        and which rows are active (the others are ignored).
+        """
+
+
+def _coordinate_rows(u, active):
+    """The rows $u_j = 0$ of each block, active where `active`."""
+    count, size = u.shape
+    eye = jnp.broadcast_to(jnp.eye(size, dtype=u.dtype), (count, size, size))
+    return eye, u, jnp.broadcast_to(active, u.shape)
+
+
+def _one_row(row, value, on, rows, values, active):
+    """`rows, values, active` with their first row replaced by `row` where `on`."""
+    rows = rows.at[:, 0].set(jnp.where(on[:, None], row, rows[:, 0]))
+    values = values.at[:, 0].set(jnp.where(on, value, values[:, 0]))
+    return rows, values, active.at[:, 0].set(active[:, 0] | on)
+
+
+class AbstractNormCone(AbstractPolishableCone):
     """$\\{(t, x) : \\|x\\| \\le t\\}$ for some norm; its dual is the dual norm's
     cone, so $\\inf_{k \\in \\mathcal{K} - o} \\langle v, k\\rangle = -\\langle v, o
     \\rangle$ when $v \\in \\mathcal{K}^*$ and $-\\infty$ otherwise."""
@@ -104,6 +150,22 @@ class L2Cone(AbstractNormCone):
     def project_dual(self, u):
         return self.project(u, None)
 
+    def face(self, pre, u, total):
+        # Outside both the cone and its polar, the projection lies on the surface
+        # ||x|| = t, one smooth constraint; on the polar it is the apex.
+        r_pre = self.norm(pre[:, 1:])
+        apex = (r_pre <= -pre[:, 0]) & (r_pre > pre[:, 0])
+        surface = (r_pre > pre[:, 0]) & ~apex
+        rows, values, active = _coordinate_rows(u, apex[:, None])
+        x = u[:, 1:]
+        r = self.norm(x)
+        # The direction of x at u, or at pre if u's x vanished.
+        direction = jnp.where(r[:, None] > 0, x, pre[:, 1:])
+        length = self.norm(direction)
+        direction = direction / jnp.where(length > 0, length, 1)[:, None]
+        row = jnp.concatenate([-jnp.ones_like(r)[:, None], direction], axis=1)
+        return _one_row(row, r - u[:, 0], surface, rows, values, active)
+
 
 class L1Cone(AbstractNormCone):
     """The $\\ell_1$ norm cone $\\{(t, x) : \\|x\\|_1 \\le t\\}$ (dual:
@@ -117,6 +179,23 @@ class L1Cone(AbstractNormCone):
 
     def project_dual(self, u):
         return jax.vmap(project_linf_norm_cone)(u)
+
+    def face(self, pre, u, total):
+        # Soft thresholding zeroes some entries of x (rows x_i = 0) and keeps the
+        # signs of the others on the facet sum_i sign(x_i) x_i = t.
+        p = self.project(pre, None)
+        outside = self.excess(pre, None) > 0
+        apex = outside & jnp.all(p == 0, axis=1)
+        facet = outside & ~apex
+        zero = jnp.concatenate([jnp.zeros_like(facet)[:, None], p[:, 1:] == 0], axis=1)
+        rows, values, active = _coordinate_rows(
+            u, (facet[:, None] & zero) | apex[:, None]
+        )
+        sign = jnp.sign(p[:, 1:])
+        row = jnp.concatenate([-jnp.ones_like(p[:, :1]), sign], axis=1)
+        # Compensated: the facet's value cancels to rounding level.
+        value = accurate_sum(jnp.concatenate([sign * u[:, 1:], -u[:, :1]], axis=1))
+        return _one_row(row, value, facet, rows, values, active)
 
 
 class LInfCone(AbstractNormCone):
@@ -132,8 +211,35 @@ class LInfCone(AbstractNormCone):
     def project_dual(self, u):
         return jax.vmap(project_l1_norm_cone)(u)
 
+    def face(self, pre, u, total):
+        # Moreau: Pi(pre) = pre + Pi_{K*}(-pre), so the entries of x that the dual
+        # projection moves are clipped to |x_i| = t (rows sign(x_i) x_i = t).
+        q = jax.vmap(project_l1_norm_cone)(-pre)
+        outside = jnp.any(q != 0, axis=1)
+        apex = outside & jnp.all(pre + q == 0, axis=1)
+        clipped = (q[:, 1:] != 0) & (outside & ~apex)[:, None]
+        count, size = u.shape
+        rows, values, active = _coordinate_rows(u, apex[:, None])
+        sign = jnp.sign(pre[:, 1:])
+        eye = jnp.eye(size - 1, dtype=u.dtype)
+        clip_rows = jnp.concatenate(
+            [
+                -jnp.ones((count, size - 1, 1), u.dtype),
+                sign[:, :, None] * eye[None],
+            ],
+            axis=2,
+        )
+        # Row i + 1 of the block carries the clip row of x_i.
+        rows = rows.at[:, 1:].set(
+            jnp.where(clipped[:, :, None], clip_rows, rows[:, 1:])
+        )
+        values = values.at[:, 1:].set(
+            jnp.where(clipped, sign * u[:, 1:] - u[:, :1], values[:, 1:])
+        )
+        return rows, values, active.at[:, 1:].set(active[:, 1:] | clipped)
 
-class ScaledSimplex(AbstractCone):
+
+class ScaledSimplex(AbstractPolishableCone):
     """The scaled simplex $\\{x \\ge 0 : \\sum_i x_i = r\\}$, one total $r$ per block.
 
     It is bounded, so its support function is finite everywhere:
@@ -154,3 +260,17 @@ class ScaledSimplex(AbstractCone):
         assert total is not None
         infimum = total * jnp.min(v, axis=1) - jnp.sum(v * offset, axis=1)
         return infimum, jnp.zeros(v.shape[:1], v.dtype)
+
+    def face(self, pre, u, total):
+        # The sum row always holds; the entries that the projection zeroes are
+        # active (rows x_i = 0). The sum row takes the place of a largest entry's
+        # row, which is never zeroed while r > 0.
+        assert total is not None
+        p = self.project(pre, total)
+        rows, values, active = _coordinate_rows(u, p == 0)
+        top = jax.nn.one_hot(jnp.argmax(p, axis=1), u.shape[1], dtype=bool)
+        rows = jnp.where(top[:, :, None], jnp.ones_like(rows), rows)
+        # Compensated: the sum's value cancels to rounding level.
+        gap = accurate_sum(jnp.concatenate([u, -total[:, None]], axis=1))
+        values = jnp.where(top, gap[:, None], values)
+        return rows, values, active | top

@@ -94,6 +94,13 @@ def _scale_bound(bound, scale):
     return jnp.where(finite, jnp.where(finite, bound, 0) / scale, bound)
 
 
+def cone_argument(s, z, P: Prepared):
+    """The cone blocks' prox argument $2z - s$ in the user's units, $u = \\delta
+    v + o$: its projection is the blocks' part of the iteration's output."""
+    n_clip = P.a.shape[0]
+    return P.cone_scale * (2 * z - s)[n_clip:] + P.cone_offset
+
+
 def project_k(v, P: Prepared):
     """$\\Pi_{\\tilde{\\mathcal{K}}}$ of the cone part of `v` (the part after the
     clipped coordinates), in the equilibrated coordinates."""

@@ -60,10 +60,3 @@ RANK_DEFICIENT = (
     "full row rank; remove the redundant rows (or make the matrix fixed, where "
     "dependent rows are dropped automatically)."
 )
-
-REFINE_NEEDS_FIXED_EQUALITY = (
-    "Projector(refine=True) refines with precomputed factorisations, so it needs "
-    "fixed (not Parameter) matrices and either an Equality constraint or only "
-    "polyhedral sets (Equality, AffineInequality, Box). Use refine='auto' (the "
-    "default) to refine wherever that applies."
-)

@@ -14,7 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _active_set, _douglas_rachford as dr
+from . import _active_set, _douglas_rachford as dr, _polish
 from ._adjoint import UnrolledAdjoint
 from ._affine import build_affine_projection_traced
 from ._equilibrate import group_labels
@@ -23,7 +23,6 @@ from ._frozen import thaw
 from ._implicit import fixed_point
 from ._krylov import ConjugateGradient
 from ._lifting import InstanceData, LiftedProblem
-from ._refine import RowResidual
 from ._solution import RESULTS, ProjectionSolution
 from ._solver import DouglasRachford
 
@@ -125,13 +124,14 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         # The correction is at rounding level, so the derivative of the
         # unrefined map is kept (stop_gradient).
         y_plain = jax.lax.stop_gradient(y)
-        if isinstance(refinement, RowResidual):
-            if flags is None:
-                # Off the active-set path, P and z were computed above.
-                flags = _active_set.activity(s, P, op, z)
-            fix = _refine_active(problem, rows, refinement, y_plain, data, *flags)
-        else:
-            fix = refinement(y_plain, data.q)
+        pre = None
+        if flags is None:
+            # Off the active-set path (every set with cones), P and z were
+            # computed above.
+            flags = _active_set.activity(s, P, op, z)
+            if problem.groups:
+                pre = dr.cone_argument(s, z, P)
+        fix = _refine(problem, rows, refinement, y_plain, data, flags, pre)
         # y - y is exactly zero, so the value is exactly `fix`.
         y = (y - y_plain) + jax.lax.stop_gradient(fix)
     if not diagnostics:
@@ -203,18 +203,44 @@ def _factorise(proj, problem: LiftedProblem, data: InstanceData):
     return op
 
 
-def _refine_active(problem, rows, refinement, y, data, hi, lo):
-    """`y` refined onto its active rows (see `_active_set.refine`), kept only
-    where that is finite and no less feasible."""
-    inputs = _active_set.Inputs(y, dataclasses.replace(data, E=None, C=None))
-    inputs, hi, lo = jax.lax.stop_gradient((inputs, hi, lo))
+def _refine(problem, rows, residual, y, data, flags, pre):
+    """`y` refined onto its active constraints, `_REFINE_STEPS` times, kept only
+    where that is finite, no less feasible and a small move.
+
+    Polyhedral sets with fixed matrices use the host-eliminated active-set solve
+    (`_active_set.refine`); every other set the general one (`_polish.step`),
+    with the per-instance rows of the residual sliced per call.
+    """
+    data, flags, pre = jax.lax.stop_gradient((data, flags, pre))
+    assert data.E is not None and data.C is not None  # as built by `data()`
+    if problem.per_instance:
+        residual = residual.with_matrix(jnp.concatenate([data.E, data.C]))
+    hi, lo = flags
     # The forward pass does not warn: a failed refinement is simply dropped.
     solver = ConjugateGradient(on_failure="ignore")
+    if rows is not None:
+        inputs = _active_set.Inputs(y, dataclasses.replace(data, E=None, C=None))
+
+        def step(y, last):
+            return _active_set.refine(
+                residual, rows, y, inputs, hi, lo, problem.box_index, solver
+            )
+    else:
+
+        def step(y, last):
+            # The last step is at rounding level: weighted, it goes where the
+            # grid can represent it (see `_polish.rounding_weights`).
+            weights = _polish.rounding_weights(y) if last else None
+            return _polish.step(
+                problem, residual, y, data, hi, lo, pre, solver, weights
+            )
+
     fix = y
-    for _ in range(_REFINE_STEPS):
-        fix = _active_set.refine(
-            refinement, rows, fix, inputs, hi, lo, problem.box_index, solver
-        )
+    for k in range(_REFINE_STEPS):
+        # The residual and the update must see the same, rounded y: without the
+        # barrier XLA may fuse the computation of y into the update unrounded
+        # (a fused multiply-add), and the correction then misses its target.
+        fix = step(jax.lax.optimization_barrier(fix), k == _REFINE_STEPS - 1)
     # Violations computed in the working precision are only good to a few ulps of
     # the products, hence the slack: this rejects a correction that goes astray
     # (an inconsistent active set), not rounding noise.

@@ -287,11 +287,9 @@ def host_data(pieces: LiftedPieces, dim: int):
     order, and the equality right-hand side `q` (`None` if it has a `Parameter`).
 
     Computed from the pieces rather than from the stored arrays, which are in
-    JAX's default precision.
+    JAX's default precision. Rows of a matrix `Parameter` are zero.
     """
-    cones, _ = blocks.layout(list(pieces.cones))
-    E = _stack([E for E, _ in pieces.eq], dim)
-    C = _stack([C for C, _, _ in pieces.ineq] + [M for b in cones for M in b.rows], dim)
+    E, C, _ = host_matrices(pieces, dim)
     rhs = [b for _, b in pieces.eq]
     if any(isinstance(b, Parameter) for b in rhs):
         return E, C, None
@@ -300,6 +298,43 @@ def host_data(pieces: LiftedPieces, dim: int):
         C,
         np.concatenate([np.zeros(0)] + [np.asarray(b, np.float64) for b in rhs]),
     )
+
+
+def host_matrices(pieces: LiftedPieces, dim: int):
+    """`(E, C, per_instance)`: the matrices in float64, stacked in
+    `LiftedProblem`'s row order, with zero rows where they are `Parameter`s, and
+    which rows of $(E; C)$ those are."""
+    cones, _ = blocks.layout(list(pieces.cones))
+    E = [E for E, _ in pieces.eq]
+    C = [C for C, _, _ in pieces.ineq] + [M for b in cones for M in b.rows]
+    per_instance = [np.full(_rows(M), isinstance(M, Parameter)) for M in E + C]
+    return (
+        _stack(E, dim),
+        _stack(C, dim),
+        np.concatenate([np.zeros(0, bool), *per_instance]),
+    )
+
+
+def host_rhs_low(pieces: LiftedPieces) -> tuple[np.ndarray, np.ndarray]:
+    """What the fixed right-hand sides $(q, 0, -o)$ of the rows $(E; C)$, and the
+    simplex totals, lose when rounded to float32, in `LiftedProblem`'s order
+    (zero for the inequality rows, which have none, and for `Parameter`s).
+
+    **Returns:** `(rows, totals)`, each $v - \\mathrm{fl}_{32}(v)$ in float64.
+    """
+    cones, _ = blocks.layout(list(pieces.cones))
+
+    def low(v, size):
+        if isinstance(v, Parameter):
+            return np.zeros(size)
+        v = np.broadcast_to(np.asarray(v, np.float64).reshape(-1), (size,))
+        return v - v.astype(np.float32).astype(np.float64)
+
+    parts = [low(b, _rows(E)) for E, b in pieces.eq]
+    parts += [np.zeros(_rows(C)) for C, _, _ in pieces.ineq]
+    parts += [-low(o, _size(o)) for b in cones for o in b.offset]
+    totals = [low(b.total, 1) for b in cones if b.cone.has_total]
+    return np.concatenate([np.zeros(0), *parts]), np.concatenate([np.zeros(0), *totals])
 
 
 def check_bounds_order(lower, upper, owner: str) -> None:
@@ -379,10 +414,16 @@ def _size(v) -> int:
 
 
 def _stack(matrices, dim: int) -> np.ndarray:
+    """Stack matrix pieces in float64, a `Parameter`'s rows as zeros."""
     if not matrices:
         return np.zeros((0, dim))
     return np.concatenate(
-        [np.asarray(M, np.float64).reshape(-1, dim) for M in matrices]
+        [
+            np.zeros((_rows(M), dim))
+            if isinstance(M, Parameter)
+            else np.asarray(M, np.float64).reshape(-1, dim)
+            for M in matrices
+        ]
     )
 
 

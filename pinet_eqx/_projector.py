@@ -27,13 +27,18 @@ from ._errors import (
     EMPTY_CONSTRAINTS,
     NO_DIM,
     NOT_A_CONSTRAINT,
-    REFINE_NEEDS_FIXED_EQUALITY,
 )
 from ._frozen import freeze, thaw
-from ._lifting import LiftedPieces, LiftedProblem, host_data
+from ._lifting import (
+    LiftedPieces,
+    LiftedProblem,
+    host_data,
+    host_matrices,
+    host_rhs_low,
+)
 from ._mesh import per_instance
 from ._precision import full_precision
-from ._refine import EqualityRefinement, RowResidual
+from ._refine import RowResidual
 from ._solution import ProjectionSolution
 from ._solver import DouglasRachford, solver_from_keywords
 
@@ -86,14 +91,15 @@ class Projector(eqx.Module):
     - `refine`: finish with iterative refinement, residuals computed exactly
         (Ozaki splitting), so that in float32 the constraints hold to the
         rounding of $y$ itself rather than of the products that made it.
-        `"auto"` (default) refines in inference mode, wherever it applies: for
-        polyhedral sets with fixed matrices, two steps onto the active (and
-        violated) rows, each the minimum-norm correction of their residuals
-        (the active-set solve of the backward pass) and each kept only where it
-        is finite and no less feasible; otherwise, with fixed equality matrices,
-        $y \\leftarrow y - E^+ (E y - q)$. `True` refines in both modes and
-        requires one of these; `False` turns it off. Gradients are those of the
-        unrefined map (the correction is at rounding level near the solution).
+        `"auto"` (default) refines in inference mode: two steps onto the active
+        (and violated) constraints, each the minimum-norm correction of their
+        residuals (the active-set solve of the backward pass), with cone and
+        simplex blocks linearised on their active face (the surface of a
+        second-order cone, the facet of an $\\ell_1$ cone, and so on). The
+        result is kept only where it is finite, no less feasible and a small
+        move. `True` refines in both modes; `False` turns it off. Gradients are
+        those of the unrefined map (the correction is at rounding level near
+        the solution).
     - `unroll`, `n_iter_bwd`, `bwd_rtol`, `bwd_atol`, `bwd_failure`,
         `equilibrate_iters`, `equilibrate_tol`, `equilibrate_mode`,
         `equilibrate_y`: deprecated aliases (with a `DeprecationWarning`) for
@@ -103,7 +109,7 @@ class Projector(eqx.Module):
     problem: LiftedProblem
     op: AbstractAffineProjection | None
     active_rows: FixedRows | None
-    refinement: EqualityRefinement | RowResidual | None
+    refinement: RowResidual | None
     solver: DouglasRachford
     adjoint: AbstractAdjoint
     equilibration: Equilibration | None = eqx.field(static=True)
@@ -179,16 +185,16 @@ class Projector(eqx.Module):
             self.auto_sigma = float(DouglasRachford().step_size(np.asarray(info.d_y)))
             if not problem.groups:
                 rows = FixedRows.build(E, C, np.asarray(problem.box_index, int))
-            if refine is not False:
-                # Polyhedral: the active rows are refined too; else the equalities.
-                if rows is not None and problem.n_ineq + len(problem.box_index):
-                    refinement = RowResidual.build(np.concatenate([E, C]))
-                elif problem.n_eq:
-                    refinement = EqualityRefinement.build(E)
         else:
             self.auto_sigma = None
-        if refine is True and refinement is None:
-            raise ValueError(REFINE_NEEDS_FIXED_EQUALITY)
+        E_host, C_host, per_instance_rows = host_matrices(pieces, dim)
+        if refine is not False and per_instance_rows.size:
+            # Sliced once, from the float64 data (per-instance rows per call).
+            refinement = RowResidual.build(
+                np.concatenate([E_host, C_host]),
+                *host_rhs_low(pieces),
+                per_instance=per_instance_rows if problem.per_instance else None,
+            )
         # Everything built here is frozen: optimisers never see it (see `_frozen`).
         self.problem, self.op, self.active_rows, self.refinement = freeze(
             (problem, op, rows, refinement)
