@@ -10,6 +10,7 @@ from ._adjoint import (
 from ._autotune import AutotuneResult as AutotuneResult, autotune as autotune
 from ._cones import (
     AbstractCone as AbstractCone,
+    AbstractPolishableCone as AbstractPolishableCone,
     L1Cone as L1Cone,
     L2Cone as L2Cone,
     LInfCone as LInfCone,

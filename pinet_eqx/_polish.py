@@ -24,6 +24,7 @@ equality rows on the host and serves polyhedral sets with fixed matrices.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -94,9 +95,33 @@ def step(
     rhs = jnp.where(active, scale * jnp.concatenate(values), 0.0)
     # Inactive entries of rhs are zero and their rows see the identity, so only
     # the active rows move y.
-    zeta = solve_rows(Ms, active, rhs, solver)
+    if Ms.shape[0] <= _DIRECT_ROWS:
+        zeta = _direct_solve(Ms, active, rhs)
+    else:
+        zeta = solve_rows(Ms, active, rhs, solver)
     delta = zeta @ Ms
     return y - (delta if weights is None else weights * delta)
+
+
+# Up to this many rows the active system is solved directly (a Cholesky
+# factorisation of their Gram matrix, regularised): cheaper than conjugate
+# gradients, whose step count under `vmap` is the batch's worst, and unaffected
+# by dependent active rows (a cone's apex next to equality rows).
+_DIRECT_ROWS = 512
+# The regularisation, relative to the unit diagonal of the scaled rows' Gram
+# matrix: it bounds the condition number of the factorised matrix, and leaves
+# a correction's error at about this fraction on its weakest directions.
+_RIDGE = 1e-6
+
+
+def _direct_solve(Ms, active, rhs):
+    """$\\zeta$ with $(G_{aa} + \\lambda I) \\zeta_a = \\mathrm{rhs}_a$,
+    $G = M_s M_s^\\top$, and $\\zeta = 0$ on the inactive rows."""
+    a = active.astype(Ms.dtype)
+    G = (Ms @ Ms.T) * (a[:, None] * a[None, :])
+    G = G + jnp.diag(jnp.where(active, _RIDGE, 1.0).astype(Ms.dtype))
+    factor = jax.scipy.linalg.cho_factor(G)
+    return a * jax.scipy.linalg.cho_solve(factor, rhs)
 
 
 # The smallest magnitude a weight sees, relative to the largest: it bounds the
