@@ -423,23 +423,27 @@ def polish(data: CaseData, q, r, z, thresholds=(1e-9, 1e-7, 1e-5, 1e-3)):
 
 
 def _solve_kkt(K, b):
-    """`K x = b` by sparse LU (the cases' constraint matrices are mostly sparse),
-    or by dense least squares (complete orthogonal factorisation) where
-    dependent active rows make `K` singular."""
+    """`K x = b` by dense LU, or by dense least squares (complete orthogonal
+    factorisation) where dependent active rows make `K` singular.
+
+    Dense: the systems are small (at most a few thousand rows), and SuperLU
+    (`scipy.sparse.linalg.splu`) crashed the process on some singular ones.
+    """
     import warnings
 
     import scipy.linalg
-    import scipy.sparse
-    import scipy.sparse.linalg
 
+    K = K.toarray() if hasattr(K, "toarray") else np.asarray(K)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("error", scipy.sparse.linalg.MatrixRankWarning)
-            x = scipy.sparse.linalg.splu(scipy.sparse.csc_matrix(K)).solve(b)
-        if np.abs(K @ x - b).max() <= 1e-12 * max(1.0, np.abs(b).max()):
+            warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
+            x = scipy.linalg.solve(K, b, check_finite=False)
+        if np.all(np.isfinite(x)) and np.abs(K @ x - b).max() <= 1e-12 * max(
+            1.0, np.abs(b).max()
+        ):
             return x
-    except (RuntimeError, scipy.sparse.linalg.MatrixRankWarning):
-        pass  # "Factor is exactly singular"
+    except (np.linalg.LinAlgError, ValueError):
+        pass  # exactly singular
     return scipy.linalg.lstsq(K, b, lapack_driver="gelsy", check_finite=False)[0]
 
 
