@@ -131,7 +131,17 @@ POLISH_KINDS = {
 }
 
 
-@pytest.mark.parametrize("kind", POLISH_KINDS)
+# The fast tier covers one cone face and the per-call slices; the other faces run
+# in the slow tier.
+_FAST = ("soc", "per_instance_matrices")
+
+
+_CASES = [
+    k if k in _FAST else pytest.param(k, marks=pytest.mark.slow) for k in POLISH_KINDS
+]
+
+
+@pytest.mark.parametrize("kind", _CASES)
 def test_refine_pins_cones_simplices_and_per_instance_rows(kind):
     """Stopped early (float64, 20 or 30 iterations), the refinement takes every kind of
     set from the iteration's violation (above 1e-8) to 1e-10 or less, moving y by
