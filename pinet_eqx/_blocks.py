@@ -134,10 +134,17 @@ def face(pre, u, groups: tuple[Group, ...], totals, rows, totals_low=None):
     )
     for g, pb, ub, Mb, r, low in parts:
         if isinstance(g.cone, AbstractPolishableCone):
-            R, values, active = g.cone.face(pb, ub, r)
-            if low is not None:
+            if low is None:
+                R, values, active = g.cone.face(pb, ub, r)
+            else:
                 # The values' derivative in the total (minus one on a sum row).
-                _, shift = jax.jvp(lambda r: g.cone.face(pb, ub, r)[1], (r,), (low,))
+                def face_values(r, g=g, pb=pb, ub=ub):
+                    R, values, active = g.cone.face(pb, ub, r)
+                    return values, (R, active)
+
+                values, shift, (R, active) = jax.jvp(
+                    face_values, (r,), (low,), has_aux=True
+                )
                 values = values + shift
             Mb = jnp.einsum("kij,kjd->kid", R, Mb)
         else:

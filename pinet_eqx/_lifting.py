@@ -283,34 +283,26 @@ class LiftedProblem(eqx.Module):
 
 
 def host_data(pieces: LiftedPieces, dim: int):
-    """The fixed matrices `(E, C)` in float64, stacked in `LiftedProblem`'s row
-    order, and the equality right-hand side `q` (`None` if it has a `Parameter`).
+    """`(E, C, q, per_instance)`: the matrices in float64, stacked in
+    `LiftedProblem`'s row order, with zero rows where they are `Parameter`s; the
+    equality right-hand side `q` (`None` if it has a `Parameter`); and which rows
+    of $(E; C)$ are `Parameter`s.
 
     Computed from the pieces rather than from the stored arrays, which are in
-    JAX's default precision. Rows of a matrix `Parameter` are zero.
+    JAX's default precision.
     """
-    E, C, _ = host_matrices(pieces, dim)
-    rhs = [b for _, b in pieces.eq]
-    if any(isinstance(b, Parameter) for b in rhs):
-        return E, C, None
-    return (
-        E,
-        C,
-        np.concatenate([np.zeros(0)] + [np.asarray(b, np.float64) for b in rhs]),
-    )
-
-
-def host_matrices(pieces: LiftedPieces, dim: int):
-    """`(E, C, per_instance)`: the matrices in float64, stacked in
-    `LiftedProblem`'s row order, with zero rows where they are `Parameter`s, and
-    which rows of $(E; C)$ those are."""
     cones, _ = blocks.layout(list(pieces.cones))
     E = [E for E, _ in pieces.eq]
     C = [C for C, _, _ in pieces.ineq] + [M for b in cones for M in b.rows]
     per_instance = [np.full(_rows(M), isinstance(M, Parameter)) for M in E + C]
+    rhs = [b for _, b in pieces.eq]
+    q = None
+    if not any(isinstance(b, Parameter) for b in rhs):
+        q = np.concatenate([np.zeros(0)] + [np.asarray(b, np.float64) for b in rhs])
     return (
         _stack(E, dim),
         _stack(C, dim),
+        q,
         np.concatenate([np.zeros(0, bool), *per_instance]),
     )
 

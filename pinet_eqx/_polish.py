@@ -15,8 +15,9 @@ $\\ell_1$ cone, the sum and zeroed entries of a simplex, and so on), linearised
 at $y$. The residuals are computed nearly exactly (`RowResidual`), so in float32
 the constraints end at the rounding of $y$ itself rather than of the products
 that made it. The step is the active-set solve of `_active_set`, over rows that
-depend on the instance: one conjugate-gradient solve with their Gram matrix,
-rows scaled to unit length.
+depend on the instance: one solve with their Gram matrix, rows scaled to unit
+length (a regularised Cholesky factorisation, or conjugate gradients for many
+rows).
 
 This is the general counterpart of `_active_set.refine`, which eliminates fixed
 equality rows on the host and serves polyhedral sets with fixed matrices.
@@ -85,11 +86,11 @@ def step(
         values.append(cone_values)
         active.append(cone_active)
     M = jnp.concatenate(pieces)
-    if weights is not None:
-        # delta = delta' / w, with delta' the minimum-norm correction of the
-        # rows M diag(1 / w).
-        weights = 1 / weights
-        M = M * weights[None, :]
+    # delta = delta' / w, with delta' the minimum-norm correction of the rows
+    # M diag(1 / w).
+    inverse = None if weights is None else 1 / weights
+    if inverse is not None:
+        M = M * inverse[None, :]
     Ms, scale, usable = unit_rows(M)
     active = jnp.concatenate(active) & usable
     rhs = jnp.where(active, scale * jnp.concatenate(values), 0.0)
@@ -100,7 +101,7 @@ def step(
     else:
         zeta = solve_rows(Ms, active, rhs, solver)
     delta = zeta @ Ms
-    return y - (delta if weights is None else weights * delta)
+    return y - (delta if inverse is None else inverse * delta)
 
 
 # Up to this many rows the active system is solved directly (a Cholesky

@@ -33,7 +33,6 @@ from ._lifting import (
     LiftedPieces,
     LiftedProblem,
     host_data,
-    host_matrices,
     host_rhs_low,
 )
 from ._mesh import per_instance
@@ -169,8 +168,8 @@ class Projector(eqx.Module):
         col_groups, _ = forward.column_groups(self, problem)
         op = rows = refinement = None
         dropped: tuple[int, ...] = ()
+        E, C, q, per_instance_rows = host_data(pieces, dim)
         if not problem.per_instance:
-            E, C, q = host_data(pieces, dim)
             op, info = build_affine_projection(
                 E,
                 C,
@@ -187,11 +186,10 @@ class Projector(eqx.Module):
                 rows = FixedRows.build(E, C, np.asarray(problem.box_index, int))
         else:
             self.auto_sigma = None
-        E_host, C_host, per_instance_rows = host_matrices(pieces, dim)
         if refine is not False and per_instance_rows.size:
             # Sliced once, from the float64 data (per-instance rows per call).
             refinement = RowResidual.build(
-                np.concatenate([E_host, C_host]),
+                np.concatenate([E, C]),
                 *host_rhs_low(pieces),
                 per_instance=per_instance_rows if problem.per_instance else None,
             )
