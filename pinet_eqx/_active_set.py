@@ -47,7 +47,9 @@ class FixedRows(eqx.Module):
     """Host-precomputed pieces of the tangent map for fixed matrices.
 
     Rows are the inequality rows of $C$ followed by the bounded coordinates of
-    $y$, each scaled to unit length in $\\ker E$.
+    $y$, each scaled to unit length in $\\ker E$. `lift`, kept for refinement
+    only, maps the equality residual and the rows' multipliers to the
+    correction in one product (see `refine`).
     """
 
     N: Float[Array, "d k"]
@@ -57,9 +59,12 @@ class FixedRows(eqx.Module):
     row_scale: Float[Array, " n_rows"]
     gram: Float[Array, "n_rows n_rows"] | None
     usable: Bool[Array, " n_rows"]
+    lift: Float[Array, "m_eq+n_rows d"] | None
 
     @staticmethod
-    def build(E: np.ndarray, C: np.ndarray, box_index: np.ndarray) -> FixedRows:
+    def build(
+        E: np.ndarray, C: np.ndarray, box_index: np.ndarray, refine: bool = False
+    ) -> FixedRows:
         """Factorise in float64.
 
         **Arguments:**
@@ -69,6 +74,7 @@ class FixedRows(eqx.Module):
         - `C`: the fixed inequality matrix, shape `(m, d)`.
         - `box_index`: the coordinates of $y$ that have a (fixed or
             parameterised) finite bound.
+        - `refine`: also build `lift`, for `refine`.
 
         **Returns:** a `FixedRows`.
         """
@@ -102,6 +108,7 @@ class FixedRows(eqx.Module):
         n_rows, k = BN.shape
         # Two thin products, or one with the Gram matrix: whichever is cheaper.
         gram = BN @ BN.T if n_rows <= 2 * k else None
+        lift = np.concatenate([P_y, -BN @ N.T]) if refine else None
         return FixedRows(
             N=jnp.asarray(N),
             P_y=jnp.asarray(P_y),
@@ -110,6 +117,7 @@ class FixedRows(eqx.Module):
             row_scale=jnp.asarray(scale),
             gram=None if gram is None else jnp.asarray(gram),
             usable=jnp.asarray(usable),
+            lift=None if lift is None else jnp.asarray(lift),
         )
 
 
@@ -277,13 +285,16 @@ def _fixed_tangent(fixed: FixedRows, active, dy_raw, dq, dh, solver):
     v = dy_raw @ N
     # The scaled active rows' residual at the unconstrained tangent y0 + N v.
     rhs = jnp.where(active, BN @ v + BP @ dq - scale * dh, 0.0)
-    if fixed.gram is not None:
-        gram = fixed.gram.astype(dtype)
-        apply_gram = eqx.Partial(jnp.matmul, gram)
-    else:
-        apply_gram = eqx.Partial(_row_gram, BN)
-    zeta = _solve(apply_gram, active, rhs, solver)
+    zeta = _solve(_fixed_gram(fixed, dtype), active, rhs, solver)
     return y0 + N @ (v - zeta @ BN)
+
+
+def _fixed_gram(fixed: FixedRows, dtype):
+    """$v \\mapsto B_N B_N^\\top v$: by the stored Gram matrix, or by two thin
+    products, whichever `FixedRows.build` found cheaper."""
+    if fixed.gram is not None:
+        return eqx.Partial(jnp.matmul, fixed.gram.astype(dtype))
+    return eqx.Partial(_row_gram, fixed.BN.astype(dtype))
 
 
 def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solver):
@@ -313,19 +324,20 @@ def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solv
     return r - zeta @ Ms
 
 
-def refine(residual, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
+def refine(r, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
     """One step of iterative refinement onto the active constraints.
 
     $y \\leftarrow y - \\delta$, with $\\delta$ the minimum-norm solution of
     $E \\delta = E y - q$ and $B_a \\delta = B_a y - h_a$ over the rows $a$ that
-    are active or violated at $y$, their residuals computed nearly exactly
-    (`residual`, the Ozaki slices of $[E; C]$). In float32 this brings the active
-    rows from the rounding of the products that made $y$ down to the rounding of
-    $y$ itself.
+    are active or violated at $y$, their residuals computed nearly exactly. In
+    float32 this brings the active rows from the rounding of the products that
+    made $y$ down to the rounding of $y$ itself.
 
     **Arguments:**
 
-    - `residual`: a `RowResidual` of the stacked fixed matrix $[E; C]$.
+    - `r`: $[E; C] y - (q, h)$ for the stacked fixed matrices, computed nearly
+        exactly (see `_refine.RowResidual`), with `inputs`' inequality bounds
+        offset by the same $h$.
     - `fixed`: the `FixedRows` of the same matrices.
     - `y`: the point to refine; `inputs` its data; `hi`, `lo` the activity flags
         returned by `project`; `box` the bounded coordinates; `solver` the
@@ -333,13 +345,17 @@ def refine(residual, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
 
     **Returns:** the refined point.
     """
+    assert fixed.lift is not None  # built with refine=True
+    dtype = y.dtype
     m_eq = inputs.data.q.shape[0]
-    m = inputs.data.lb_w.shape[0]
-    r = residual(y, jnp.concatenate([inputs.data.q, jnp.zeros((m,), y.dtype)]))
     dh, active = clip_rows(y, r[m_eq:], inputs.data, hi, lo, box)
     active = active & fixed.usable
-    delta = _fixed_tangent(fixed, active, jnp.zeros_like(y), r[:m_eq], dh, solver)
-    return y - delta
+    # `_fixed_tangent` without a y_raw tangent, delta = E^+ r_E - N B_N^T zeta,
+    # in one product with `lift`.
+    BP, scale = fixed.BP.astype(dtype), fixed.row_scale.astype(dtype)
+    rhs = jnp.where(active, BP @ r[:m_eq] - scale * dh, 0.0)
+    zeta = _solve(_fixed_gram(fixed, dtype), active, rhs, solver)
+    return y - jnp.concatenate([r[:m_eq], zeta]) @ fixed.lift.astype(dtype)
 
 
 def clip_rows(y, w, data: InstanceData, hi, lo, box):

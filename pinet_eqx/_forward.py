@@ -9,6 +9,7 @@ onto the active rows in inference mode, and report the status.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import equinox as eqx
 import jax
@@ -21,8 +22,9 @@ from ._equilibrate import group_labels
 from ._errors import NAN_Y_RAW, RANK_DEFICIENT
 from ._frozen import thaw
 from ._implicit import fixed_point
-from ._krylov import ConjugateGradient
+from ._krylov import ConjugateGradient, default_rtol
 from ._lifting import InstanceData, LiftedProblem
+from ._refine import stored
 from ._solution import RESULTS, ProjectionSolution
 from ._solver import DouglasRachford
 
@@ -122,7 +124,9 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         y = op.d_y * z[: problem.dim]
     if refinement is not None and (proj.inference or proj.refine_always):
         # The correction is at rounding level, so the derivative of the
-        # unrefined map is kept (stop_gradient).
+        # unrefined map is kept (stop_gradient). y is as stored so that
+        # y - y_plain below is exactly zero (see `_refine.stored`).
+        y = stored(y)
         y_plain = jax.lax.stop_gradient(y)
         pre = None
         if flags is None:
@@ -131,12 +135,16 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
             flags = _active_set.activity(s, P, op, z)
             if problem.groups:
                 pre = dr.cone_argument(s, z, P)
-        fix = _refine(problem, rows, refinement, y_plain, data, flags, pre)
+        fix, viol = _refine(problem, rows, refinement, y_plain, data, flags, pre)
         # y - y is exactly zero, so the value is exactly `fix`.
         y = (y - y_plain) + jax.lax.stop_gradient(fix)
+    else:
+        viol = None
     if not diagnostics:
         return y
-    viol, fp = jax.lax.stop_gradient((problem.violation(y, data), fp))
+    if viol is None:
+        viol = problem.violation(y, data)
+    viol, fp = jax.lax.stop_gradient((viol, fp))
     tol = DouglasRachford.default_tol(dtype) if tol is None else tol
     tol = dr.reachable_tol(tol, *jax.lax.stop_gradient((z, P)))
     infeasible = dr.certifies_infeasibility(*jax.lax.stop_gradient((z, t, P, op)))
@@ -205,57 +213,92 @@ def _factorise(proj, problem: LiftedProblem, data: InstanceData):
 
 def _refine(problem, rows, residual, y, data, flags, pre):
     """`y` refined onto its active constraints, `_REFINE_STEPS` times, kept only
-    where that is finite, no less feasible and a small move.
+    where that is finite, no less feasible and a small move; and the violation
+    of the point returned (see `LiftedProblem.violation`), from its residual.
 
     Polyhedral sets with fixed matrices use the host-eliminated active-set solve
     (`_active_set.refine`); every other set the general one (`_polish.step`),
     with the per-instance rows of the residual sliced per call.
+
+    The residual $r = [E; C] y - (q, h, -o)$, with $h$ a bound of each
+    inequality row (the one it is pinned to, if any), is computed nearly
+    exactly once, at the iterate. Each later step updates it,
+    $r \\leftarrow r - [E; C](y - y')$, by an ordinary product: $y - y'$ is the
+    small correction, exact in floating point (the two points agree in their
+    leading digits), so the product's rounding is that small fraction of the
+    rounding of $[E; C] y$.
     """
     data, flags, pre = jax.lax.stop_gradient((data, flags, pre))
     assert data.E is not None and data.C is not None  # as built by `data()`
     if problem.per_instance:
         residual = residual.with_matrix(jnp.concatenate([data.E, data.C]))
     hi, lo = flags
+    # Each inequality row's residual is taken against a bound: the one it is
+    # pinned to, else its finite one (the upper if both are). The residuals of
+    # the rows at or near a bound are then small and nearly exact in the working
+    # precision, where the rows' values C y would round at their own, larger,
+    # scale; a weakly active row could hide a violation in that rounding.
+    d = problem.dim
+    finite = jnp.where(
+        jnp.isfinite(data.ub_w),
+        data.ub_w,
+        jnp.where(jnp.isfinite(data.lb_w), data.lb_w, 0.0),
+    )
+    pinned = jnp.where(hi[d:], data.ub_w, jnp.where(lo[d:], data.lb_w, finite))
+    shifted = dataclasses.replace(
+        data, lb_w=data.lb_w - pinned, ub_w=data.ub_w - pinned
+    )
     # The forward pass does not warn: a failed refinement is simply dropped.
-    solver = ConjugateGradient(on_failure="ignore")
+    # Each step's solve (conjugate gradients, for a large active set) stops at
+    # the square root of the dtype's default accuracy: a step leaves that
+    # fraction of the residual it removes, which the next step sees, nearly
+    # exactly, and removes in turn, so two steps leave its square, in about
+    # half the conjugate-gradient steps of a full-accuracy solve.
+    rtol = math.sqrt(default_rtol(y.dtype))
+    solver = ConjugateGradient(rtol=rtol, on_failure="ignore")
     if rows is not None:
-        inputs = _active_set.Inputs(y, dataclasses.replace(data, E=None, C=None))
+        inputs = _active_set.Inputs(y, dataclasses.replace(shifted, E=None, C=None))
 
-        def step(y, last):
+        def step(y, r, last):
             return _active_set.refine(
-                residual, rows, y, inputs, hi, lo, problem.box_index, solver
+                r, rows, y, inputs, hi, lo, problem.box_index, solver
             )
     else:
+        totals_low = residual.totals_low(y.dtype)
 
-        def step(y, last):
+        def step(y, r, last):
             # The last step is at rounding level: weighted, it goes where the
             # grid can represent it (see `_polish.rounding_weights`).
             weights = _polish.rounding_weights(y) if last else None
             return _polish.step(
-                problem, residual, y, data, hi, lo, pre, solver, weights
+                problem, r, totals_low, y, shifted, hi, lo, pre, solver, weights
             )
 
+    # The residual, the correction and the update must all see the points as
+    # stored (see `_refine.stored`).
+    y = stored(y)
+    rhs = jnp.concatenate([data.q, pinned, -data.cone_offset])
+    r = residual(y, rhs)
+    before = problem.row_violation(y, r, shifted)
     fix = y
     for k in range(_REFINE_STEPS):
-        # The residual and the update must see the same, rounded y: without the
-        # barrier XLA may fuse the computation of y into the update unrounded
-        # (a fused multiply-add), and the correction then misses its target.
-        fix = step(jax.lax.optimization_barrier(fix), k == _REFINE_STEPS - 1)
-    # Violations computed in the working precision are only good to a few ulps of
-    # the products, hence the slack: this rejects a correction that goes astray
-    # (an inconsistent active set), not rounding noise.
+        new = stored(step(fix, r, k == _REFINE_STEPS - 1))
+        change = fix - new
+        r = r - jnp.concatenate([data.E @ change, data.C @ change])
+        fix = new
+    after = problem.row_violation(fix, r, shifted)
     eps = jnp.finfo(y.dtype).eps
     size = 1 + jnp.max(jnp.abs(y))
-    before = problem.violation(y, data)
     # The correction is meant to be at the scale of the rounding or of the
     # violation it removes. Nearly dependent active rows (a thin slab, nearly
     # parallel rows) make its system nearly singular, and the minimum-norm
     # solve can then throw a converged point far away while keeping it
-    # feasible; such a move is rejected and the iterate kept.
+    # feasible; such a move is rejected and the iterate kept. The slack
+    # allows for the rounding of the updated residuals.
     moved = jnp.max(jnp.abs(fix - y))
     keep = (
         jnp.all(jnp.isfinite(fix))
-        & (problem.violation(fix, data) <= before + 64 * eps * size)
+        & (after <= before + 64 * eps * size)
         & (moved <= jnp.maximum(jnp.sqrt(eps) * size, _MOVE_FACTOR * before))
     )
-    return jnp.where(keep, fix, y)
+    return jnp.where(keep, fix, y), jnp.where(keep, after, before)

@@ -268,16 +268,31 @@ class LiftedProblem(eqx.Module):
         """The largest absolute constraint violation of `y`, in the user's units."""
         assert data.E is not None and data.C is not None  # as built by `data()`
         w = data.C @ y
-        w_box, w_cone = w[: self.n_ineq], w[self.n_ineq :]
+        rows = jnp.concatenate(
+            [
+                data.E @ y - data.q,
+                w[: self.n_ineq],
+                w[self.n_ineq :] + data.cone_offset,
+            ]
+        )
+        return self.row_violation(y, rows, data)
+
+    def row_violation(
+        self, y: Float[Array, " d"], rows: Float[Array, " m"], data: InstanceData
+    ) -> Float[Array, ""]:
+        """`violation` of `y` from its rows' values, already computed: `rows` is
+        $(E y - q, C y, C_{cone} y + o)$, its inequality part possibly offset
+        by the same vector as `data`'s inequality bounds."""
+        m_eq, m = self.n_eq, self.n_ineq
+        w_box, u = rows[m_eq : m_eq + m], rows[m_eq + m :]
         terms = [
-            max_abs(data.E @ y - data.q),
+            max_abs(rows[:m_eq]),
             max_abs(jnp.maximum(data.lb_y - y, 0)),
             max_abs(jnp.maximum(y - data.ub_y, 0)),
             max_abs(jnp.maximum(data.lb_w - w_box, 0)),
             max_abs(jnp.maximum(w_box - data.ub_w, 0)),
         ]
         if self.groups:
-            u = w_cone + data.cone_offset
             terms.append(blocks.violation(u, self.groups, data.totals))
         return jnp.max(jnp.stack(terms))
 

@@ -32,12 +32,12 @@ import numpy as np
 from . import _blocks as blocks
 from ._active_set import clip_rows, solve_rows, unit_rows
 from ._lifting import InstanceData, LiftedProblem
-from ._refine import RowResidual
 
 
 def step(
     problem: LiftedProblem,
-    residual: RowResidual,
+    r,
+    totals_low,
     y,
     data: InstanceData,
     hi,
@@ -52,7 +52,10 @@ def step(
 
     - `problem`: the lifted problem; `data` the instance's data (matrices
         included).
-    - `residual`: the nearly exact residual of the stacked matrix $[E; C]$.
+    - `r`: $[E; C] y - (q, 0, -o)$, the residual of the stacked matrix (cone
+        offsets $o$ last), computed nearly exactly (see `_refine.RowResidual`).
+    - `totals_low`: what float32 rounding took from the simplex totals, or
+        `None` (see `RowResidual.totals_low`).
     - `y`: the point to refine.
     - `hi`, `lo`: the activity flags of $y$'s coordinates then the inequality
         rows (see `_active_set.activity`).
@@ -67,8 +70,6 @@ def step(
     assert data.E is not None and data.C is not None  # as built by `data()`
     d, m_eq, m = problem.dim, problem.n_eq, problem.n_ineq
     box = np.asarray(problem.box_index, np.int32)
-    rhs = jnp.concatenate([data.q, jnp.zeros((m,), y.dtype), -data.cone_offset])
-    r = residual(y, rhs)
     dh, clip_active = clip_rows(y, r[m_eq : m_eq + m], data, hi, lo, box)
     pieces = [data.E, data.C[:m], jnp.eye(d, dtype=y.dtype)[box]]
     values = [r[:m_eq], dh]
@@ -80,7 +81,7 @@ def step(
             problem.groups,
             data.totals,
             data.C[m:],
-            residual.totals_low(y.dtype),
+            totals_low,
         )
         pieces.append(F)
         values.append(cone_values)

@@ -183,7 +183,9 @@ class Projector(eqx.Module):
             # "auto" for the fixed factorisation, in float64 on the host.
             self.auto_sigma = float(DouglasRachford().step_size(np.asarray(info.d_y)))
             if not problem.groups:
-                rows = FixedRows.build(E, C, np.asarray(problem.box_index, int))
+                rows = FixedRows.build(
+                    E, C, np.asarray(problem.box_index, int), refine is not False
+                )
         else:
             self.auto_sigma = None
         if refine is not False and per_instance_rows.size:

@@ -9,12 +9,14 @@ residual is computed far more accurately than $y$ (see `_active_set.refine` and
 `_polish`).
 
 The residual is computed with Ozaki's error-free splitting: $E$ (on the host from
-its float64 values, or traced for per-instance data) and $y$ (per call) are cut
-into slices of $b$ significant bits on a common scale per row, with
-$2b + \\log_2 d \\le$ the working precision's significand, so that every slice
-product $E_a y_c$ is computed exactly by an ordinary matrix-vector product, in any
-summation order. The few exact partial products are then added with compensated
-(Knuth two-sum) arithmetic. The cost is about ten matrix-vector products.
+its float64 values, or traced for per-instance data) is cut into slices of $b_E$
+significant bits on a common scale per row, and $y$ (per call) into slices of
+$b_y$ bits, with $b_E + b_y + \\log_2 d \\le$ the working precision's significand,
+so that every slice product $E_a y_c$ is computed exactly by an ordinary
+matrix-vector product, in any summation order. The exact partial products are then
+added with compensated (Knuth two-sum) arithmetic. A single instance's residual is
+memory-bound, so the plan (`SlicePlan`) takes as few slices of $E$ as it can, and
+many narrow ones of the cheap $y$.
 """
 
 from __future__ import annotations
@@ -23,20 +25,68 @@ import dataclasses
 import math
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-# Slices are kept while a + c < _N_SLICES (a, c: slice indices of E and y), which
-# leaves the residual's relative error near 2^-(_N_SLICES * b).
-_N_SLICES = 4
+# The residual's relative accuracy, in bits beyond the working precision's
+# significand: slice products below 2^-(significand + _EXTRA_BITS) of the
+# largest are left out, 16x below the rounding of a stored y.
+_EXTRA_BITS = 4
 
 
-def slice_bits(d: int, dtype) -> int:
-    """Bits per slice so that a length-`d` sum of slice products is exact."""
-    significand = jnp.finfo(dtype).nmant + 1
-    return (significand - math.ceil(math.log2(max(d, 2)))) // 2
+@dataclasses.dataclass(frozen=True)
+class SlicePlan:
+    """How a matrix and a vector are cut into Ozaki slices for exact products.
+
+    The matrix gets `n_matrix` slices of `matrix_bits` bits, the vector
+    `n_vector` slices of `vector_bits` bits, with `matrix_bits + vector_bits +
+    log2(d)` within the working precision's significand, so that every product
+    of two slices is exact. The products kept are those above $2^{-T}$ of the
+    largest, $T$ the significand plus `_EXTRA_BITS`: slice $a$ of the matrix
+    meets the vector's first `columns(a)` slices.
+    """
+
+    matrix_bits: int
+    n_matrix: int
+    vector_bits: int
+    n_vector: int
+    target_bits: int
+
+    @classmethod
+    def for_length(cls, d: int, dtype=jnp.float32) -> SlicePlan:
+        """The plan for products of length `d` in `dtype`, of least cost.
+
+        A single instance's residual is memory-bound (each slice of the matrix
+        is read once per call); a batch's is compute-bound (a cost per slice
+        product). The cost counts a slice of the matrix as eight products.
+        """
+        significand = jnp.finfo(dtype).nmant + 1
+        target = significand + _EXTRA_BITS
+        free = significand - math.ceil(math.log2(max(d, 2)))
+
+        def plan(matrix_bits):
+            vector_bits = free - matrix_bits
+            return cls(
+                matrix_bits,
+                -(-target // matrix_bits),
+                vector_bits,
+                -(-target // vector_bits),
+                target,
+            )
+
+        plans = [plan(b) for b in range(1, free)]
+        return min(plans, key=lambda p: 8 * p.n_matrix + p.n_products)
+
+    def columns(self, a: int) -> int:
+        """How many slices of the vector meet slice `a` of the matrix."""
+        left = self.target_bits - a * self.matrix_bits
+        return max(0, min(self.n_vector, -(-left // self.vector_bits)))
+
+    @property
+    def n_products(self) -> int:
+        """The number of exact slice products."""
+        return sum(self.columns(a) for a in range(self.n_matrix))
 
 
 def _split(xp, x, exponent, bits: int, n_slices: int):
@@ -53,15 +103,15 @@ def _split(xp, x, exponent, bits: int, n_slices: int):
     return slices
 
 
-def split_rows(E, bits: int, n_slices: int = _N_SLICES, xp=np):
-    """Slices $E = \\sum_a E_a$ + a tiny remainder, each with `bits` bits on the
-    scale of its row's largest entry, stacked.
+def split_rows(E, plan: SlicePlan, xp=np):
+    """Slices $E = \\sum_a E_a$ + a tiny remainder, as `plan` cuts a matrix, on
+    the scale of each row's largest entry, stacked.
 
     On the host (`xp=np`) from the float64 values, or traced (`xp=jax.numpy`) in
     the working precision; either way every slice is exact in float32.
     """
     _, exponent = xp.frexp(xp.abs(E).max(axis=1, keepdims=True))
-    return xp.stack(_split(xp, E, exponent, bits, n_slices))
+    return xp.stack(_split(xp, E, exponent, plan.matrix_bits, plan.n_matrix))
 
 
 def _two_sum(a, b):
@@ -81,7 +131,26 @@ def accurate_sum(x: Float[Array, "count n"]) -> Float[Array, " count"]:
     return total + compensation
 
 
-def exact_residual(E_slices, y, rhs, bits: int, low=None):
+def stored(y):
+    """`y` rounded to its dtype, as every consumer the compiler fuses it into
+    sees it.
+
+    XLA recomputes a cheap elementwise result such as $y = d \\odot z$ inside
+    each of its consumers, and may contract its product with a consumer's
+    addition into a fused multiply-add, which does not round the product: the
+    consumer then sees a slightly different $y$ than the one stored, and a
+    residual or a correction computed from it misses the stored point by the
+    rounding it is meant to remove. (`jax.lax.optimization_barrier` does not
+    prevent this: XLA removes it before fusion.) Adding a zero known only at run
+    time rounds the value first, since a contraction of the product with it is
+    $\\mathrm{fl}(d z + 0) = \\mathrm{fl}(d z)$, and subtracting it changes
+    nothing.
+    """
+    zero = jnp.minimum(jnp.abs(y), 0)
+    return (y + zero) - zero
+
+
+def exact_residual(E_slices, y, rhs, plan: SlicePlan, low=None):
     """$E y - \\mathrm{rhs}$ for $E = \\sum_a E_a$, nearly exactly.
 
     **Arguments:**
@@ -89,21 +158,26 @@ def exact_residual(E_slices, y, rhs, bits: int, low=None):
     - `E_slices`: the slices of $E$ from `split_rows`, shape `(k, m, d)`.
     - `y`: the point, shape `(d,)`.
     - `rhs`: the right-hand side, shape `(m,)`.
-    - `bits`: the slices' width, from `slice_bits`.
+    - `plan`: the `SlicePlan` that cut $E$.
     - `low`: what the right-hand side lost to rounding, if known (it is then
         `rhs + low`), shape `(m,)`.
 
     **Returns:** the residual, shape `(m,)`.
     """
-    n = E_slices.shape[0]
     _, exponent = jnp.frexp(jnp.max(jnp.abs(y)))
-    y_slices = _split(jnp, y, exponent, bits, n)
+    pieces = _split(jnp, y, exponent, plan.vector_bits, plan.n_vector)
+    y_slices = jnp.stack(pieces, axis=1)
+    # One product per slice of E, with all the slices of y it meets: it reads
+    # each slice of E once (a single instance's residual is memory-bound) and
+    # computes no product that the sum skips (a batch's is compute-bound).
     total = -rhs
     compensation = jnp.zeros_like(rhs) if low is None else -low
-    for a in range(n):
-        for c in range(n - a):
-            # Exact: each product has at most 2 * bits bits on a common scale.
-            total, error = _two_sum(total, E_slices[a] @ y_slices[c])
+    for a in range(plan.n_matrix):
+        products = E_slices[a] @ y_slices[:, : plan.columns(a)]
+        for c in range(plan.columns(a)):
+            # Exact: each product has at most matrix_bits + vector_bits bits
+            # on a common scale.
+            total, error = _two_sum(total, products[:, c])
             compensation = compensation + error
     return total + compensation
 
@@ -127,7 +201,7 @@ class RowResidual(eqx.Module):
     - `total_low`: the same for the simplex totals, or `None`.
     - `per_instance`: which rows are per-instance data (sliced per call by
         `with_matrix`), or `None`.
-    - `bits`: the slices' width.
+    - `plan`: how the slices are cut.
     """
 
     slices: Float[Array, "k m d"]
@@ -135,7 +209,7 @@ class RowResidual(eqx.Module):
     low: Float[Array, " m"] | None
     total_low: Float[Array, " n_total"] | None
     per_instance: Bool[Array, " m"] | None
-    bits: int = eqx.field(static=True)
+    plan: SlicePlan = eqx.field(static=True)
 
     @classmethod
     def build(
@@ -145,25 +219,25 @@ class RowResidual(eqx.Module):
         digits, which float32 storage of $M$ would lose. Rows flagged
         `per_instance` are filled per call (`with_matrix`)."""
         M = np.asarray(M, np.float64)
-        bits = slice_bits(M.shape[1], jnp.float32)
+        plan = SlicePlan.for_length(M.shape[1])
 
         def array(x):
             return None if x is None else jnp.asarray(x)
 
         return cls(
-            slices=jnp.asarray(split_rows(M, bits)),
+            slices=jnp.asarray(split_rows(M, plan)),
             matrix=jnp.asarray(M),
             low=array(low),
             total_low=array(total_low),
             per_instance=array(per_instance),
-            bits=bits,
+            plan=plan,
         )
 
     def with_matrix(self, M: Float[Array, "m d"]) -> RowResidual:
         """This residual for the whole (possibly traced) matrix $M$ of one
         instance: its `per_instance` rows are sliced from $M$, in float32."""
         assert self.per_instance is not None  # built with per-instance rows
-        traced = split_rows(M.astype(jnp.float32), self.bits, xp=jnp)
+        traced = split_rows(M.astype(jnp.float32), self.plan, xp=jnp)
         slices = jnp.where(self.per_instance[None, :, None], traced, self.slices)
         return dataclasses.replace(self, slices=slices, matrix=M)
 
@@ -179,8 +253,7 @@ class RowResidual(eqx.Module):
         rhs = rhs.astype(y.dtype)
         if y.dtype != jnp.float32:
             return self.matrix.astype(y.dtype) @ y - rhs
-        # The slices must add up to the stored y: without the barrier XLA may
-        # fuse the computation of y into them, unrounded (fused multiply-adds).
-        y = jax.lax.optimization_barrier(y)
+        # The slices must add up to the stored y (see `stored`).
+        y = stored(y)
         low = None if self.low is None else self.low.astype(y.dtype)
-        return exact_residual(self.slices.astype(y.dtype), y, rhs, self.bits, low)
+        return exact_residual(self.slices.astype(y.dtype), y, rhs, self.plan, low)

@@ -20,7 +20,7 @@ from helpers import (
 )
 
 import pinet_eqx as pe
-from pinet_eqx._refine import exact_residual, slice_bits, split_rows
+from pinet_eqx._refine import SlicePlan, exact_residual, split_rows
 from pinet_eqx.problems import make_dc3
 
 
@@ -41,17 +41,17 @@ def test_exact_residual_is_nearly_exact(dtype):
             for row, c in zip(E, rhs)
         ]
     )
-    bits = slice_bits(d, dtype)
-    slices = split_rows(E, bits)
+    plan = SlicePlan.for_length(d, dtype)
+    slices = split_rows(E, plan)
     assert np.array_equal(slices.astype(dtype).astype(np.float64), slices)
-    r = jax.jit(lambda S, y, q: exact_residual(S, y, q, bits))(
+    r = jax.jit(lambda S, y, q: exact_residual(S, y, q, plan))(
         jnp.asarray(slices, dtype), jnp.asarray(y), jnp.asarray(rhs)
     )
     plain = jnp.asarray(E, dtype) @ jnp.asarray(y) - jnp.asarray(rhs)
     eps = float(jnp.finfo(dtype).eps)
     scale = np.abs(E) @ np.abs(y.astype(np.float64))
-    # Rounding of the result, plus the neglected slices (below 2^-(4 bits)).
-    bound = eps * np.abs(exact) + 4 * d * 2.0 ** (-4 * bits) * scale
+    # Rounding of the result, plus the neglected slices (below 2^-target).
+    bound = eps * np.abs(exact) + 4 * d * 2.0 ** (-plan.target_bits) * scale
     error = np.abs(np.asarray(r, np.float64) - exact)
     assert np.all(error <= bound)
     # ...where the plain product is off by much more.
