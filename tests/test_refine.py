@@ -92,6 +92,40 @@ def test_refine_keeps_the_float64_projection_and_its_gradient():
     np.testing.assert_allclose(g1, g0, rtol=1e-9, atol=1e-9)
 
 
+def test_refined_solution_reports_the_violation_of_its_output():
+    """`primal_residual` of a refined solution is computed from the refinement's
+    updated residuals, not recomputed: it must match the output's violation
+    computed independently (float64, stopped early so that the refinement moves
+    the iterate)."""
+    problem = make_dc3(100, 50, 50, n_examples=16, seed=3)
+    X = jnp.asarray(problem.X)
+    Y_raw = jax.random.normal(jax.random.key(1), (16, 100)) * 3
+
+    def solve(refine):
+        projector = pe.Projector(
+            [
+                pe.Equality(problem.A, pe.Parameter("b")),
+                pe.AffineInequality(problem.G, upper=problem.h),
+            ],
+            solver=pe.DouglasRachford(n_iter_test=20, tol_test=None),
+            inference=True,
+            refine=refine,
+        )
+        return jax.vmap(lambda y, x: projector.solve(y, b=x))(Y_raw, X)
+
+    sol = solve("auto")
+    Y = np.asarray(sol.y)
+    violation = np.maximum(
+        np.abs(Y @ problem.A.T - problem.X).max(axis=1),
+        np.maximum(Y @ problem.G.T - problem.h, 0).max(axis=1),
+    )
+    # The iterate was far from feasible; the refined output is at rounding level
+    # and reports exactly that.
+    assert np.asarray(solve(False).primal_residual).min() > 1e-6
+    assert violation.max() <= 1e-12
+    np.testing.assert_allclose(sol.primal_residual, violation, rtol=0, atol=1e-12)
+
+
 @pytest.mark.slow
 def test_refine_reaches_the_float32_rounding_floor():
     # x64 is global and on in the test process, so float32 runs in a subprocess.
