@@ -278,23 +278,26 @@ def _fixed_tangent(fixed: FixedRows, active, dy_raw, dq, dh, solver):
     """$\\dot y = E^+ \\dot q + N (v - B_N^\\top \\zeta)$ with $v = N^\\top \\dot
     y_{raw}$ and $\\zeta$ from the masked active-row system."""
     dtype = dy_raw.dtype
-    N, BN, BP, scale = (
-        x.astype(dtype) for x in (fixed.N, fixed.BN, fixed.BP, fixed.row_scale)
-    )
+    N, BN = fixed.N.astype(dtype), fixed.BN.astype(dtype)
     y0 = dq @ fixed.P_y.astype(dtype)
     v = dy_raw @ N
     # The scaled active rows' residual at the unconstrained tangent y0 + N v.
-    rhs = jnp.where(active, BN @ v + BP @ dq - scale * dh, 0.0)
-    zeta = _solve(_fixed_gram(fixed, dtype), active, rhs, solver)
+    zeta = _fixed_multipliers(fixed, active, dq, dh, solver, BN @ v)
     return y0 + N @ (v - zeta @ BN)
 
 
-def _fixed_gram(fixed: FixedRows, dtype):
-    """$v \\mapsto B_N B_N^\\top v$: by the stored Gram matrix, or by two thin
-    products, whichever `FixedRows.build` found cheaper."""
+def _fixed_multipliers(fixed: FixedRows, active, dq, dh, solver, moved=0.0):
+    """$\\zeta$ of the masked active-row system for fixed matrices, whose
+    right-hand side is the scaled active rows' residual $B_N v + B_P \\dot q -
+    s \\odot \\dot h$ (`moved` $= B_N v$, zero for a refinement step)."""
+    dtype = dq.dtype
+    BP, scale = fixed.BP.astype(dtype), fixed.row_scale.astype(dtype)
+    rhs = jnp.where(active, moved + BP @ dq - scale * dh, 0.0)
     if fixed.gram is not None:
-        return eqx.Partial(jnp.matmul, fixed.gram.astype(dtype))
-    return eqx.Partial(_row_gram, fixed.BN.astype(dtype))
+        apply_gram = eqx.Partial(jnp.matmul, fixed.gram.astype(dtype))
+    else:
+        apply_gram = eqx.Partial(_row_gram, fixed.BN.astype(dtype))
+    return _solve(apply_gram, active, rhs, solver)
 
 
 def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solver):
@@ -346,16 +349,13 @@ def refine(r, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
     **Returns:** the refined point.
     """
     assert fixed.lift is not None  # built with refine=True
-    dtype = y.dtype
     m_eq = inputs.data.q.shape[0]
     dh, active = clip_rows(y, r[m_eq:], inputs.data, hi, lo, box)
     active = active & fixed.usable
     # `_fixed_tangent` without a y_raw tangent, delta = E^+ r_E - N B_N^T zeta,
     # in one product with `lift`.
-    BP, scale = fixed.BP.astype(dtype), fixed.row_scale.astype(dtype)
-    rhs = jnp.where(active, BP @ r[:m_eq] - scale * dh, 0.0)
-    zeta = _solve(_fixed_gram(fixed, dtype), active, rhs, solver)
-    return y - jnp.concatenate([r[:m_eq], zeta]) @ fixed.lift.astype(dtype)
+    zeta = _fixed_multipliers(fixed, active, r[:m_eq], dh, solver)
+    return y - jnp.concatenate([r[:m_eq], zeta]) @ fixed.lift.astype(y.dtype)
 
 
 def clip_rows(y, w, data: InstanceData, hi, lo, box):

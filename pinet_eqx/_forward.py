@@ -220,6 +220,9 @@ def _refine(problem, rows, residual, y, data, flags, pre):
     (`_active_set.refine`); every other set the general one (`_polish.step`),
     with the per-instance rows of the residual sliced per call.
 
+    `y` arrives as stored (see `_refine.stored`), so that the residual, the
+    corrections and the updates all see the same point.
+
     The residual $r = [E; C] y - (q, h, -o)$, with $h$ a bound of each
     inequality row (the one it is pinned to, if any), is computed nearly
     exactly once, at the iterate. Each later step updates it,
@@ -274,9 +277,6 @@ def _refine(problem, rows, residual, y, data, flags, pre):
                 problem, r, totals_low, y, shifted, hi, lo, pre, solver, weights
             )
 
-    # The residual, the correction and the update must all see the points as
-    # stored (see `_refine.stored`).
-    y = stored(y)
     rhs = jnp.concatenate([data.q, pinned, -data.cone_offset])
     r = residual(y, rhs)
     before = problem.row_violation(y, r, shifted)

@@ -52,8 +52,9 @@ def step(
 
     - `problem`: the lifted problem; `data` the instance's data (matrices
         included).
-    - `r`: $[E; C] y - (q, 0, -o)$, the residual of the stacked matrix (cone
-        offsets $o$ last), computed nearly exactly (see `_refine.RowResidual`).
+    - `r`: $[E; C] y - (q, h, -o)$, the residual of the stacked matrix (cone
+        offsets $o$ last), computed nearly exactly (see `_refine.RowResidual`),
+        with `data`'s inequality bounds offset by the same $h$.
     - `totals_low`: what float32 rounding took from the simplex totals, or
         `None` (see `RowResidual.totals_low`).
     - `y`: the point to refine.
