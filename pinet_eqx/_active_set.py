@@ -41,6 +41,7 @@ from jaxtyping import Array, Bool, Float
 from . import _douglas_rachford as dr
 from ._affine import AbstractAffineProjection, independent_rows
 from ._lifting import InstanceData
+from ._precision import FullPrecisionSolver
 
 
 class FixedRows(eqx.Module):
@@ -175,6 +176,8 @@ def _solve(apply_gram, active, rhs, solver):
         return rhs
     structure = jax.eval_shape(lambda: rhs)
     operator = _masked_operator(apply_gram, active, structure)
+
+    solver = FullPrecisionSolver(solver)
 
     def solve(_, b):
         return lx.linear_solve(operator, b, solver, throw=False).value

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import lineax as lx
 
 from . import _douglas_rachford as dr
+from ._precision import FullPrecisionSolver
 
 
 def _prepare(theta, op, sigma, groups):
@@ -99,6 +100,8 @@ def _fixed_point_jvp(primals, tangents, *, groups, n_max, tol, solver, n_min=0):
     # mode traces each solve once; left to lineax's own transposition rule it
     # re-traces the solver in every abstract evaluation (JVP, batching,
     # transposition) and adds a checked (`throw=True`) transposed solve.
+    solver = FullPrecisionSolver(solver)
+
     def solve(_, b):
         return lx.linear_solve(operator, b, solver, throw=False).value
 
