@@ -40,6 +40,8 @@ def test_record_structure(record):
     timing = case["timing"]
     assert {"ours near", "ours far", "ours near, refine=False"} <= set(timing["batch"])
     assert timing["batch"]["ours near"]["median"] > 0
+    assert {"ours", "ours, as argument"} <= set(timing["single"])
+    assert timing["single"]["ours, as argument"]["median"] > 0
 
 
 def test_floor_and_cv_are_finite(record):
