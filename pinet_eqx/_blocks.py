@@ -106,7 +106,7 @@ def support(v, groups: tuple[Group, ...], scale, offset, totals):
     return total, distance
 
 
-def face(pre, u, groups: tuple[Group, ...], totals, rows, totals_low=None):
+def face(pre, u, groups: tuple[Group, ...], totals, rows, totals_low=None, u_low=None):
     """The blocks' active constraints (see `AbstractPolishableCone.face`), as rows
     over $y$.
 
@@ -118,32 +118,40 @@ def face(pre, u, groups: tuple[Group, ...], totals, rows, totals_low=None):
     - `rows`: the blocks' matrix $M$, shape `(n_cone, d)`.
     - `totals_low`: what rounding took from `totals`, if known: the values are
         then corrected to first order in it.
+    - `u_low`: likewise, what rounding took from `u`, if known.
 
     **Returns:** `(F, values, active)`: the gradients $\\nabla g_j(u)^\\top M$,
     shape `(n_cone, d)`, their values $g_j(u)$ and which are active. A set that
     is not an `AbstractPolishableCone` contributes no active row.
     """
     out_rows, out_values, out_active = [], [], []
+    none = [None] * len(groups)
     parts = zip(
         groups,
         _split(pre, groups),
         _split(u, groups),
         _split(rows, groups),
         _totals(totals, groups),
-        _totals(totals_low, groups) if totals_low is not None else [None] * len(groups),
+        none if totals_low is None else _totals(totals_low, groups),
+        none if u_low is None else _split(u_low, groups),
     )
-    for g, pb, ub, Mb, r, low in parts:
+    for g, pb, ub, Mb, r, low, ub_low in parts:
         if isinstance(g.cone, AbstractPolishableCone):
-            if low is None:
+            if low is None and ub_low is None:
                 R, values, active = g.cone.face(pb, ub, r)
             else:
-                # The values' derivative in the total (minus one on a sum row).
-                def face_values(r, g=g, pb=pb, ub=ub):
+                # The values at the unrounded data, to first order: their
+                # derivative in the total (minus one on a sum row) and in u.
+                def face_values(r, ub, g=g, pb=pb):
                     R, values, active = g.cone.face(pb, ub, r)
                     return values, (R, active)
 
+                tangents = (
+                    low if low is not None or r is None else jnp.zeros_like(r),
+                    jnp.zeros_like(ub) if ub_low is None else ub_low,
+                )
                 values, shift, (R, active) = jax.jvp(
-                    face_values, (r,), (low,), has_aux=True
+                    face_values, (r, ub), tangents, has_aux=True
                 )
                 values = values + shift
             Mb = jnp.einsum("kij,kjd->kid", R, Mb)

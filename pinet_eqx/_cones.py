@@ -27,7 +27,7 @@ from ._primitives import (
     project_second_order_cone,
     project_simplex,
 )
-from ._refine import accurate_sum
+from ._refine import accurate_sum, pairwise_sum
 
 
 class AbstractCone(eqx.Module):
@@ -164,7 +164,38 @@ class L2Cone(AbstractNormCone):
         length = self.norm(direction)
         direction = direction / jnp.where(length > 0, length, 1)[:, None]
         row = jnp.concatenate([-jnp.ones_like(r)[:, None], direction], axis=1)
-        return _one_row(row, r - u[:, 0], surface, rows, values, active)
+        return _one_row(
+            row, _surface_value(x, u[:, 0], r), surface, rows, values, active
+        )
+
+
+def _surface_value(x, t, norm):
+    """$\\|x\\|_2 - t$ for each row, `norm` being $\\|x\\|_2$ as computed.
+
+    Near the surface the difference cancels, and the computed norm's own rounding
+    (an ulp of $t$ or more) would be all that is left of it. In float32 it is
+    computed as $(\\|x\\|^2 - t^2) / (\\|x\\| + t)$ instead, with the squares
+    split into exact terms and summed in about twice the precision.
+    """
+    if x.dtype != jnp.float32:
+        return norm - t
+    terms = jnp.concatenate(
+        [*_exact_square_terms(x), *(-a[:, None] for a in _exact_square_terms(t))],
+        axis=1,
+    )
+    denominator = norm + t
+    safe = jnp.where(denominator > 0, denominator, 1)
+    return jnp.where(denominator > 0, pairwise_sum(terms) / safe, norm - t)
+
+
+def _exact_square_terms(a):
+    """$(h^2, 2 h l, l^2)$ with $a = h + l$, each exact in float32: $h$ keeps the
+    leading 12 bits of $a$'s significand, masked (no arithmetic a compiler could
+    contract), and $l = a - h$ the other 12. Differentiable in $a$ through $l$."""
+    bits = jax.lax.bitcast_convert_type(a, jnp.uint32) & jnp.uint32(0xFFFFF000)
+    h = jax.lax.stop_gradient(jax.lax.bitcast_convert_type(bits, jnp.float32))
+    low = a - h
+    return h * h, 2 * h * low, low * low
 
 
 class L1Cone(AbstractNormCone):

@@ -24,7 +24,7 @@ from ._frozen import thaw
 from ._implicit import fixed_point
 from ._krylov import ConjugateGradient, default_rtol
 from ._lifting import InstanceData, LiftedProblem
-from ._refine import stored
+from ._refine import stored, two_sum
 from ._solution import RESULTS, ProjectionSolution
 from ._solver import DouglasRachford
 
@@ -262,29 +262,34 @@ def _refine(problem, rows, residual, y, data, flags, pre):
     if rows is not None:
         inputs = _active_set.Inputs(y, dataclasses.replace(shifted, E=None, C=None))
 
-        def step(y, r, last):
+        def step(y, r, r_low, last):
+            del r_low  # the rows' residuals are small: their rounding is too
             return _active_set.refine(
                 r, rows, y, inputs, hi, lo, problem.box_index, solver
             )
     else:
         totals_low = residual.totals_low(y.dtype)
 
-        def step(y, r, last):
+        def step(y, r, r_low, last):
             # The last step is at rounding level: weighted, it goes where the
             # grid can represent it (see `_polish.rounding_weights`).
             weights = _polish.rounding_weights(y) if last else None
             return _polish.step(
-                problem, r, totals_low, y, shifted, hi, lo, pre, solver, weights
-            )
+                problem, (r, r_low), totals_low, y, shifted, hi, lo, pre, solver,
+                weights,
+            )  # fmt: skip
 
     rhs = jnp.concatenate([data.q, pinned, -data.cone_offset])
-    r = residual(y, rhs)
+    # The cone rows' values M y + o are of the order of y, not small: what
+    # rounding takes from them (r_low) is carried along, for the faces.
+    r, r_low = residual(y, rhs)
     before = problem.row_violation(y, r, shifted)
     fix = y
     for k in range(_REFINE_STEPS):
-        new = stored(step(fix, r, k == _REFINE_STEPS - 1))
+        new = stored(step(fix, r, r_low, k == _REFINE_STEPS - 1))
         change = fix - new
-        r = r - jnp.concatenate([data.E @ change, data.C @ change])
+        r, error = two_sum(r, -jnp.concatenate([data.E @ change, data.C @ change]))
+        r_low = r_low + error
         fix = new
     after = problem.row_violation(fix, r, shifted)
     eps = jnp.finfo(y.dtype).eps

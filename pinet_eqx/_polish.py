@@ -54,7 +54,8 @@ def step(
         included).
     - `r`: $[E; C] y - (q, h, -o)$, the residual of the stacked matrix (cone
         offsets $o$ last), computed nearly exactly (see `_refine.RowResidual`),
-        with `data`'s inequality bounds offset by the same $h$.
+        with `data`'s inequality bounds offset by the same $h$, as the pair of
+        its rounding to the working precision and what that rounding took.
     - `totals_low`: what float32 rounding took from the simplex totals, or
         `None` (see `RowResidual.totals_low`).
     - `y`: the point to refine.
@@ -69,6 +70,7 @@ def step(
     **Returns:** the refined point.
     """
     assert data.E is not None and data.C is not None  # as built by `data()`
+    r, r_low = r
     d, m_eq, m = problem.dim, problem.n_eq, problem.n_ineq
     box = np.asarray(problem.box_index, np.int32)
     dh, clip_active = clip_rows(y, r[m_eq : m_eq + m], data, hi, lo, box)
@@ -83,6 +85,7 @@ def step(
             data.totals,
             data.C[m:],
             totals_low,
+            r_low[m_eq + m :],
         )
         pieces.append(F)
         values.append(cone_values)

@@ -114,7 +114,7 @@ def split_rows(E, plan: SlicePlan, xp=np):
     return xp.stack(_split(xp, E, exponent, plan.matrix_bits, plan.n_matrix))
 
 
-def _two_sum(a, b):
+def two_sum(a, b):
     """$(s, e)$ with $s = \\mathrm{fl}(a + b)$ and $s + e = a + b$ exactly."""
     s = a + b
     b_virtual = s - a
@@ -126,9 +126,23 @@ def accurate_sum(x: Float[Array, "count n"]) -> Float[Array, " count"]:
     as accurate as if computed in twice the precision, then rounded."""
     total, compensation = jnp.zeros_like(x[:, 0]), jnp.zeros_like(x[:, 0])
     for j in range(x.shape[1]):
-        total, error = _two_sum(total, x[:, j])
+        total, error = two_sum(total, x[:, j])
         compensation = compensation + error
     return total + compensation
+
+
+def pairwise_sum(x: Float[Array, "count n"]) -> Float[Array, " count"]:
+    """The sums of the rows of `x`, in about twice the working precision: a
+    pairwise reduction whose partial sums carry their rounding errors (Knuth's
+    two-sum), vectorised over the $\\log_2 n$ levels."""
+    high, low = x, jnp.zeros_like(x)
+    while high.shape[1] > 1:
+        if high.shape[1] % 2:
+            pad = ((0, 0), (0, 1))
+            high, low = jnp.pad(high, pad), jnp.pad(low, pad)
+        high, error = two_sum(high[:, 0::2], high[:, 1::2])
+        low = low[:, 0::2] + low[:, 1::2] + error
+    return high[:, 0] + low[:, 0]
 
 
 def stored(y):
@@ -162,7 +176,9 @@ def exact_residual(E_slices, y, rhs, plan: SlicePlan, low=None):
     - `low`: what the right-hand side lost to rounding, if known (it is then
         `rhs + low`), shape `(m,)`.
 
-    **Returns:** the residual, shape `(m,)`.
+    **Returns:** the residual $r$ rounded to the working precision, and what
+    that rounding took from it, $r_{low}$ (so $r + r_{low}$ is the residual to
+    about twice the working precision), each of shape `(m,)`.
     """
     _, exponent = jnp.frexp(jnp.max(jnp.abs(y)))
     pieces = _split(jnp, y, exponent, plan.vector_bits, plan.n_vector)
@@ -177,9 +193,9 @@ def exact_residual(E_slices, y, rhs, plan: SlicePlan, low=None):
         for c in range(plan.columns(a)):
             # Exact: each product has at most matrix_bits + vector_bits bits
             # on a common scale.
-            total, error = _two_sum(total, products[:, c])
+            total, error = two_sum(total, products[:, c])
             compensation = compensation + error
-    return total + compensation
+    return two_sum(total, compensation)
 
 
 class RowResidual(eqx.Module):
@@ -249,10 +265,12 @@ class RowResidual(eqx.Module):
         return self.total_low.astype(dtype)
 
     def __call__(self, y, rhs):
-        """$M y - \\mathrm{rhs}$ at the stored (rounded) $y$."""
+        """$M y - \\mathrm{rhs}$ at the stored (rounded) $y$, and what its
+        rounding to the working precision took from it (zero outside float32)."""
         rhs = rhs.astype(y.dtype)
         if y.dtype != jnp.float32:
-            return self.matrix.astype(y.dtype) @ y - rhs
+            r = self.matrix.astype(y.dtype) @ y - rhs
+            return r, jnp.zeros_like(r)
         # The slices must add up to the stored y (see `stored`).
         y = stored(y)
         low = None if self.low is None else self.low.astype(y.dtype)

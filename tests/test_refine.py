@@ -32,28 +32,33 @@ def test_exact_residual_is_nearly_exact(dtype, d):
     y = rng.normal(size=d).astype(dtype)
     rhs = (E @ y.astype(np.float64)).astype(dtype)  # a nearly cancelling residual
     # Exact rational arithmetic on the float64 E and the working-precision y, rhs.
-    exact = np.array(
-        [
-            float(
-                sum(Fraction(a) * Fraction(float(b)) for a, b in zip(row, y))
-                - Fraction(float(c))
-            )
-            for row, c in zip(E, rhs)
-        ]
-    )
+    fractions = [
+        sum(Fraction(a) * Fraction(float(b)) for a, b in zip(row, y))
+        - Fraction(float(c))
+        for row, c in zip(E, rhs)
+    ]
+    exact = np.array([float(f) for f in fractions])
     plan = SlicePlan.for_length(d, dtype)
     slices = split_rows(E, plan)
     assert np.array_equal(slices.astype(dtype).astype(np.float64), slices)
-    r = jax.jit(lambda S, y, q: exact_residual(S, y, q, plan))(
+    r, low = jax.jit(lambda S, y, q: exact_residual(S, y, q, plan))(
         jnp.asarray(slices, dtype), jnp.asarray(y), jnp.asarray(rhs)
     )
     plain = jnp.asarray(E, dtype) @ jnp.asarray(y) - jnp.asarray(rhs)
     eps = float(jnp.finfo(dtype).eps)
     scale = np.abs(E) @ np.abs(y.astype(np.float64))
     # Rounding of the result, plus the neglected slices (below 2^-target).
-    bound = eps * np.abs(exact) + 4 * d * 2.0 ** (-plan.target_bits) * scale
+    neglected = 4 * d * 2.0 ** (-plan.target_bits) * scale
     error = np.abs(np.asarray(r, np.float64) - exact)
-    assert np.all(error <= bound)
+    assert np.all(error <= eps * np.abs(exact) + neglected)
+    # The low part carries the result's rounding: r + low is exact but for the
+    # neglected slices.
+    r, low = np.asarray(r, np.float64), np.asarray(low, np.float64)
+    assert np.all(np.abs(low) <= eps * np.abs(r))
+    two_part = np.array(
+        [float(Fraction(a) + Fraction(b) - f) for a, b, f in zip(r, low, fractions)]
+    )
+    assert np.all(np.abs(two_part) <= 4 * eps**2 * np.abs(exact) + neglected)
     # ...where the plain product is off by much more.
     assert np.abs(np.asarray(plain, np.float64) - exact).max() > 10 * error.max()
 
