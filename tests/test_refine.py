@@ -20,7 +20,8 @@ from helpers import (
 )
 
 import pinet_eqx as pe
-from pinet_eqx._refine import SlicePlan, exact_residual, split_rows
+from pinet_eqx._cones import _surface_value
+from pinet_eqx._refine import SlicePlan, exact_residual, pairwise_sum, split_rows
 from pinet_eqx.problems import make_dc3
 
 
@@ -61,6 +62,35 @@ def test_exact_residual_is_nearly_exact(dtype, d):
     assert np.all(np.abs(two_part) <= 4 * eps**2 * np.abs(exact) + neglected)
     # ...where the plain product is off by much more.
     assert np.abs(np.asarray(plain, np.float64) - exact).max() > 10 * error.max()
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 1000])
+def test_pairwise_sum_is_twice_as_precise(n):
+    rng = np.random.default_rng(n)
+    # Terms that cancel to far below their size, as a cone's surface value does.
+    x = rng.normal(size=(16, n)) * 2.0 ** rng.integers(-8, 8, size=(16, n))
+    x = np.concatenate([x, -x[:, ::-1] * (1 + 2**-20)], axis=1).astype(np.float32)
+    exact = np.array([float(sum(Fraction(float(v)) for v in row)) for row in x])
+    total = np.asarray(jax.jit(pairwise_sum)(jnp.asarray(x)), np.float64)
+    eps = float(jnp.finfo(jnp.float32).eps)
+    scale = np.abs(x.astype(np.float64)).sum(axis=1)
+    assert np.all(np.abs(total - exact) <= eps * np.abs(exact) + 8 * eps**2 * scale)
+
+
+def test_float32_surface_value_of_a_cone_is_accurate():
+    # ||x|| - t for points on the surface up to rounding: the plain difference
+    # of the float32 norm and t is off by about an ulp of t.
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 5)).astype(np.float32)
+    t = (np.linalg.norm(x.astype(np.float64), axis=1) * (1 + 1e-7)).astype(np.float32)
+    exact = np.linalg.norm(x.astype(np.float64), axis=1) - t.astype(np.float64)
+    X, T = jnp.asarray(x), jnp.asarray(t)
+    norm = jnp.sqrt(jnp.sum(X * X, axis=1))
+    value = np.asarray(jax.jit(_surface_value)(X, T, norm), np.float64)
+    plain = np.asarray(norm - T, np.float64)
+    eps = float(jnp.finfo(jnp.float32).eps)
+    assert np.all(np.abs(value - exact) <= 4 * eps * np.abs(exact) + 1e-13)
+    assert np.abs(plain - exact).max() > 100 * np.abs(value - exact).max()
 
 
 def _dc3_projector(refine, n=64):
