@@ -137,23 +137,21 @@ def face(pre, u, groups: tuple[Group, ...], totals, rows, totals_low=None, u_low
     )
     for g, pb, ub, Mb, r, low, ub_low in parts:
         if isinstance(g.cone, AbstractPolishableCone):
-            if low is None and ub_low is None:
+            if low is None:
                 R, values, active = g.cone.face(pb, ub, r)
             else:
-                # The values at the unrounded data, to first order: their
-                # derivative in the total (minus one on a sum row) and in u.
-                def face_values(r, ub, g=g, pb=pb):
+                # The values' derivative in the total (minus one on a sum row).
+                def face_values(r, g=g, pb=pb, ub=ub):
                     R, values, active = g.cone.face(pb, ub, r)
                     return values, (R, active)
 
-                tangents = (
-                    low if low is not None or r is None else jnp.zeros_like(r),
-                    jnp.zeros_like(ub) if ub_low is None else ub_low,
-                )
                 values, shift, (R, active) = jax.jvp(
-                    face_values, (r, ub), tangents, has_aux=True
+                    face_values, (r,), (low,), has_aux=True
                 )
                 values = values + shift
+            if ub_low is not None:
+                # R holds the values' gradients in u: the first-order term.
+                values = values + jnp.einsum("kij,kj->ki", R, ub_low)
             Mb = jnp.einsum("kij,kjd->kid", R, Mb)
         else:
             values, active = jnp.zeros_like(ub), jnp.zeros(ub.shape, bool)
