@@ -275,7 +275,7 @@ def _refine(problem, rows, residual, y, data, flags, pre):
             # grid can represent it (see `_polish.rounding_weights`).
             weights = _polish.rounding_weights(y) if last else None
             return _polish.step(
-                problem, (r, r_low), totals_low, y, shifted, hi, lo, pre, solver,
+                problem, r, r_low, totals_low, y, shifted, hi, lo, pre, solver,
                 weights,
             )  # fmt: skip
 

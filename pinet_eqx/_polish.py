@@ -37,6 +37,7 @@ from ._lifting import InstanceData, LiftedProblem
 def step(
     problem: LiftedProblem,
     r,
+    r_low,
     totals_low,
     y,
     data: InstanceData,
@@ -54,8 +55,10 @@ def step(
         included).
     - `r`: $[E; C] y - (q, h, -o)$, the residual of the stacked matrix (cone
         offsets $o$ last), computed nearly exactly (see `_refine.RowResidual`),
-        with `data`'s inequality bounds offset by the same $h$, as the pair of
-        its rounding to the working precision and what that rounding took.
+        with `data`'s inequality bounds offset by the same $h$, rounded to the
+        working precision.
+    - `r_low`: what that rounding took from `r` (used for the cone rows, whose
+        values are not small).
     - `totals_low`: what float32 rounding took from the simplex totals, or
         `None` (see `RowResidual.totals_low`).
     - `y`: the point to refine.
@@ -70,7 +73,6 @@ def step(
     **Returns:** the refined point.
     """
     assert data.E is not None and data.C is not None  # as built by `data()`
-    r, r_low = r
     d, m_eq, m = problem.dim, problem.n_eq, problem.n_ineq
     box = np.asarray(problem.box_index, np.int32)
     dh, clip_active = clip_rows(y, r[m_eq : m_eq + m], data, hi, lo, box)
