@@ -27,7 +27,7 @@ from ._primitives import (
     project_second_order_cone,
     project_simplex,
 )
-from ._refine import accurate_sum, pairwise_sum
+from ._refine import pairwise_sum
 
 
 class AbstractCone(eqx.Module):
@@ -225,7 +225,7 @@ class L1Cone(AbstractNormCone):
         sign = jnp.sign(p[:, 1:])
         row = jnp.concatenate([-jnp.ones_like(p[:, :1]), sign], axis=1)
         # Compensated: the facet's value cancels to rounding level.
-        value = accurate_sum(jnp.concatenate([sign * u[:, 1:], -u[:, :1]], axis=1))
+        value = pairwise_sum(jnp.concatenate([sign * u[:, 1:], -u[:, :1]], axis=1))
         return _one_row(row, value, facet, rows, values, active)
 
 
@@ -302,6 +302,6 @@ class ScaledSimplex(AbstractPolishableCone):
         top = jax.nn.one_hot(jnp.argmax(p, axis=1), u.shape[1], dtype=bool)
         rows = jnp.where(top[:, :, None], jnp.ones_like(rows), rows)
         # Compensated: the sum's value cancels to rounding level.
-        gap = accurate_sum(jnp.concatenate([u, -total[:, None]], axis=1))
+        gap = pairwise_sum(jnp.concatenate([u, -total[:, None]], axis=1))
         values = jnp.where(top, gap[:, None], values)
         return rows, values, active | top

@@ -121,16 +121,6 @@ def two_sum(a, b):
     return s, (a - (s - b_virtual)) + (b - b_virtual)
 
 
-def accurate_sum(x: Float[Array, "count n"]) -> Float[Array, " count"]:
-    """The sums of the rows of `x`, compensated (Kahan-Babuska-Neumaier): about
-    as accurate as if computed in twice the precision, then rounded."""
-    total, compensation = jnp.zeros_like(x[:, 0]), jnp.zeros_like(x[:, 0])
-    for j in range(x.shape[1]):
-        total, error = two_sum(total, x[:, j])
-        compensation = compensation + error
-    return total + compensation
-
-
 def pairwise_sum(x: Float[Array, "count n"]) -> Float[Array, " count"]:
     """The sums of the rows of `x`, in about twice the working precision: a
     pairwise reduction whose partial sums carry their rounding errors (Knuth's
