@@ -2,11 +2,12 @@
 # One-shot GPU check, at most 8 minutes on an H100, most important first: a smoke
 # test of the library on the device; the training-step benchmark at XLA's
 # default precision (TF32 for the reference on an H100; ours must keep its
-# full-precision gradients); inference feasibility at the library's defaults on
-# the DC3 cases (issue 15); the training-step benchmark with the reference at
-# "highest" float32 matmul precision (issue 13's target); the first call of the
-# paper-recipe training step split into trace, lower and compile; and the
-# paper-recipe DC3 training of both.
+# full-precision gradients); the training-step benchmark with the reference at
+# "highest" float32 matmul precision (issue 13's target), with a candidate
+# backward solve beside our defaults; inference feasibility at the library's
+# defaults on the DC3 cases (issue 15); the first call of the paper-recipe
+# training step split into trace, lower and compile; and the paper-recipe DC3
+# training of both.
 #
 #   bash benchmarks/gpu.sh [OUT]
 #   PINET_WHEEL=wheels/pinet_hcnn-0.2.0-py3-none-any.whl bash benchmarks/gpu.sh OUT
@@ -120,6 +121,12 @@ ts=(python -m benchmarks.training_step --sizes $ts_sizes --dtypes float32
   --repeats "$ts_repeats" --n-grad-check "$ts_check" --quiet)
 step training_step_default 120 "${ts[@]}" --out "$out/training_step_default.json"
 
+# With a candidate beside our defaults: a direct (Cholesky) solve of the
+# active-set system in the backward pass, fewer and larger kernels than the
+# default conjugate gradients' loop (slower on a CPU; unmeasured on a GPU).
+step training_step_highest 180 env JAX_DEFAULT_MATMUL_PRECISION=highest \
+  "${ts[@]}" --variants cholesky --out "$out/training_step_highest.json"
+
 # Inference feasibility and latency at the library's defaults (issue 15), on the
 # DC3 cases: their floors come from SciPy, where the cone, MPC and motion cases
 # need Clarabel, which a GPU machine may lack. The large case runs on fewer
@@ -135,11 +142,9 @@ feasibility() { # NAME LIMIT ARGS...
     echo "$name skipped: no DC3 files in $feas_instances" | tee -a "$status"
   fi
 }
-feasibility feasibility_small 100 --cases dc3-small-convex dc3-small-nonconvex
+# DC3 large first: the 2026-11-27 run measured small and ran out of time here.
 feasibility feasibility_large 150 --cases dc3-large-convex --n "${FEAS_LARGE_N:-32}"
-
-step training_step_highest 150 env JAX_DEFAULT_MATMUL_PRECISION=highest \
-  "${ts[@]}" --out "$out/training_step_highest.json"
+feasibility feasibility_small 100 --cases dc3-small-convex dc3-small-nonconvex
 
 # First call of the paper-recipe step, split into trace/lower/compile/run, ours
 # and the reference in fresh processes.

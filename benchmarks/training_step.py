@@ -368,16 +368,35 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
 # ------------------------------------------------------------ the two layers
 
 
-def _ours(case: Case):
-    """Our projector at its defaults: `(project(params, Y, X), params, settings)`."""
+def _variant_settings(name: str) -> dict:
+    """The `pe.Projector` keywords of a named variant of ours (`--variants`)."""
+    import lineax as lx
+
+    import pinet_eqx as pe
+
+    # Candidates to measure against the defaults on a given machine; the
+    # defaults are what the targets are met with.
+    return {
+        "cholesky": {"adjoint": pe.ImplicitAdjoint(linear_solver=lx.Cholesky())},
+    }[name]
+
+
+VARIANTS = ("cholesky",)
+
+
+def _ours(case: Case, variant: str | None = None):
+    """Our projector at its defaults, or with the keywords of `variant`:
+    `(project(params, Y, X), params, settings)`."""
     import equinox as eqx
     import jax
 
     import pinet_eqx as pe
 
     P = case.problem
+    keywords = {} if variant is None else _variant_settings(variant)
     proj = pe.Projector(
-        [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)]
+        [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)],
+        **keywords,
     )
     params, static = eqx.partition(proj, eqx.is_array)
 
@@ -390,7 +409,9 @@ def _ours(case: Case):
         "n_iter": proj.n_iter,
         "adjoint": repr(proj.adjoint),
         "equilibrate": proj.equilibrated,
-        "note": "library defaults; no setting passed to pe.Projector",
+        "note": "library defaults; no setting passed to pe.Projector"
+        if variant is None
+        else f"variant {variant!r}: {keywords!r}",
     }
     return project, params, settings
 
@@ -503,13 +524,21 @@ def accuracy(result: dict, case: Case, truth: dict) -> dict:
 # ------------------------------------------------------------ the benchmark
 
 
-def run_case(case: Case, truth: dict, dtype_name: str, repeats: int, with_ref: bool):
-    """Both layers on one case in one dtype.
+def run_case(
+    case: Case,
+    truth: dict,
+    dtype_name: str,
+    repeats: int,
+    with_ref: bool,
+    variants: tuple[str, ...] = (),
+):
+    """Both layers, and any `variants` of ours, on one case in one dtype.
 
     **Returns:**
 
-    A JSON-ready dict: `size`, `dtype`, `batch`, `ours`, `reference` (or `None`)
-    and the `ratio` ours/reference of the median times.
+    A JSON-ready dict: `size`, `dtype`, `batch`, `ours`, `reference` (or `None`),
+    one `ours[NAME]` per variant, and the `ratio` ours/reference of the median
+    times.
     """
     import jax
     import jax.numpy as jnp
@@ -517,6 +546,7 @@ def run_case(case: Case, truth: dict, dtype_name: str, repeats: int, with_ref: b
     dtype = jnp.dtype(dtype_name).type
     entry = {"size": case.size, "dtype": dtype_name, "batch": len(case.Y)}
     layers = [("ours", _ours)]
+    layers += [(f"ours[{v}]", lambda c, v=v: _ours(c, v)) for v in variants]
     if with_ref:
         layers.append(("reference", lambda c: _reference(c, dtype)))
     for name, build in layers:
@@ -560,6 +590,11 @@ def _row(name: str, r: dict) -> str:
     )
 
 
+def _layers(entry: dict) -> list[str]:
+    """The layers timed in one result entry: ours, its variants, the reference."""
+    return ["ours", *(k for k in entry if k.startswith("ours[")), "reference"]
+
+
 def markdown(record: dict) -> str:
     """The results as markdown tables: per layer, then ours/reference ratios.
 
@@ -585,7 +620,7 @@ def markdown(record: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in record["results"]:
-        for name in ("ours", "reference"):
+        for name in _layers(e):
             if e[name] is not None:
                 lines.append(
                     f"| {e['size']} | {e['dtype']} | {e['batch']} | "
@@ -594,14 +629,20 @@ def markdown(record: dict) -> str:
     if any(e["reference"] for e in record["results"]):
         lines += [
             "",
-            "| size | dtype | ours/reference fwd | ours/reference fwd+bwd |",
-            "|---|---|---|---|",
+            "| size | dtype | layer | ours/reference fwd | ours/reference fwd+bwd |",
+            "|---|---|---|---|---|",
         ]
         for e in record["results"]:
-            if e["reference"] is not None:
-                r = e["ratio"]
+            ref = e["reference"]
+            if ref is None:
+                continue
+            for name in _layers(e)[:-1]:
+                r = {
+                    k: e[name][k]["median"] / ref[k]["median"]
+                    for k in ("fwd", "fwd_bwd")
+                }
                 lines.append(
-                    f"| {e['size']} | {e['dtype']} | {r['fwd']:.2f} | "
+                    f"| {e['size']} | {e['dtype']} | {name} | {r['fwd']:.2f} | "
                     f"{r['fwd_bwd']:.2f} |"
                 )
     return "\n".join(lines)
@@ -632,6 +673,14 @@ def _parser() -> argparse.ArgumentParser:
         "--quick",
         action="store_true",
         help="the tiny problem, 3 repeats, 8 checked instances (smoke test)",
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=[],
+        help="also time these variants of ours (cholesky: a direct solve in the "
+        "backward pass instead of the default conjugate gradients)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
@@ -669,6 +718,7 @@ def main(argv: list[str] | None = None) -> dict:
             "repeats": repeats,
             "n_grad_check": n_check,
             "reference": with_ref,
+            "variants": args.variants,
             "raw_inputs": f"Y = A^+ x + {RAW_NOISE} N(0, I), rounded to float32",
             "loss": "sum(V * project(Y, X)), V ~ N(0, I); gradient w.r.t. Y",
         },
@@ -687,7 +737,9 @@ def main(argv: list[str] | None = None) -> dict:
         _log(f"{size}: ground truth {json.dumps(truth['summary'])}")
         for dtype_name in args.dtypes:
             record["results"].append(
-                run_case(case, truth, dtype_name, repeats, with_ref)
+                run_case(
+                    case, truth, dtype_name, repeats, with_ref, tuple(args.variants)
+                )
             )
     record["machine"]["finished"] = datetime.datetime.now(datetime.UTC).isoformat(
         timespec="seconds"

@@ -33,7 +33,7 @@ class AutotuneResult:
         suboptimality $|\\|z_K - y_{raw}\\| / \\|\\Pi(y_{raw}) - y_{raw}\\| - 1|$
         over the tuning points, after `tune_iter` iterations.
     - `n_iters`, `n_iter_violation`, `n_iter_suboptimality`: the same for each
-        iteration count, at the chosen $\\sigma$.
+        iteration count (sorted, without repeats), at the chosen $\\sigma$.
     - `seconds`: wall-clock time of the whole search, compilation included.
     """
 
@@ -49,16 +49,20 @@ class AutotuneResult:
     seconds: float
 
 
-def _scores(projector: Projector, Y, params, reference_distance):
-    """(max violation, mean relative suboptimality) of a batch of projections."""
+def _scores(projector: Projector, Y, params, reference_distance, s0=None):
+    """(max violation, mean relative suboptimality, final iterates) of a batch of
+    projections, each starting from its row of `s0` (`None`: the default start)."""
 
-    def one(y_raw, p):
-        y = projector(y_raw, **p)
-        return projector.violation(y, **p), jnp.linalg.norm(y - y_raw)
+    def one(y_raw, s, p):
+        sol = projector.solve(y_raw, s0=s, **p)
+        dist = jnp.linalg.norm(sol.y - y_raw)
+        return projector.violation(sol.y, **p), dist, sol.s
 
-    viol, dist = jax.vmap(one)(Y, params)
-    return jnp.max(viol), jnp.mean(jnp.abs(dist / reference_distance - 1))
+    viol, dist, s = jax.vmap(one)(Y, s0, params)
+    return jnp.max(viol), jnp.mean(jnp.abs(dist / reference_distance - 1)), s
 
+
+_score_from = eqx.filter_jit(_scores)
 
 # Violations below this fraction of `violation_tol` count as ties (rounding noise).
 _TIE_FLOOR = 1e-3
@@ -72,7 +76,7 @@ def _score_sigmas(base, sigma_values, Y, params, reference_distance, batch: int)
 
     def score(sigma):
         proj = eqx.tree_at(lambda p: p.solver.sigma, base, sigma)
-        return _scores(proj, Y, params, reference_distance)
+        return _scores(proj, Y, params, reference_distance)[:2]
 
     return jax.lax.map(score, sigma_values, batch_size=batch)
 
@@ -117,8 +121,12 @@ def autotune(
     The exact projection $\\Pi(y_{raw})$ is computed once, by running the projector
     to a tolerance of 1e-9 (5000 iterations at most).
 
-    The $\\sigma$ grid is evaluated in batches of `sigma_batch` values with
-    `jax.vmap`, so the whole search is a handful of compiled calls.
+    Scores are of the iteration itself: the projector's refinement, if any, is
+    left out while scoring (it would take every candidate to rounding level) and
+    kept in the tuned projector. The $\\sigma$ grid is evaluated in batches of
+    `sigma_batch` values with `jax.vmap`, and each iteration count continues from
+    the iterates of the count before it (sorted), so the whole search is a
+    handful of compiled calls.
 
     **Arguments:**
 
@@ -150,7 +158,7 @@ def autotune(
                 f"one row per point ({Y.shape[0]}), got shape {value.shape}."
             )
     grid = np.asarray(DEFAULT_SIGMAS if sigmas is None else sigmas, np.float64)
-    n_iters = tuple(int(n) for n in n_iters)
+    n_iters = tuple(sorted({int(n) for n in n_iters}))
     if grid.ndim != 1 or grid.size == 0 or np.any(grid <= 0):
         raise ValueError(
             "autotune(sigmas=...): must be a non-empty list of floats > 0."
@@ -160,7 +168,10 @@ def autotune(
             "autotune(n_iters=...): must be a non-empty list of ints >= 1."
         )
 
-    exact = projector.with_settings(tol=1e-9, n_iter=5000, inference=False)
+    # Scores measure the iteration itself: a refinement would take every sigma's
+    # output to rounding level and leave nothing to rank.
+    plain = projector.with_settings(refine=False, inference=False)
+    exact = plain.with_settings(tol=1e-9, n_iter=5000)
     Pi = eqx.filter_jit(jax.vmap(lambda y, p: exact(y, **p)))(Y, arrays)
     reference_distance = jnp.linalg.norm(Pi - Y, axis=1)
     # A point already in the set has distance 0; score it against a tiny distance
@@ -168,9 +179,7 @@ def autotune(
     reference_distance = jnp.maximum(reference_distance, 1e-12)
 
     def score_grid(sigma_values, iters):
-        base = projector.with_settings(
-            sigma=1.0, n_iter=iters, tol=None, inference=False
-        )
+        base = plain.with_settings(sigma=1.0, n_iter=iters, tol=None)
         values = jnp.asarray(sigma_values, Y.dtype)
         out = _score_sigmas(base, values, Y, arrays, reference_distance, sigma_batch)
         return tuple(np.asarray(o, np.float64) for o in out)
@@ -194,12 +203,17 @@ def autotune(
         tied = tied[passing & (v <= _TIE_FLOOR * violation_tol)]
     sigma = float(grid[best])
 
+    # Each count continues from the iterates of the one before (the iteration
+    # is a fixed map of its state), so the counts cost the largest one in all,
+    # and one compiled call per distinct step between them.
     n_viol, n_subopt = [], []
+    s, done = None, 0
     for n in n_iters:
-        proj = projector.with_settings(sigma=sigma, n_iter=n, tol=None)
-        v, s = eqx.filter_jit(_scores)(proj, Y, arrays, reference_distance)
+        proj = plain.with_settings(sigma=sigma, n_iter=n - done, tol=None)
+        v, sub, s = _score_from(proj, Y, arrays, reference_distance, s)
         n_viol.append(float(v))
-        n_subopt.append(float(s))
+        n_subopt.append(float(sub))
+        done = n
     n_viol, n_subopt = np.asarray(n_viol), np.asarray(n_subopt)
     n_iter = n_iters[_choose(n_viol, n_subopt, violation_tol, suboptimality_tol, True)]
 

@@ -43,7 +43,7 @@ from ._solver import DouglasRachford, solver_from_keywords
 
 # Settings that `with_settings` changes on the `DouglasRachford` solver.
 _SOLVER_FIELDS = frozenset(f.name for f in dataclasses.fields(DouglasRachford))
-_OTHER_SETTINGS = frozenset({"adjoint", "check_inputs", "inference"})
+_OTHER_SETTINGS = frozenset({"adjoint", "check_inputs", "inference", "refine"})
 
 
 class Projector(eqx.Module):
@@ -257,10 +257,12 @@ class Projector(eqx.Module):
         """A copy with different settings; the factorisation is reused.
 
         Accepts the fields of `DouglasRachford` (`sigma`, `omega`, `n_iter`,
-        `n_iter_test`, `tol`), `adjoint`, `check_inputs` and `inference`, and the
-        deprecated `unroll`, `n_iter_bwd`, `bwd_rtol`, `bwd_atol` and
-        `bwd_failure` (which adjust `adjoint`). Settings are validated as in the
-        constructor; `n_iter_test=None` means "the same as `n_iter`".
+        `n_iter_test`, `tol`), `adjoint`, `check_inputs`, `inference` and
+        `refine`, and the deprecated `unroll`, `n_iter_bwd`, `bwd_rtol`,
+        `bwd_atol` and `bwd_failure` (which adjust `adjoint`). Settings are
+        validated as in the constructor; `n_iter_test=None` means "the same as
+        `n_iter`". `refine=False` drops the refinement; `True` and `"auto"`
+        choose when a projector built with one refines.
 
         **Returns:** a new `Projector`.
         """
@@ -284,11 +286,31 @@ class Projector(eqx.Module):
         for k in ("check_inputs", "inference"):
             if k in settings:
                 changes[k] = bool(settings[k])
+        if "refine" in settings:
+            changes.update(self._refine_settings(settings["refine"]))
         for k, v in changes.items():
             # Modules are frozen dataclasses; this is a fresh shallow copy, so
             # setting its fields changes nothing other references can see.
             object.__setattr__(new, k, v)
         return new
+
+    def _refine_settings(self, refine) -> dict[str, object]:
+        """The fields that `with_settings(refine=refine)` changes."""
+        if refine not in (True, False, "auto"):
+            raise ValueError(
+                f"Projector.with_settings(refine={refine!r}): must be True, False "
+                "or 'auto'."
+            )
+        if refine is False:
+            return dict(refinement=None, refine_always=False)
+        if self.refinement is None:
+            raise ValueError(
+                f"Projector.with_settings(refine={refine!r}): this projector has no "
+                "refinement to switch on (it was built with refine=False, or has "
+                "no constraint rows to refine); build a new Projector(..., "
+                f"refine={refine!r})."
+            )
+        return dict(refine_always=refine is True)
 
     # -------------------------------------------------------------- calls
 

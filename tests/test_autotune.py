@@ -55,6 +55,46 @@ def test_autotune_scores_and_choice_are_consistent(tuned):
     assert 0 < result.seconds < 300
 
 
+def test_iteration_scores_equal_fresh_runs_of_each_count(tuned):
+    """Autotune scores each count by continuing the previous count's iterates;
+    that equals running the count from the start."""
+    poly, proj, result = tuned
+    rng = np.random.default_rng(0)
+    random_polytope(rng, 12, 3, 8, infs=False)  # the fixture's draws, replayed
+    shifts = rng.uniform(-0.01, 0.01, size=(24, 12))
+    B = jnp.asarray((poly.y_feas + shifts) @ poly.E.T)
+    Y = jnp.asarray(rng.normal(size=(24, 12)))
+    exact = proj.with_settings(tol=1e-9, n_iter=5000)
+    Pi = jax.vmap(lambda y, b: exact(y, b=b))(Y, B)
+    distance = np.linalg.norm(np.asarray(Pi - Y), axis=1)
+    for n, viol, subopt in zip(
+        result.n_iters, result.n_iter_violation, result.n_iter_suboptimality
+    ):
+        fresh = proj.with_settings(sigma=result.sigma, n_iter=n, refine=False)
+        y = jax.vmap(lambda y, b, fresh=fresh: fresh(y, b=b))(Y, B)
+        v = jax.vmap(lambda y, b, fresh=fresh: fresh.violation(y, b=b))(y, B)
+        dist = np.linalg.norm(np.asarray(y - Y), axis=1)
+        np.testing.assert_allclose(viol, float(v.max()), rtol=1e-9, atol=1e-15)
+        expected = np.mean(np.abs(dist / distance - 1))
+        np.testing.assert_allclose(subopt, expected, rtol=1e-9, atol=1e-15)
+
+
+def test_autotune_scores_the_iteration_not_the_refinement():
+    """A projector that refines in training mode is tuned on the same scores as
+    one that does not (a refinement would take every sigma to rounding level),
+    and keeps its refinement; candidate counts are sorted and deduplicated."""
+    rng = np.random.default_rng(5)
+    poly = random_polytope(rng, 6, 1, 4, infs=False)
+    Y = rng.normal(size=(8, 6))
+    kwargs = dict(sigmas=SIGMAS[::4], n_iters=(40, 10, 40, 20))
+    refined = pe.autotune(pe.Projector(constraints_of(poly), refine=True), Y, **kwargs)
+    plain = pe.autotune(pe.Projector(constraints_of(poly), refine=False), Y, **kwargs)
+    assert refined.n_iters == plain.n_iters == (10, 20, 40)
+    np.testing.assert_array_equal(refined.sigma_violation, plain.sigma_violation)
+    np.testing.assert_array_equal(refined.n_iter_violation, plain.n_iter_violation)
+    assert refined.projector.refine_always and refined.projector.refinement is not None
+
+
 def test_tuned_projector_is_accurate_on_fresh_points(tuned):
     """Against Clarabel, on points and contexts not used for tuning."""
     poly, _, result = tuned

@@ -19,7 +19,9 @@ from benchmarks import training_step
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("training_step") / "quick.json"
-    record = training_step.main(["--quick", "--quiet", "--out", str(out)])
+    record = training_step.main(
+        ["--quick", "--quiet", "--variants", "cholesky", "--out", str(out)]
+    )
     return record, out
 
 
@@ -44,17 +46,22 @@ def test_record_structure(quick, capsys):
             assert timing["compile_s"] > 0
             assert 0 < timing["min"] <= timing["median"] <= timing["max"]
     table = training_step.markdown(record)
-    assert table.count("| tiny |") >= 2
+    assert table.count("| tiny |") >= 4
+    # A timing row per dtype, and a ratio row per dtype when the reference ran.
+    with_ref = record["settings"]["reference"]
+    assert table.count("| ours[cholesky] |") == 2 * (1 + with_ref)
 
 
 @pytest.mark.slow
 def test_our_gradients_float64(quick):
     record, _ = quick
     (entry,) = [e for e in record["results"] if e["dtype"] == "float64"]
-    ours = entry["ours"]
-    assert np.isfinite(ours["grad_rel_err_worst"])
-    assert ours["grad_rel_err_worst"] < 1e-4
-    assert ours["cv_max"] < 1e-4
+    for name in ("ours", "ours[cholesky]"):
+        ours = entry[name]
+        assert np.isfinite(ours["grad_rel_err_worst"])
+        assert ours["grad_rel_err_worst"] < 1e-4
+        assert ours["cv_max"] < 1e-4
+    assert "Cholesky" in entry["ours[cholesky]"]["settings"]["note"]
 
 
 @pytest.mark.slow

@@ -131,6 +131,29 @@ def test_with_settings_reuses_the_factorisation():
     assert proj.n_iter == 50 and not proj.inference
 
 
+def test_with_settings_refine_matches_a_projector_built_with_it():
+    """`with_settings(refine=...)` gives the outputs of a projector built with that
+    `refine`, in both modes; there is nothing to switch on without a refinement."""
+    Y = np.random.default_rng(3).normal(size=(6, 8)) * 3
+    for inference in (False, True):
+        outputs = {}
+        for refine in (True, "auto", False):
+            built, _ = _projector(refine=refine, inference=inference, n_iter=30)
+            switched, _ = _projector(n_iter=30, inference=inference)
+            switched = switched.with_settings(refine=refine)
+            y_built = np.asarray(jax.vmap(built)(Y))
+            np.testing.assert_array_equal(np.asarray(jax.vmap(switched)(Y)), y_built)
+            outputs[refine] = y_built
+        # The setting matters: refinement moves the 30-iteration outputs.
+        refined = True if not inference else "auto"
+        assert np.abs(outputs[refined] - outputs[False]).max() > 1e-12
+    plain, _ = _projector(refine=False)
+    with raises_for("refine", ValueError, "no refinement to switch on"):
+        plain.with_settings(refine=True)
+    with raises_for("refine", ValueError, "must be True, False or 'auto'"):
+        plain.with_settings(refine="always")
+
+
 @pytest.mark.parametrize("tol", [None, 1e-3, 1e-10])
 def test_result_tracks_the_tolerance(tol):
     """`result` is judged against `tol`, or `default_tol(dtype)` without one: it
