@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float, Int
 
+from ._adjoint import ImplicitAdjoint
 from ._projector import Projector
 
 DEFAULT_SIGMAS = np.logspace(-3, np.log10(5.05), 100)
@@ -169,8 +170,11 @@ def autotune(
         )
 
     # Scores measure the iteration itself: a refinement would take every sigma's
-    # output to rounding level and leave nothing to rank.
-    plain = projector.with_settings(refine=False, inference=False)
+    # output to rounding level and leave nothing to rank. Nothing is
+    # differentiated here, so the adjoint is the one that allows a tolerance.
+    plain = projector.with_settings(
+        refine=False, inference=False, adjoint=ImplicitAdjoint()
+    )
     exact = plain.with_settings(tol=1e-9, n_iter=5000)
     Pi = eqx.filter_jit(jax.vmap(lambda y, p: exact(y, **p)))(Y, arrays)
     reference_distance = jnp.linalg.norm(Pi - Y, axis=1)

@@ -80,9 +80,10 @@ def test_iteration_scores_equal_fresh_runs_of_each_count(tuned):
 
 
 def test_autotune_scores_the_iteration_not_the_refinement():
-    """A projector that refines in training mode is tuned on the same scores as
-    one that does not (a refinement would take every sigma to rounding level),
-    and keeps its refinement; candidate counts are sorted and deduplicated."""
+    """A projector that refines in training mode, or differentiates by unrolling,
+    is tuned on the same scores as one that does neither (a refinement would take
+    every sigma to rounding level), and keeps its settings; candidate counts are
+    sorted and deduplicated."""
     rng = np.random.default_rng(5)
     poly = random_polytope(rng, 6, 1, 4, infs=False)
     Y = rng.normal(size=(8, 6))
@@ -93,6 +94,11 @@ def test_autotune_scores_the_iteration_not_the_refinement():
     np.testing.assert_array_equal(refined.sigma_violation, plain.sigma_violation)
     np.testing.assert_array_equal(refined.n_iter_violation, plain.n_iter_violation)
     assert refined.projector.refine_always and refined.projector.refinement is not None
+    # The adjoint does not change the iteration, and the tuned projector keeps it.
+    unrolled = pe.Projector(constraints_of(poly), adjoint=pe.UnrolledAdjoint())
+    unrolled = pe.autotune(unrolled, Y, **kwargs)
+    np.testing.assert_array_equal(unrolled.n_iter_violation, plain.n_iter_violation)
+    assert isinstance(unrolled.projector.adjoint, pe.UnrolledAdjoint)
 
 
 def test_tuned_projector_is_accurate_on_fresh_points(tuned):
