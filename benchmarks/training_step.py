@@ -368,20 +368,18 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
 # ------------------------------------------------------------ the two layers
 
 
-def _variant_settings(name: str) -> dict:
-    """The `pe.Projector` keywords of a named variant of ours (`--variants`)."""
+def _cholesky() -> dict:
+    """A direct solve of the active-set system in the backward pass."""
     import lineax as lx
 
     import pinet_eqx as pe
 
-    # Candidates to measure against the defaults on a given machine; the
-    # defaults are what the targets are met with.
-    return {
-        "cholesky": {"adjoint": pe.ImplicitAdjoint(linear_solver=lx.Cholesky())},
-    }[name]
+    return {"adjoint": pe.ImplicitAdjoint(linear_solver=lx.Cholesky())}
 
 
-VARIANTS = ("cholesky",)
+# Candidates to time beside the defaults (`--variants`), as the `pe.Projector`
+# keywords they set; the targets are met with the defaults.
+VARIANTS = {"cholesky": _cholesky}
 
 
 def _ours(case: Case, variant: str | None = None):
@@ -393,7 +391,7 @@ def _ours(case: Case, variant: str | None = None):
     import pinet_eqx as pe
 
     P = case.problem
-    keywords = {} if variant is None else _variant_settings(variant)
+    keywords = {} if variant is None else VARIANTS[variant]()
     proj = pe.Projector(
         [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)],
         **keywords,
@@ -565,12 +563,18 @@ def run_case(
         }
         _log(f"  {_row(name, entry[name])}")
     entry.setdefault("reference", None)
+    entry["ratio"] = _ratio(entry, "ours")
+    return entry
+
+
+def _ratio(entry: dict, name: str) -> dict:
+    """Layer `name` / the reference, median times of `fwd` and `fwd_bwd` (`None`
+    without the reference)."""
     ref = entry["reference"]
-    entry["ratio"] = {
-        key: (entry["ours"][key]["median"] / ref[key]["median"] if ref else None)
+    return {
+        key: (entry[name][key]["median"] / ref[key]["median"] if ref else None)
         for key in ("fwd", "fwd_bwd")
     }
-    return entry
 
 
 def _log(text: str) -> None:
@@ -633,14 +637,10 @@ def markdown(record: dict) -> str:
             "|---|---|---|---|---|",
         ]
         for e in record["results"]:
-            ref = e["reference"]
-            if ref is None:
+            if e["reference"] is None:
                 continue
             for name in _layers(e)[:-1]:
-                r = {
-                    k: e[name][k]["median"] / ref[k]["median"]
-                    for k in ("fwd", "fwd_bwd")
-                }
+                r = _ratio(e, name)
                 lines.append(
                     f"| {e['size']} | {e['dtype']} | {name} | {r['fwd']:.2f} | "
                     f"{r['fwd_bwd']:.2f} |"
@@ -677,7 +677,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--variants",
         nargs="+",
-        choices=VARIANTS,
+        choices=tuple(VARIANTS),
         default=[],
         help="also time these variants of ours (cholesky: a direct solve in the "
         "backward pass instead of the default conjugate gradients)",

@@ -55,9 +55,9 @@ def _scores(projector: Projector, Y, params, reference_distance, s0=None):
     projections, each starting from its row of `s0` (`None`: the default start)."""
 
     def one(y_raw, s, p):
+        # Unrefined, the solution's primal residual is `projector.violation`.
         sol = projector.solve(y_raw, s0=s, **p)
-        dist = jnp.linalg.norm(sol.y - y_raw)
-        return projector.violation(sol.y, **p), dist, sol.s
+        return sol.primal_residual, jnp.linalg.norm(sol.y - y_raw), sol.s
 
     viol, dist, s = jax.vmap(one)(Y, s0, params)
     return jnp.max(viol), jnp.mean(jnp.abs(dist / reference_distance - 1)), s
