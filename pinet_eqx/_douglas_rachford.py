@@ -215,7 +215,8 @@ def iterate(
     checked every `CHECK_EVERY` steps inside jit, in a `while_loop` capped at
     `n_max` (the steps after `n_min` rounded up to a multiple of
     `CHECK_EVERY`); under `jax.vmap` each instance freezes once it
-    has converged.
+    has converged. On polyhedral sets a drift's steps are taken at once (see
+    `drift_steps`), and not counted.
 
     **Returns:** `(s_K, n_iter, fixed_point_residual)`.
     """
@@ -235,18 +236,66 @@ def iterate(
         return (k < n_max) & ((viol > bound) | (fp > bound))
 
     def body_w(carry):
-        s, z, t, k, _, _ = carry
-        s = s + omega * (t - z)
+        s, z_prev, t_prev, k, _, _ = carry
+        s = s + omega * (t_prev - z_prev)
         s = jax.lax.fori_loop(1, CHECK_EVERY, lambda _, s: phi(s, P, op, omega), s)
         z, t = z_and_t(s, P, op)
         viol, fp = residuals(z, t, P)
+        if not P.groups:
+            # Not once converged, nor on the last check: the state returned is
+            # the one checked.
+            jump = drift_steps(s, z, t, z_prev, t_prev, P, omega)
+            bound = reachable_tol(tol, z, P)
+            go_on = (k + 2 * CHECK_EVERY <= n_max) & ((viol > bound) | (fp > bound))
+            s = s + jnp.where(go_on, jump, 0) * omega * (t - z)
         return s, z, t, k + CHECK_EVERY, viol, fp
 
     if n_min:
         s0 = jax.lax.fori_loop(0, n_min, lambda _, s: phi(s, P, op, omega), s0)
     z0, t0 = z_and_t(s0, P, op)
     viol0, fp0 = residuals(z0, t0, P)
-    s, _, _, k, _, fp = jax.lax.while_loop(
-        cond, body_w, (s0, z0, t0, jnp.asarray(n_min), viol0, fp0)
-    )
+    carry = (s0, z0, t0, jnp.asarray(n_min), viol0, fp0)
+    s, _, _, k, _, fp = jax.lax.while_loop(cond, body_w, carry)
     return s, k, fp
+
+
+# A drift is detected when z and t - z change by at most this fraction of
+# max |t - z| between two checks (which rounding alone prevents unless t - z
+# stands well above it).
+_DRIFT_RTOL = 1e-5
+
+
+def drift_steps(s, z, t, z_prev, t_prev, P: Prepared, omega):
+    """The number of steps of a drift that can be taken at once, or 0.
+
+    Far from the set, or near a vertex where a constraint is nearly but not
+    exactly active, the iteration can hold a wrong active set for thousands of
+    steps: while no clipped coordinate changes side of its bounds, the step is
+    affine, and when $d = t - z$ is a fixed point of it with $z$ unchanged,
+    every step only translates $s$ by $\\omega d$. That drift is detected from
+    two checks `CHECK_EVERY` steps apart (`z_prev`, `t_prev` the earlier one's
+    $z$ and $t$). It lasts until a clip argument $a + c \\odot (2z - s)$, which
+    changes by $-\\omega c \\odot d$ per step, reaches a bound; the steps up to
+    one short of that are returned, and `s + steps * omega * d` is then the
+    state the iteration would reach after them, so the iteration itself crosses
+    the breakpoint. Polyhedral sets only (a cone's projection is not piecewise
+    affine).
+    """
+    d = t - z
+    size = jnp.max(jnp.abs(d))
+    steady = (jnp.max(jnp.abs(d - (t_prev - z_prev))) <= _DRIFT_RTOL * size) & (
+        jnp.max(jnp.abs(z - z_prev)) <= _DRIFT_RTOL * size
+    )
+    n_clip = P.a.shape[0]
+    arg = P.a + P.c * (2 * z - s)[:n_clip]
+    rate = -omega * P.c * d[:n_clip]
+    moving = rate != 0
+    safe = jnp.where(moving, rate, 1.0)
+
+    def steps_to(bound):
+        steps = (bound - arg) / safe
+        return jnp.where(moving & (steps > 0), steps, jnp.inf)
+
+    steps = jnp.floor(jnp.min(jnp.minimum(steps_to(P.lower), steps_to(P.upper)))) - 1
+    worth = steady & jnp.isfinite(steps) & (steps >= CHECK_EVERY)
+    return jnp.where(worth, steps, 0)

@@ -167,6 +167,56 @@ def test_warm_start_reduces_iterations():
     assert_close(warm.y, clarabel_project(np.asarray(y_raw) + 1e-3, poly), atol=1e-6)
 
 
+def _drifting_case():
+    """A polytope and point on which the iteration drifts: the projection is a
+    vertex (three equalities and two active rows in five dimensions) next to a
+    third row with 1e-3 of slack, which the iteration holds as active for
+    about 50000 steps unless the drift is skipped (a hypothesis draw)."""
+    rng = np.random.default_rng(28952)
+    poly = random_polytope(rng, 5, 3, 3, box=False)
+    return poly, 4.0 * rng.normal(size=(2, 5))[0]
+
+
+def test_a_drift_near_a_vertex_is_skipped():
+    poly, y_raw = _drifting_case()
+    proj = pe.Projector(constraints_of(poly), n_iter=2000, tol=1e-10)
+    sol = proj.solve(jnp.asarray(y_raw))
+    assert sol.result == pe.RESULTS.successful
+    assert int(sol.n_iter) < 1000
+    assert_close(sol.y, clarabel_project(y_raw, poly), atol=1e-8)
+
+
+def test_drift_steps_are_those_of_the_iteration():
+    """The state after the skipped steps is the iteration's own after as many
+    steps, and the drift ends right after them."""
+    from pinet_eqx import _douglas_rachford as dr
+    from pinet_eqx._frozen import thaw
+
+    poly, y_raw = _drifting_case()
+    y_raw = jnp.asarray(y_raw)
+    proj = pe.Projector(constraints_of(poly), tol=None)
+    problem, op = thaw((proj.problem, proj.op))
+    data = problem.data(problem.resolve({}, y_raw.dtype), y_raw.dtype, False)
+    P = dr.prepare(y_raw, data, op, proj.sigma)
+    omega = proj.solver.omega
+
+    def state(n):
+        s = proj.with_settings(n_iter=n).solve(y_raw).s
+        return (s, *dr.z_and_t(s, P, op))
+
+    before = state(1000)
+    s, z, t = state(1000 + dr.CHECK_EVERY)
+    jump = int(dr.drift_steps(s, z, t, *before[1:], P, omega))
+    assert jump > 10_000
+    skipped = s + jump * omega * (t - z)
+    s_plain, z_plain, t_plain = state(1000 + dr.CHECK_EVERY + jump)
+    assert_close(skipped, s_plain, atol=1e-9 * float(jnp.max(jnp.abs(s_plain))))
+    # Still drifting at the state reached, no longer a few steps later.
+    assert_close(t_plain - z_plain, t - z, atol=1e-9)
+    _, z_after, t_after = state(1000 + 2 * dr.CHECK_EVERY + jump)
+    assert float(jnp.max(jnp.abs((t_after - z_after) - (t - z)))) > 1e-6
+
+
 def test_violation_uses_original_coordinates():
     rng = np.random.default_rng(7)
     # Badly scaled rows make equilibration matter.

@@ -18,9 +18,13 @@ ACCURATE = dict(n_iter=50_000, tol=1e-10)
 
 
 # A few random polytopes in the fast tier, more in the slow one (`pytest -m slow`).
+# Derandomised, so that a run is reproducible: CI draws the same examples each
+# time (a failing draw is printed, and can be replayed with `@example`).
 @pytest.mark.parametrize("max_examples", [3, pytest.param(15, marks=pytest.mark.slow)])
 def test_projection_properties(max_examples):
-    settings(max_examples=max_examples, deadline=None)(_check_properties)()
+    settings(max_examples=max_examples, deadline=None, derandomize=True)(
+        _check_properties
+    )()
 
 
 @given(
