@@ -246,7 +246,7 @@ def _project_jvp(primals, tangents, *, forward, fixed, cfg):
         jnp.where(lo, _rows(t.data.lb_y, t.data.lb_w, box), 0.0),
     )
     if fixed is not None:
-        dy = _fixed_tangent(
+        dy, _ = _fixed_tangent(
             fixed, (hi | lo) & fixed.usable, t.y_raw, t.data.q, dh, solver
         )
     else:
@@ -279,14 +279,19 @@ def _rows(y_part, w_part, box):
 
 def _fixed_tangent(fixed: FixedRows, active, dy_raw, dq, dh, solver):
     """$\\dot y = E^+ \\dot q + N (v - B_N^\\top \\zeta)$ with $v = N^\\top \\dot
-    y_{raw}$ and $\\zeta$ from the masked active-row system."""
+    y_{raw}$ and $\\zeta$ from the masked active-row system; returns
+    $(\\dot y, \\zeta)$.
+
+    The map is affine in its arguments' values too: given $y_{raw}$, $q$ and the
+    active rows' bounds it returns the projection of $y_{raw}$ onto the active
+    face and its multipliers (see `polish`)."""
     dtype = dy_raw.dtype
     N, BN = fixed.N.astype(dtype), fixed.BN.astype(dtype)
     y0 = dq @ fixed.P_y.astype(dtype)
     v = dy_raw @ N
     # The scaled active rows' residual at the unconstrained tangent y0 + N v.
     zeta = _fixed_multipliers(fixed, active, dq, dh, solver, BN @ v)
-    return y0 + N @ (v - zeta @ BN)
+    return y0 + N @ (v - zeta @ BN), zeta
 
 
 def _fixed_multipliers(fixed: FixedRows, active, dq, dh, solver, moved=0.0):
@@ -359,6 +364,38 @@ def refine(r, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
     # in one product with `lift`.
     zeta = _fixed_multipliers(fixed, active, r[:m_eq], dh, solver)
     return y - jnp.concatenate([r[:m_eq], zeta]) @ fixed.lift.astype(y.dtype)
+
+
+def polish(fixed: FixedRows, y_raw, data: InstanceData, hi, lo, box, solver):
+    """The projection of $y_{raw}$ onto the face of the active set, and how far
+    its multipliers are from the signs of an optimum.
+
+    On the face $\\{E y = q,\\ B_a y = h_a\\}$ of the rows flagged active at
+    the iterate (`hi`, `lo`, see `activity`), the projection is
+    $y_{raw} - E^\\top \\mu - B_a^\\top \\lambda_a$, one solve of the
+    active-row system (`_fixed_tangent` applied to the values rather than to
+    tangents). It is the projection onto the whole set exactly when it is
+    feasible and every multiplier has the sign of its bound: $\\lambda_i \\ge
+    0$ on a row pinned to its upper bound, $\\le 0$ on the lower one (the KKT
+    conditions; the caller checks feasibility).
+
+    **Returns:** `(y, wrong_sign)`: the point, and the largest multiplier of
+    the wrong sign (0 if none), in the units of $y$ (rows scaled to unit length
+    in $\\ker E$).
+    """
+    d = y_raw.shape[0]
+    box = np.asarray(box, np.int32)
+    hi = _rows(hi[:d], hi[d:], box)
+    lo = _rows(lo[:d], lo[d:], box) & ~hi
+    bound = jnp.where(
+        hi,
+        _rows(data.ub_y, data.ub_w, box),
+        jnp.where(lo, _rows(data.lb_y, data.lb_w, box), 0.0),
+    )
+    active = (hi | lo) & fixed.usable
+    y, zeta = _fixed_tangent(fixed, active, y_raw, data.q, bound, solver)
+    wrong = jnp.where(active & hi, -zeta, jnp.where(active & lo, zeta, 0.0))
+    return y, jnp.max(wrong, initial=0.0)
 
 
 def clip_rows(y, w, data: InstanceData, hi, lo, box):

@@ -135,8 +135,13 @@ def reachable_tol(tol, z, P: Prepared):
     from the set of a large problem, a fixed `tol` would keep every instance
     iterating to the cap.
     """
-    eps = jnp.finfo(z.dtype).eps
-    magnitude = jnp.max(jnp.abs(P.scale * z))
+    return resolvable_tol(tol, jnp.max(jnp.abs(P.scale * z)))
+
+
+def resolvable_tol(tol, magnitude):
+    """`tol` raised to $10\\,\\varepsilon \\max(1, m)$ for values of
+    magnitude $m$ (a JAX scalar, whose dtype gives $\\varepsilon$)."""
+    eps = jnp.finfo(magnitude.dtype).eps
     return jnp.maximum(tol, _ROUNDING_MARGIN * eps * jnp.maximum(1.0, magnitude))
 
 

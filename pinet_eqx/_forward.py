@@ -122,6 +122,8 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         z, t = dr.z_and_t(s, P, op)
     if y is None:
         y = op.d_y * z[: problem.dim]
+    status_tol = DouglasRachford.default_tol(dtype) if tol is None else tol
+    polished = False
     if refinement is not None and (proj.inference or proj.refine_always):
         # The correction is at rounding level, so the derivative of the
         # unrefined map is kept (stop_gradient). y is as stored so that
@@ -135,7 +137,13 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
             flags = _active_set.activity(s, P, op, z)
             if problem.groups:
                 pre = dr.cone_argument(s, z, P)
-        fix, viol = _refine(problem, rows, refinement, y_plain, data, flags, pre)
+        # At inference, polyhedral sets with fixed matrices are first polished
+        # (see `_refine`).
+        polish = rows is not None and proj.inference
+        fix, viol, polished = _refine(
+            problem, rows, refinement, y_plain, data, flags, pre,
+            y_raw if polish else None, status_tol,
+        )  # fmt: skip
         # y - y is exactly zero, so the value is exactly `fix`.
         y = (y - y_plain) + jax.lax.stop_gradient(fix)
     else:
@@ -145,11 +153,10 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
     if viol is None:
         viol = problem.violation(y, data)
     viol, fp = jax.lax.stop_gradient((viol, fp))
-    tol = DouglasRachford.default_tol(dtype) if tol is None else tol
-    tol = dr.reachable_tol(tol, *jax.lax.stop_gradient((z, P)))
+    tol = dr.reachable_tol(status_tol, *jax.lax.stop_gradient((z, P)))
     infeasible = dr.certifies_infeasibility(*jax.lax.stop_gradient((z, t, P, op)))
     result = RESULTS.where(
-        (viol <= tol) & (fp <= tol),
+        polished | ((viol <= tol) & (fp <= tol)),
         RESULTS.successful,
         RESULTS.where(infeasible, RESULTS.infeasible, RESULTS.max_steps_reached),
     )
@@ -211,10 +218,19 @@ def _factorise(proj, problem: LiftedProblem, data: InstanceData):
     return op
 
 
-def _refine(problem, rows, residual, y, data, flags, pre):
+def _refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     """`y` refined onto its active constraints, `_REFINE_STEPS` times, kept only
-    where that is finite, no less feasible and a small move; and the violation
-    of the point returned (see `LiftedProblem.violation`), from its residual.
+    where that is finite, no less feasible and a small move; the violation
+    of the point returned (see `LiftedProblem.violation`), from its residual;
+    and whether it was polished.
+
+    With `y_raw` (polyhedral sets with fixed matrices), `y` is first polished:
+    replaced by the projection of `y_raw` onto the face of its active set
+    (`_active_set.polish`) where that point satisfies the optimality conditions
+    to `tol` (raised to the rounding of its values): it is feasible, and its
+    multipliers have the signs of their bounds. It is then the projection,
+    however far the iteration was from converging, and the refinement starts
+    from it.
 
     Polyhedral sets with fixed matrices use the host-eliminated active-set solve
     (`_active_set.refine`); every other set the general one (`_polish.step`),
@@ -279,6 +295,33 @@ def _refine(problem, rows, residual, y, data, flags, pre):
                 weights,
             )  # fmt: skip
 
+    polished = jnp.asarray(False)
+    if y_raw is not None:
+        assert rows is not None
+        y_raw = jax.lax.stop_gradient(y_raw)
+        # Its multipliers' signs are tested, so its solve runs to full accuracy.
+        accurate = ConjugateGradient(rtol=default_rtol(y.dtype), on_failure="ignore")
+        candidate, wrong_sign = _active_set.polish(
+            rows, y_raw, data, hi, lo, problem.box_index, accurate
+        )
+        bound = dr.resolvable_tol(tol, jnp.max(jnp.abs(candidate)))
+        # It must satisfy the rows it leaves free; the active ones it meets to
+        # its solve's accuracy, and the refinement closes that gap (checked on
+        # the point returned).
+        pinned_y, pinned_w = hi[:d] | lo[:d], hi[d:] | lo[d:]
+        free = dataclasses.replace(
+            data,
+            lb_y=jnp.where(pinned_y, -jnp.inf, data.lb_y),
+            ub_y=jnp.where(pinned_y, jnp.inf, data.ub_y),
+            lb_w=jnp.where(pinned_w, -jnp.inf, data.lb_w),
+            ub_w=jnp.where(pinned_w, jnp.inf, data.ub_w),
+        )
+        polished = (
+            jnp.all(jnp.isfinite(candidate))
+            & (wrong_sign <= bound)
+            & (problem.violation(candidate, free) <= bound)
+        )
+        y = stored(jnp.where(polished, candidate, y))
     rhs = jnp.concatenate([data.q, pinned, -data.cone_offset])
     # The cone rows' values M y + o are of the order of y, not small: what
     # rounding takes from them (r_low) is carried along, for the faces.
@@ -306,4 +349,7 @@ def _refine(problem, rows, residual, y, data, flags, pre):
         & (after <= before + 64 * eps * size)
         & (moved <= jnp.maximum(jnp.sqrt(eps) * size, _MOVE_FACTOR * before))
     )
-    return jnp.where(keep, fix, y), jnp.where(keep, after, before)
+    viol = jnp.where(keep, after, before)
+    if y_raw is not None:
+        polished = polished & (viol <= bound)
+    return jnp.where(keep, fix, y), viol, polished

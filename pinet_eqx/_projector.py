@@ -96,9 +96,14 @@ class Projector(eqx.Module):
         simplex blocks linearised on their active face (the surface of a
         second-order cone, the facet of an $\\ell_1$ cone, and so on). The
         result is kept only where it is finite, no less feasible and a small
-        move. `True` refines in both modes; `False` turns it off. Gradients are
-        those of the unrefined map (the correction is at rounding level near
-        the solution).
+        move. In inference mode, polyhedral sets with fixed matrices are first
+        polished: $y_{raw}$ is projected onto the face of the active set, and
+        where that point meets the optimality conditions (feasible, multipliers
+        of the right signs) it is the projection, the refinement starts from
+        it and the instance is reported successful. `True` refines in both
+        modes; `False` turns it off (and the polish). Gradients are those of
+        the unrefined map (the correction is at rounding level near the
+        solution).
     - `unroll`, `n_iter_bwd`, `bwd_rtol`, `bwd_atol`, `bwd_failure`,
         `equilibrate_iters`, `equilibrate_tol`, `equilibrate_mode`,
         `equilibrate_y`: deprecated aliases (with a `DeprecationWarning`) for

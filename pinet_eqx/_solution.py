@@ -40,9 +40,12 @@ class ProjectionSolution(eqx.Module):
         original coordinates (the same number as `Projector.violation`).
     - `fixed_point_residual`: $\\max |t_K - z_K|$ in the user's coordinates: how far
         the iteration is from a fixed point.
-    - `result`: `RESULTS.successful` when both residuals are at most `tol`;
-        otherwise `RESULTS.infeasible` when the iterates certify that the
-        constraint set is empty, else `RESULTS.max_steps_reached`.
+    - `result`: `RESULTS.successful` when both residuals are at most `tol`,
+        or when the inference polish certified `y` as the projection (it meets
+        the optimality conditions to `tol`; polyhedral sets with fixed
+        matrices, see `Projector`'s `refine`); otherwise `RESULTS.infeasible`
+        when the iterates certify that the constraint set is empty, else
+        `RESULTS.max_steps_reached`.
     """
 
     y: Float[Array, " d"]

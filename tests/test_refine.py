@@ -11,8 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import (
+    assert_close,
+    clarabel_project,
     clarabel_project_sets,
+    constraints_of,
     random_instance,
+    random_polytope,
     random_set_spec,
     spec_violation,
     to_pinet,
@@ -159,6 +163,28 @@ def test_refined_solution_reports_the_violation_of_its_output():
     assert np.asarray(solve(False).primal_residual).min() > 1e-6
     assert violation.max() <= 1e-12
     np.testing.assert_allclose(sol.primal_residual, violation, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("cap", [40, 160])
+def test_polish_certifies_projections_before_the_iteration_converges(cap):
+    """At inference, a polytope with fixed matrices is polished: `y_raw` is
+    projected onto the face of the iterate's active set, and the instance is
+    reported successful where that point meets the optimality conditions, long
+    before the iteration itself reaches `tol`. Every instance so reported is
+    the projection (Clarabel); the others are reported as not converged."""
+    rng = np.random.default_rng(11)
+    poly = random_polytope(rng, 20, 4, 15)
+    Y = jnp.asarray(poly.y_feas + 3 * rng.normal(size=(16, 20)))
+    solver = pe.DouglasRachford(n_iter_test=cap, n_iter_test_max=cap)
+    proj = pe.Projector(constraints_of(poly), solver=solver, inference=True)
+    sol = jax.vmap(proj.solve)(Y)
+    certified = np.asarray(sol.result == pe.RESULTS.successful)
+    for i in np.flatnonzero(certified):
+        assert_close(sol.y[i], clarabel_project(np.asarray(Y[i]), poly), atol=1e-8)
+    converged = jax.vmap(proj.with_settings(refine=False).solve)(Y).result
+    n_converged = int(np.sum(np.asarray(converged == pe.RESULTS.successful)))
+    if cap == 160:
+        assert n_converged <= 4 and certified.sum() >= 14, (n_converged, certified)
 
 
 @pytest.mark.slow
