@@ -366,22 +366,23 @@ def refine(r, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
     return y - jnp.concatenate([r[:m_eq], zeta]) @ fixed.lift.astype(y.dtype)
 
 
-def polish(fixed: FixedRows, y_raw, data: InstanceData, hi, lo, box, solver):
+def polish(fixed: FixedRows | None, y_raw, data: InstanceData, hi, lo, box, solver):
     """The projection of $y_{raw}$ onto the face of the active set, and how far
     its multipliers are from the signs of an optimum.
 
     On the face $\\{E y = q,\\ B_a y = h_a\\}$ of the rows flagged active at
     the iterate (`hi`, `lo`, see `activity`), the projection is
     $y_{raw} - E^\\top \\mu - B_a^\\top \\lambda_a$, one solve of the
-    active-row system (`_fixed_tangent` applied to the values rather than to
-    tangents). It is the projection onto the whole set exactly when it is
-    feasible and every multiplier has the sign of its bound: $\\lambda_i \\ge
-    0$ on a row pinned to its upper bound, $\\le 0$ on the lower one (the KKT
+    active-row system: `_fixed_tangent` applied to the values rather than to
+    tangents for fixed matrices (`fixed`), else the rows $[E; C; I_{box}]$ of
+    `data`. It is the projection onto the whole set exactly when it is feasible
+    and every multiplier has the sign of its bound: $\\lambda_i \\ge 0$ on a
+    row pinned to its upper bound, $\\le 0$ on the lower one (the KKT
     conditions; the caller checks feasibility).
 
     **Returns:** `(y, wrong_sign)`: the point, and the largest multiplier of
-    the wrong sign (0 if none), in the units of $y$ (rows scaled to unit length
-    in $\\ker E$).
+    the wrong sign (0 if none), in the units of $y$ (rows scaled to unit
+    length, in $\\ker E$ for fixed matrices).
     """
     d = y_raw.shape[0]
     box = np.asarray(box, np.int32)
@@ -392,8 +393,20 @@ def polish(fixed: FixedRows, y_raw, data: InstanceData, hi, lo, box, solver):
         _rows(data.ub_y, data.ub_w, box),
         jnp.where(lo, _rows(data.lb_y, data.lb_w, box), 0.0),
     )
-    active = (hi | lo) & fixed.usable
-    y, zeta = _fixed_tangent(fixed, active, y_raw, data.q, bound, solver)
+    if fixed is not None:
+        active = (hi | lo) & fixed.usable
+        y, zeta = _fixed_tangent(fixed, active, y_raw, data.q, bound, solver)
+    else:
+        assert data.E is not None and data.C is not None  # per-instance rows
+        m_eq = data.q.shape[0]
+        M = jnp.concatenate([data.E, data.C, jnp.eye(d, dtype=y_raw.dtype)[box]])
+        Ms, scale, usable = unit_rows(M)
+        pinned = jnp.concatenate([jnp.ones(m_eq, bool), hi | lo]) & usable
+        h = jnp.concatenate([data.q, bound])
+        rhs = jnp.where(pinned, Ms @ y_raw - scale * h, 0.0)
+        zeta = solve_rows(Ms, pinned, rhs, solver)
+        y = y_raw - zeta @ Ms
+        active, zeta = pinned[m_eq:], zeta[m_eq:]
     wrong = jnp.where(active & hi, -zeta, jnp.where(active & lo, zeta, 0.0))
     return y, jnp.max(wrong, initial=0.0)
 

@@ -137,9 +137,8 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
             flags = _active_set.activity(s, P, op, z)
             if problem.groups:
                 pre = dr.cone_argument(s, z, P)
-        # At inference, polyhedral sets with fixed matrices are first polished
-        # (see `_refine`).
-        polish = rows is not None and proj.inference
+        # At inference, polyhedral sets are first polished (see `_refine`).
+        polish = not problem.groups and proj.inference
         fix, viol, polished = _refine(
             problem, rows, refinement, y_plain, data, flags, pre,
             y_raw if polish else None, status_tol,
@@ -224,7 +223,7 @@ def _refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     of the point returned (see `LiftedProblem.violation`), from its residual;
     and whether it was polished.
 
-    With `y_raw` (polyhedral sets with fixed matrices), `y` is first polished:
+    With `y_raw` (polyhedral sets), `y` is first polished:
     replaced by the projection of `y_raw` onto the face of its active set
     (`_active_set.polish`) where that point satisfies the optimality conditions
     to `tol` (raised to the rounding of its values): it is feasible, and its
@@ -297,7 +296,6 @@ def _refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
 
     polished = jnp.asarray(False)
     if y_raw is not None:
-        assert rows is not None
         y_raw = jax.lax.stop_gradient(y_raw)
         # Its multipliers' signs are tested, so its solve runs to full accuracy.
         accurate = ConjugateGradient(rtol=default_rtol(y.dtype), on_failure="ignore")

@@ -96,7 +96,7 @@ class Projector(eqx.Module):
         simplex blocks linearised on their active face (the surface of a
         second-order cone, the facet of an $\\ell_1$ cone, and so on). The
         result is kept only where it is finite, no less feasible and a small
-        move. In inference mode, polyhedral sets with fixed matrices are first
+        move. In inference mode, polyhedral sets (no cones) are first
         polished: $y_{raw}$ is projected onto the face of the active set, and
         where that point meets the optimality conditions (feasible, multipliers
         of the right signs) it is the projection, the refinement starts from

@@ -42,9 +42,9 @@ class ProjectionSolution(eqx.Module):
         the iteration is from a fixed point.
     - `result`: `RESULTS.successful` when both residuals are at most `tol`,
         or when the inference polish certified `y` as the projection (it meets
-        the optimality conditions to `tol`; polyhedral sets with fixed
-        matrices, see `Projector`'s `refine`); otherwise `RESULTS.infeasible`
-        when the iterates certify that the constraint set is empty, else
+        the optimality conditions to `tol`; polyhedral sets, see
+        `Projector`'s `refine`); otherwise `RESULTS.infeasible` when the
+        iterates certify that the constraint set is empty, else
         `RESULTS.max_steps_reached`.
     """
 

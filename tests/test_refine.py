@@ -165,23 +165,32 @@ def test_refined_solution_reports_the_violation_of_its_output():
     np.testing.assert_allclose(sol.primal_residual, violation, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("matrices", ["fixed", "per_instance"])
 @pytest.mark.parametrize("cap", [40, 160])
-def test_polish_certifies_projections_before_the_iteration_converges(cap):
-    """At inference, a polytope with fixed matrices is polished: `y_raw` is
-    projected onto the face of the iterate's active set, and the instance is
-    reported successful where that point meets the optimality conditions, long
-    before the iteration itself reaches `tol`. Every instance so reported is
-    the projection (Clarabel); the others are reported as not converged."""
+def test_polish_certifies_projections_before_the_iteration_converges(cap, matrices):
+    """At inference, a polytope is polished: `y_raw` is projected onto the face
+    of the iterate's active set, and the instance is reported successful where
+    that point meets the optimality conditions, long before the iteration
+    itself reaches `tol`. Every instance so reported is the projection
+    (Clarabel); the others are reported as not converged."""
     rng = np.random.default_rng(11)
     poly = random_polytope(rng, 20, 4, 15)
     Y = jnp.asarray(poly.y_feas + 3 * rng.normal(size=(16, 20)))
+    constraints, params = constraints_of(poly), {}
+    if matrices == "per_instance":
+        constraints[0] = pe.Equality(pe.Parameter("E", shape=poly.E.shape), poly.b)
+        params = {"E": jnp.broadcast_to(poly.E, (16, *poly.E.shape))}
     solver = pe.DouglasRachford(n_iter_test=cap, n_iter_test_max=cap)
-    proj = pe.Projector(constraints_of(poly), solver=solver, inference=True)
-    sol = jax.vmap(proj.solve)(Y)
+    proj = pe.Projector(constraints, solver=solver, inference=True)
+
+    def solve(proj):
+        return jax.vmap(lambda y, p: proj.solve(y, **p))(Y, params)
+
+    sol = solve(proj)
     certified = np.asarray(sol.result == pe.RESULTS.successful)
     for i in np.flatnonzero(certified):
         assert_close(sol.y[i], clarabel_project(np.asarray(Y[i]), poly), atol=1e-8)
-    converged = jax.vmap(proj.with_settings(refine=False).solve)(Y).result
+    converged = solve(proj.with_settings(refine=False)).result
     n_converged = int(np.sum(np.asarray(converged == pe.RESULTS.successful)))
     if cap == 160:
         assert n_converged <= 4 and certified.sum() >= 14, (n_converged, certified)
