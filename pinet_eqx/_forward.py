@@ -35,6 +35,9 @@ _REFINE_STEPS = 2
 # A refinement may move y by at most this multiple of the violation it removes
 # (or by sqrt(eps) relative, whichever is larger): see `_refine_active`.
 _MOVE_FACTOR = 100
+# A polished point may miss its active rows by at most this multiple of the
+# tolerance before the refinement (see `_refine`).
+_POLISH_SLACK = 100
 
 
 def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
@@ -295,6 +298,7 @@ def _refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
             )  # fmt: skip
 
     polished = jnp.asarray(False)
+    iterate = y
     if y_raw is not None:
         y_raw = jax.lax.stop_gradient(y_raw)
         # Its multipliers' signs are tested, so its solve runs to full accuracy.
@@ -305,7 +309,9 @@ def _refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
         bound = dr.resolvable_tol(tol, jnp.max(jnp.abs(candidate)))
         # It must satisfy the rows it leaves free; the active ones it meets to
         # its solve's accuracy, and the refinement closes that gap (checked on
-        # the point returned).
+        # the point returned), up to `_POLISH_SLACK` times the tolerance (more
+        # means a badly conditioned active set, where the refinement is no
+        # more reliable than the solve).
         pinned_y, pinned_w = hi[:d] | lo[:d], hi[d:] | lo[d:]
         free = dataclasses.replace(
             data,
@@ -318,6 +324,7 @@ def _refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
             jnp.all(jnp.isfinite(candidate))
             & (wrong_sign <= bound)
             & (problem.violation(candidate, free) <= bound)
+            & (problem.violation(candidate, data) <= _POLISH_SLACK * bound)
         )
         y = stored(jnp.where(polished, candidate, y))
     rhs = jnp.concatenate([data.q, pinned, -data.cone_offset])
@@ -347,7 +354,13 @@ def _refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
         & (after <= before + 64 * eps * size)
         & (moved <= jnp.maximum(jnp.sqrt(eps) * size, _MOVE_FACTOR * before))
     )
-    viol = jnp.where(keep, after, before)
+    out, viol = jnp.where(keep, fix, y), jnp.where(keep, after, before)
     if y_raw is not None:
-        polished = polished & (viol <= bound)
-    return jnp.where(keep, fix, y), viol, polished
+        # A polished point that ends above the tolerance is not certified; the
+        # iterate, as the iteration left it, is then no worse.
+        certified = viol <= bound
+        failed = polished & ~certified
+        out = jnp.where(failed, iterate, out)
+        viol = jnp.where(failed, problem.violation(iterate, data), viol)
+        polished = polished & certified
+    return out, viol, polished

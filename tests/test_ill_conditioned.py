@@ -89,6 +89,10 @@ def test_badly_conditioned_polytopes_are_accurate_or_reported(kind):
         Y = poly.y_feas + 3 * rng.normal(size=(4, D))
         sol = jax.jit(jax.vmap(eqx.nn.inference_mode(proj).solve))(Y)
         successful = np.asarray(sol.result == pe.RESULTS.successful)
+        # The polish and refinement never lose an instance the iteration got.
+        plain = jax.vmap(eqx.nn.inference_mode(proj.with_settings(refine=False)).solve)
+        converged = np.asarray(plain(Y).result == pe.RESULTS.successful)
+        assert np.all(successful | ~converged), (kind, successful, converged)
         for i, y in enumerate(np.asarray(sol.y)):
             violation = relative_violation(truth, y)
             distance = np.abs(y - clarabel_project(Y[i], truth)).max()
