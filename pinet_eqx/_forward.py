@@ -226,13 +226,14 @@ def _refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     of the point returned (see `LiftedProblem.violation`), from its residual;
     and whether it was polished.
 
-    With `y_raw` (polyhedral sets), `y` is first polished:
-    replaced by the projection of `y_raw` onto the face of its active set
+    With `y_raw` (polyhedral sets), `y` is first polished: replaced by the
+    projection of `y_raw` onto the face of its active set
     (`_active_set.polish`) where that point satisfies the optimality conditions
     to `tol` (raised to the rounding of its values): it is feasible, and its
     multipliers have the signs of their bounds. It is then the projection,
     however far the iteration was from converging, and the refinement starts
-    from it.
+    from it. If the refined point still misses `tol`, the iterate is returned
+    unrefined.
 
     Polyhedral sets with fixed matrices use the host-eliminated active-set solve
     (`_active_set.refine`); every other set the general one (`_polish.step`),
