@@ -3,8 +3,8 @@
 # test of the library on the device; the training-step benchmark at XLA's
 # default precision (TF32 for the reference on an H100; ours must keep its
 # full-precision gradients); the training-step benchmark with the reference at
-# "highest" float32 matmul precision (issue 13's target), with a candidate
-# backward solve beside our defaults; inference feasibility at the library's
+# "highest" float32 matmul precision (issue 13's target), with two candidates
+# beside our defaults (a direct backward solve, a one-product affine projection); inference feasibility at the library's
 # defaults on the DC3 cases (issue 15); the first call of the paper-recipe
 # training step split into trace, lower and compile; and the paper-recipe DC3
 # training of both.
@@ -125,7 +125,7 @@ step training_step_default 120 "${ts[@]}" --out "$out/training_step_default.json
 # active-set system in the backward pass, fewer and larger kernels than the
 # default conjugate gradients' loop (slower on a CPU; unmeasured on a GPU).
 step training_step_highest 180 env JAX_DEFAULT_MATMUL_PRECISION=highest \
-  "${ts[@]}" --variants cholesky --out "$out/training_step_highest.json"
+  "${ts[@]}" --variants cholesky dense --out "$out/training_step_highest.json"
 
 # Inference feasibility and latency at the library's defaults (issue 15), on the
 # DC3 cases: their floors come from SciPy, where the cone, MPC and motion cases

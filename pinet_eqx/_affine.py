@@ -14,6 +14,11 @@ fewer flops per iteration:
     \\tilde C^\\top s_w) + L q$, $\\tilde w = \\tilde C \\tilde y$: $d^2 + 2md$
     multiply-adds. Cheaper when there are few equalities.
 
+- `DenseProjection`: $P$ itself, $(d + m)^2$ multiply-adds in one product. More
+    flops, but one matrix product per iteration where the others take two: on a
+    GPU, where small batched products are bound by kernel launches, that may be
+    the cheaper (never chosen by `"auto"`).
+
 - `RangeProjection`: $\\Pi(s) = s - Q Q^\\top s + Q R^{-\\top} \\tilde b$ from a
     reduced QR of the lifted matrix's transpose, computed per instance in JAX when
     a matrix is a per-instance `Parameter` (differentiable, batched by `jax.vmap`).
@@ -94,6 +99,21 @@ class NullspaceProjection(AbstractAffineProjection):
 
     def project(self, s, part):
         return _times_transpose(s @ self.N, self.N) + part
+
+
+class DenseProjection(AbstractAffineProjection):
+    """$\\Pi(s) = P s + P_q^\\top q$, with $P = N N^\\top$ stored (symmetric)."""
+
+    P_s: Float[Array, "n n"]
+    P: Float[Array, "m_eq n"]
+    d_y: Float[Array, " d"]
+    d_w: Float[Array, " m"]
+
+    def particular(self, q):
+        return q @ self.P
+
+    def project(self, s, part):
+        return s @ self.P_s + part
 
 
 class EliminatedProjection(AbstractAffineProjection):
@@ -203,7 +223,8 @@ def build_affine_projection(
     - `equilibration`: the settings of the modified Ruiz equilibration (paper
         App. H.1) of the lifted matrix $[E\\ 0;\\ C\\ -I]$, whose column scaling
         is used; `None` for none.
-    - `form`: `"nullspace"`, `"eliminated"`, or `"auto"` (fewest flops).
+    - `form`: `"nullspace"`, `"eliminated"`, `"dense"`, or `"auto"` (fewest
+        flops: one of the first two).
     - `column_groups`: group labels for the lifted columns that must share one
         scale (the auxiliary variables of one cone block).
 
@@ -253,6 +274,12 @@ def build_affine_projection(
     if form == "nullspace":
         N = Q[:, rank:]
         op = NullspaceProjection(N=jnp.asarray(N), P=jnp.asarray(P), **common)
+    elif form == "dense":
+        N = Q[:, rank:]
+        # Symmetric in exact arithmetic; symmetrise so `s @ P_s` is `P_s @ s`.
+        P_s = N @ N.T
+        P_s = 0.5 * (P_s + P_s.T)
+        op = DenseProjection(P_s=jnp.asarray(P_s), P=jnp.asarray(P), **common)
     elif form == "eliminated":
         Q_y = Q[:d, :rank]
         K = np.eye(d) - Q_y @ Q_y.T
@@ -266,8 +293,8 @@ def build_affine_projection(
         )
     else:
         raise ValueError(
-            f"Projector(affine_form={form!r}): must be 'auto', 'nullspace' or "
-            "'eliminated'."
+            f"Projector(affine_form={form!r}): must be 'auto', 'nullspace', "
+            "'eliminated' or 'dense'."
         )
     dropped = np.setdiff1d(np.arange(m_eq), keep)
     info = FactorisationInfo(dropped_rows=dropped, P_y=P[:, :d], d_y=d_y)

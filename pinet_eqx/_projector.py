@@ -82,7 +82,9 @@ class Projector(eqx.Module):
         `Equilibration` with other settings, or `False` for none.
     - `affine_form`: how the affine projection is factorised: `"nullspace"`
         ($2k(d+m)$ flops per iteration, $k = d - \\mathrm{rank}(E)$),
-        `"eliminated"` ($d^2 + 2md$), or `"auto"` (the cheaper). Both are exact.
+        `"eliminated"` ($d^2 + 2md$), `"dense"` ($(d + m)^2$ in a single
+        matrix product, which may suit a GPU), or `"auto"` (the cheaper of the
+        first two). All are exact.
     - `check_inputs`: check at run time that `y_raw` is finite and that
         parameterised bounds are ordered (`eqx.error_if`).
     - `dim`: the output dimension $d$, only needed when no constraint implies it.
@@ -135,7 +137,7 @@ class Projector(eqx.Module):
         tol: float | None = None,
         adjoint: AbstractAdjoint | None = None,
         equilibrate: bool | Equilibration = True,
-        affine_form: Literal["auto", "nullspace", "eliminated"] = "auto",
+        affine_form: Literal["auto", "nullspace", "eliminated", "dense"] = "auto",
         check_inputs: bool = True,
         dim: int | None = None,
         inference: bool = False,

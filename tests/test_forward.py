@@ -20,16 +20,22 @@ KINDS = {
 ACCURATE = dict(n_iter=100_000, tol=1e-10, sigma=0.1)
 
 
-# "mixed" has every kind of row: the fast tier runs it in both affine forms, once
-# with and once without equilibration; `pytest -m slow` runs every combination.
+# "mixed" has every kind of row: the fast tier runs it in every affine form,
+# with and without equilibration; `pytest -m slow` runs every combination.
+FAST = {
+    ("nullspace", True, "mixed"),
+    ("eliminated", False, "mixed"),
+    ("dense", True, "mixed"),
+}
+
+
 @pytest.mark.parametrize(
     "affine_form, equilibrate, kind",
     [
         (form, eq, kind)
-        if (form, eq, kind)
-        in {("nullspace", True, "mixed"), ("eliminated", False, "mixed")}
+        if (form, eq, kind) in FAST
         else pytest.param(form, eq, kind, marks=pytest.mark.slow)
-        for form in ("nullspace", "eliminated")
+        for form in ("nullspace", "eliminated", "dense")
         for eq in (True, False)
         for kind in KINDS
     ],
