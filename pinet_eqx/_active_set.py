@@ -237,22 +237,30 @@ def _project_jvp(primals, tangents, *, forward, fixed, cfg):
     solver, box = cfg[3], np.asarray(cfg[4], np.int32)
     # Symbolic-zero tangents (data that is not differentiated) become zeros.
     t = jax.tree.map(_zeros_if_none, t_in, inputs, is_leaf=lambda x: x is None)
-    d = y.shape[0]
-    hi = _rows(hi[:d], hi[d:], box)
-    lo = _rows(lo[:d], lo[d:], box)
-    dh = jnp.where(
-        hi,
-        _rows(t.data.ub_y, t.data.ub_w, box),
-        jnp.where(lo, _rows(t.data.lb_y, t.data.lb_w, box), 0.0),
-    )
+    hi, lo, dh = _pinned(hi, lo, t.data, box)
     if fixed is not None:
         dy, _ = _fixed_tangent(
             fixed, (hi | lo) & fixed.usable, t.y_raw, t.data.q, dh, solver
         )
     else:
         moving = t_in.data.E is not None or t_in.data.C is not None
-        dy = _general_tangent(inputs, t, y, hi | lo, dh, box, moving, solver)
+        dy, _ = _general_tangent(inputs, t, y, hi | lo, dh, box, moving, solver)
     return out, (dy, (None,) * 5)
+
+
+def _pinned(hi, lo, data: InstanceData, box):
+    """The activity flags ($y$'s coordinates, then the inequality rows) in the
+    layout of `_rows`, and each row's bound in `data` where it is pinned to
+    one (0 elsewhere)."""
+    d = data.lb_y.shape[0]
+    hi = _rows(hi[:d], hi[d:], box)
+    lo = _rows(lo[:d], lo[d:], box)
+    bound = jnp.where(
+        hi,
+        _rows(data.ub_y, data.ub_w, box),
+        jnp.where(lo, _rows(data.lb_y, data.lb_w, box), 0.0),
+    )
+    return hi, lo, bound
 
 
 def unit_rows(M):
@@ -310,7 +318,10 @@ def _fixed_multipliers(fixed: FixedRows, active, dq, dh, solver, moved=0.0):
 
 def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solver):
     """The tangent with per-instance matrices: rows $M = [E; C; I_{box}]$ over
-    all of $y$, the equality rows always active."""
+    all of $y$, the equality rows always active; returns $(\\dot y, \\zeta)$.
+
+    Without `moving` rows the map is affine in its arguments' values too, as
+    `_fixed_tangent` is (see `polish`)."""
     d = y.shape[0]
     dtype = y.dtype
     E, C = inputs.data.E, inputs.data.C
@@ -332,7 +343,7 @@ def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solv
         dh = dh - dM @ y
     rhs = jnp.where(active, Ms @ r - scale * dh, 0.0)
     zeta = solve_rows(Ms, active, rhs, solver)
-    return r - zeta @ Ms
+    return r - zeta @ Ms, zeta
 
 
 def refine(r, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
@@ -373,41 +384,30 @@ def polish(fixed: FixedRows | None, y_raw, data: InstanceData, hi, lo, box, solv
     On the face $\\{E y = q,\\ B_a y = h_a\\}$ of the rows flagged active at
     the iterate (`hi`, `lo`, see `activity`), the projection is
     $y_{raw} - E^\\top \\mu - B_a^\\top \\lambda_a$, one solve of the
-    active-row system: `_fixed_tangent` applied to the values rather than to
-    tangents for fixed matrices (`fixed`), else the rows $[E; C; I_{box}]$ of
-    `data`. It is the projection onto the whole set exactly when it is feasible
-    and every multiplier has the sign of its bound: $\\lambda_i \\ge 0$ on a
-    row pinned to its upper bound, $\\le 0$ on the lower one (the KKT
-    conditions; the caller checks feasibility).
+    active-row system: the tangent map (`_fixed_tangent` for fixed matrices,
+    `fixed`, else `_general_tangent` with the rows of `data`) applied to the
+    values rather than to tangents. It is the projection onto the whole set
+    exactly when it is feasible and every multiplier has the sign of its bound:
+    $\\lambda_i \\ge 0$ on a row pinned to its upper bound, $\\le 0$ on the
+    lower one (the KKT conditions; the caller checks feasibility).
 
     **Returns:** `(y, wrong_sign)`: the point, and the largest multiplier of
     the wrong sign (0 if none), in the units of $y$ (rows scaled to unit
     length, in $\\ker E$ for fixed matrices).
     """
-    d = y_raw.shape[0]
     box = np.asarray(box, np.int32)
-    hi = _rows(hi[:d], hi[d:], box)
-    lo = _rows(lo[:d], lo[d:], box) & ~hi
-    bound = jnp.where(
-        hi,
-        _rows(data.ub_y, data.ub_w, box),
-        jnp.where(lo, _rows(data.lb_y, data.lb_w, box), 0.0),
-    )
+    hi, lo, bound = _pinned(hi, lo, data, box)
     if fixed is not None:
         active = (hi | lo) & fixed.usable
         y, zeta = _fixed_tangent(fixed, active, y_raw, data.q, bound, solver)
     else:
-        assert data.E is not None and data.C is not None  # per-instance rows
-        m_eq = data.q.shape[0]
-        M = jnp.concatenate([data.E, data.C, jnp.eye(d, dtype=y_raw.dtype)[box]])
-        Ms, scale, usable = unit_rows(M)
-        pinned = jnp.concatenate([jnp.ones(m_eq, bool), hi | lo]) & usable
-        h = jnp.concatenate([data.q, bound])
-        rhs = jnp.where(pinned, Ms @ y_raw - scale * h, 0.0)
-        zeta = solve_rows(Ms, pinned, rhs, solver)
-        y = y_raw - zeta @ Ms
-        active, zeta = pinned[m_eq:], zeta[m_eq:]
-    wrong = jnp.where(active & hi, -zeta, jnp.where(active & lo, zeta, 0.0))
+        values = Inputs(y_raw, data)
+        y, zeta = _general_tangent(
+            values, values, y_raw, hi | lo, bound, box, False, solver
+        )
+        zeta = zeta[data.q.shape[0] :]
+    # The solve leaves zeta = 0 on the rows it leaves out.
+    wrong = jnp.where(hi, -zeta, jnp.where(lo, zeta, 0.0))
     return y, jnp.max(wrong, initial=0.0)
 
 
