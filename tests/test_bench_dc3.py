@@ -67,10 +67,10 @@ def instances(tmp_path_factory, cache):
     return folder
 
 
-@pytest.mark.parametrize("method, overrides", METHODS)
-def test_method_end_to_end(method, overrides, results, cache, instances):
-    record, folder, _ = train(
-        "convex",
+def _train(problem, method, overrides, results, cache, instances=None):
+    """`train` on the tiny problem, quietly, into `results`."""
+    return train(
+        problem,
         "tiny",
         method,
         overrides=overrides,
@@ -78,6 +78,18 @@ def test_method_end_to_end(method, overrides, results, cache, instances):
         repeats=2,
         quiet=True,
         cache_dir=cache,
+        instances=instances,
+    )
+
+
+@pytest.mark.parametrize("method, overrides", METHODS)
+def test_method_end_to_end(method, overrides, results, cache, instances):
+    record, folder, _ = _train(
+        "convex",
+        method,
+        overrides,
+        results,
+        cache,
         instances=instances if method == "pinet" else None,
     )
     saved = json.loads((folder / "results.json").read_text())
@@ -115,16 +127,7 @@ def test_method_end_to_end(method, overrides, results, cache, instances):
 
 def test_nonconvex_pinet_feasible(results, cache):
     # The non-convex optima come from IPOPT (casadi), independently of us.
-    record, _, _ = train(
-        "nonconvex",
-        "tiny",
-        "pinet",
-        overrides=EPOCHS,
-        out=results,
-        repeats=2,
-        quiet=True,
-        cache_dir=cache,
-    )
+    record, _, _ = _train("nonconvex", "pinet", EPOCHS, results, cache)
     assert record["metrics"]["cv_max"] <= 1e-5
     assert 0 <= record["metrics"]["rs_mean"] < 1
 
@@ -145,16 +148,7 @@ def test_report_renders(results, cache):
     # has its own `results`); the missing ones are then made here.
     for problem, method, overrides in REPORTED:
         if not (results / f"{problem}-tiny" / method).is_dir():
-            train(
-                problem,
-                "tiny",
-                method,
-                overrides=overrides,
-                out=results,
-                repeats=2,
-                quiet=True,
-                cache_dir=cache,
-            )
+            _train(problem, method, overrides, results, cache)
     written = report(results)
     pngs = [p for p in written if p.suffix == ".png"]
     assert {p.name for p in pngs} >= {
