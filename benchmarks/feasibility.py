@@ -33,12 +33,16 @@ instances the floor was computed for); float64 max CV at most $10^{-9}$.
 
     python -m benchmarks.feasibility [--cases ...] [--dtypes float32 float64]
         [--instances DIR] [--n N] [--no-timing] [--out PATH] [--markdown PATH]
+        [--cache DIR [--prepare-only]]
 
 `--instances` points at the folder of the paper's DC3 files
 (`dc3_random_{simple,nonconvex}_dataset_*{valid,test}.npz`); without it the DC3
 instances are generated with `pinet_eqx.problems.make_dc3` (the same data) and
 their optima solved here. The record (JSON) holds every number; the Markdown
-tables go to standard output (and to `--markdown`).
+tables go to standard output (and to `--markdown`). `--cache DIR` keeps the
+instances and their exact projections in `DIR`, and `--prepare-only` stops
+after making them: `benchmarks/gpu.sh` runs every case on a GPU machine that
+lacks the solvers (cvxpy, OSQP, IPOPT) from a cache prepared on a CPU.
 """
 
 from __future__ import annotations
@@ -1061,11 +1065,59 @@ def parser() -> argparse.ArgumentParser:
         default=1.0,
         help="multiply every case's timed repeats (at least 2)",
     )
+    p.add_argument(
+        "--cache",
+        type=pathlib.Path,
+        help="folder for the instances and their exact projections: read from it "
+        "where an earlier run with the same settings wrote them, written otherwise "
+        "(a GPU machine without cvxpy, OSQP or IPOPT can then run every case)",
+    )
+    p.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="with --cache: fill it, and stop before the workers",
+    )
     p.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help="JSON record")
     p.add_argument("--markdown", type=pathlib.Path, help="also write the tables here")
     p.add_argument("--worker", choices=DTYPES, help=argparse.SUPPRESS)
     p.add_argument("--folder", type=pathlib.Path, help=argparse.SUPPRESS)
     return p
+
+
+def _instances_and_floor(name: str, args) -> tuple[CaseData, dict]:
+    """A case's instances and their exact projections: built and solved here,
+    or read from `args.cache` where an earlier run with the same case, `--n`,
+    `--n-floor`, `--seed` and `--instances` left them (and written there
+    otherwise)."""
+    case = CASES[name]
+    n = args.n or case.n
+    n_floor = args.n_floor or case.n_floor or n
+    # The folder's name, not its path: a GPU machine reads a copy elsewhere.
+    instances = None if args.instances is None else args.instances.name
+    key = {"case": name, "n": n, "n_floor": n_floor, "seed": args.seed,
+           "instances": instances}  # fmt: skip
+    stem = f"{name}-n{n}-floor{n_floor}-seed{args.seed}"
+    if args.cache is not None:
+        meta = args.cache / f"{stem}.floor.json"
+        if meta.exists():
+            cached = json.loads(meta.read_text())
+            if cached["key"] == key:
+                log(f"{name}: instances and exact projections from {args.cache}")
+                return CaseData.load(args.cache / f"{stem}.npz"), cached["floor"]
+    build, _, _ = case.make()
+    log(f"{name}: instances and optima")
+    data = build(n, args.seed, args.instances)
+    rows = np.arange(min(n_floor, data.n))
+    log(f"{name}: exact projections of {len(rows)} instances ({case.exact})")
+    # The Clarabel cross-check needs cvxpy, which a GPU machine may lack.
+    small = case.exact == "slack" and data.dim <= 100
+    check = 4 if small and importlib.util.find_spec("cvxpy") else 0
+    floor = exact_projections(data, rows, case.exact, check)
+    if args.cache is not None:
+        args.cache.mkdir(parents=True, exist_ok=True)
+        data.save(args.cache / f"{stem}.npz")
+        meta.write_text(json.dumps({"key": key, "floor": floor}))
+    return data, floor
 
 
 def run(args, argv=None) -> dict:
@@ -1082,6 +1134,7 @@ def run(args, argv=None) -> dict:
             f"<= {FLOOR_FACTOR} x floor",
             "f64_target": F64_TARGET,
             "seed": args.seed,
+            "cache": None if args.cache is None else str(args.cache),
         },
         "cases": {},
     }
@@ -1090,19 +1143,10 @@ def run(args, argv=None) -> dict:
         folder = pathlib.Path(tmp)
         for name in args.cases:
             case = CASES[name]
-            build, _, _ = case.make()
-            log(f"{name}: instances and optima")
             start = time.perf_counter()
-            data = build(args.n or case.n, args.seed, args.instances)
+            data, floor = _instances_and_floor(name, args)
             data.save(folder / f"{name}.npz")
             datasets[name] = data
-            n_floor = args.n_floor or case.n_floor or data.n
-            rows = np.arange(min(n_floor, data.n))
-            log(f"{name}: exact projections of {len(rows)} instances ({case.exact})")
-            # The Clarabel cross-check needs cvxpy, which a GPU machine may lack.
-            small = case.exact == "slack" and data.dim <= 100
-            check = 4 if small and importlib.util.find_spec("cvxpy") else 0
-            floor = exact_projections(data, rows, case.exact, check)
             record["cases"][name] = {
                 "description": case.description,
                 "info": data.info,
@@ -1139,6 +1183,13 @@ def main(argv=None) -> dict | None:
         _worker(
             args.worker, args.folder, args.cases, not args.no_timing, args.repeat_scale
         )
+        return None
+    if args.prepare_only:
+        if args.cache is None:
+            parser().error("--prepare-only needs --cache DIR")
+        for name in args.cases:
+            _instances_and_floor(name, args)
+        log(f"Instances and exact projections are in {args.cache}.")
         return None
     record = run(args, argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,19 +1,36 @@
 #!/usr/bin/env bash
-# One-shot GPU check, at most 8 minutes on an H100, most important first: a smoke
-# test of the library on the device; the training-step benchmark at XLA's
-# default precision (TF32 for the reference on an H100; ours must keep its
-# full-precision gradients); the training-step benchmark with the reference at
-# "highest" float32 matmul precision (issue 13's target), with two candidates
-# beside our defaults (a direct backward solve, a one-product affine projection); inference feasibility at the library's
-# defaults on the DC3 cases (issue 15); the first call of the paper-recipe
-# training step split into trace, lower and compile; and the paper-recipe DC3
-# training of both.
+# One-shot GPU check, at most 8 minutes on an H100. Steps run most important
+# first, each under its own timeout within a total budget, so that what the
+# budget cannot fit is what matters least:
+#   1. a smoke test of the library on the device;
+#   2. issue 13's unmet target (DC3 small, forward+backward against the
+#      reference at "highest" float32 precision), with two candidates beside
+#      our defaults (a direct backward solve, a one-product affine projection);
+#   3. issue 15 on the cases never measured on a GPU: inference feasibility at
+#      the library's defaults on DC3 large, the SOC benchmark, the toy MPC and
+#      motion planning H = 100, with the latency of DC3 large;
+#   4. the training-step benchmark at XLA's default precision (TF32 for the
+#      reference on an H100; our gradients must keep their full-precision
+#      accuracy there, fixed after the 2026-11-27 run);
+#   5. DC3 large at "highest" (its target met on 2026-11-27);
+#   6. feasibility and latency on DC3 small again (measured before the polish);
+#   7. the first call of the paper-recipe training step, split into trace,
+#      lower and compile; 8. the paper-recipe DC3 training of both (met on
+#      2026-11-27).
 #
 #   bash benchmarks/gpu.sh [OUT]
 #   PINET_WHEEL=wheels/pinet_hcnn-0.2.0-py3-none-any.whl bash benchmarks/gpu.sh OUT
 #
-# The feasibility steps need the paper's DC3 files (FEAS_INSTANCES, a folder;
-# default ../shared/data/dc3) and are skipped without them.
+# Prepare the machine's inputs on a CPU first (the GPU machine is offline and
+# lacks cvxpy, OSQP and IPOPT), in a minute or two:
+#   GPU_PREPARE=../shared/data/dc3 bash benchmarks/gpu.sh /tmp/gpu-prepare
+# writes .whl (the pinet-hcnn and beartype wheels), .gpu_data/dc3 (a copy of the
+# paper's DC3 files), .gpu_data/feasibility (every feasibility case's instances
+# and exact projections) and benchmarks/_out/dc3 (the DC3 training's IPOPT
+# solutions); carry those paths. Without FEAS_CACHE the feasibility steps
+# solve their cases on the GPU machine, which the cone, MPC and motion cases
+# cannot without cvxpy; without FEAS_INSTANCES (default ../shared/data/dc3)
+# they are skipped.
 #
 # On the lent H100 (2026-11-26) the Python with JAX is /opt/torch/.venv/bin/python3
 # and a symbolic link to it loses its packages (the venv is found from the path
@@ -22,36 +39,37 @@
 # 600 s limit with no output back, although every step has its own timeout: wrap
 # the whole script in `timeout` too, and set GPU_MIRROR to a folder (the device
 # tool's $OUT) to get GPU_MIRROR/progress.txt, each step's status and log tail,
-# written as the steps end. On 2026-11-27 the command below ran to the end in
-# 427 s (GPU_BUDGET_S=430, the device tool's timeout_s=540, the machine's start
-# about 30 s more); the reference's full-precision training then needed about
-# 100 s (its first step alone 35 s). The command used there (carry .whl with the
-# pinet-hcnn and beartype wheels, .gpu_data with a copy of the DC3 files, and
-# benchmarks/_out/dc3 with the cached IPOPT solutions, which need casadi):
+# written as the steps end. On 2026-11-27 the script (in an earlier order) ran
+# to the end in 427 s (GPU_BUDGET_S=430, the device tool's timeout_s=540, the
+# machine's start about 30 s more). The command, with
+# carry [".whl", ".gpu_data", "benchmarks/_out/dc3"]:
 #   mkdir -p /tmp/bin; printf '#!/bin/sh\nexec /opt/torch/.venv/bin/python3 "$@"\n' \
 #     >/tmp/bin/python; chmod +x /tmp/bin/python; export PATH=/tmp/bin:$PATH
 #   python -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 #   export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-#   FEAS_INSTANCES=.gpu_data/dc3 GPU_MIRROR=$OUT GPU_BUDGET_S=430 timeout -k 10 450 \
-#     bash benchmarks/gpu.sh /tmp/gpuout; tar czf $OUT/gpu.tgz -C /tmp/gpuout .
+#   FEAS_INSTANCES=.gpu_data/dc3 FEAS_CACHE=.gpu_data/feasibility GPU_MIRROR=$OUT \
+#     GPU_BUDGET_S=430 timeout -k 10 450 bash benchmarks/gpu.sh /tmp/gpuout; \
+#     tar czf $OUT/gpu.tgz -C /tmp/gpuout .
 #
 # OUT is $1, else $OUT, else results/gpu. Everything goes under it: one log per
-# step, training_step_{default,highest,highest_plain}.json, the DC3 runs under dc3/, and
-# status.txt (each step's exit status and seconds; 124 means it hit its timeout).
-# Each step runs under `timeout`, capped by what is left of a total budget of
-# GPU_BUDGET_S seconds (default 450), so a slow step cannot push the script past
-# 8 minutes; a failed step is recorded and the next one runs. If PINET_WHEEL is
-# set, the reference is installed from that wheel first (offline machines need
-# beartype already installed, or BEARTYPE to name its wheel).
+# step, training_step_*.json, feasibility_*.{json,md}, the DC3 runs under dc3/,
+# and status.txt (each step's exit status and seconds; 124 means it hit its
+# timeout). Each step runs under `timeout`, capped by what is left of a total
+# budget of GPU_BUDGET_S seconds (default 450), so a slow step cannot push the
+# script past 8 minutes; a failed step is recorded and the next one runs. If
+# PINET_WHEEL is set, the reference is installed from that wheel first
+# (offline machines need beartype already installed, or BEARTYPE to name its
+# wheel).
 #
 # For a dry run on a CPU with tiny settings:
 #   TS_SIZES=tiny TS_VARIANT_SIZES=tiny TS_PLAIN_SIZES= TS_REPEATS=2 TS_CHECK=4 \
-#     DC3_SIZE=tiny DC3_EPOCHS=1 bash benchmarks/gpu.sh /tmp/gpu-dry
+#     DC3_SIZE=tiny DC3_EPOCHS=1 FEAS_LARGE_CASES= FEAS_CASES=dc3-tiny-convex \
+#     FEAS_SMALL_CASES= FEAS_CACHE=/tmp/gpu-dry-cache bash benchmarks/gpu.sh /tmp/gpu-dry
 set -uo pipefail
 out="${1:-${OUT:-results/gpu}}"
 mkdir -p "$out"
 budget="${GPU_BUDGET_S:-450}"
-ts_sizes="${TS_SIZES:-small large}"
+ts_sizes="${TS_SIZES:-small}"
 ts_repeats="${TS_REPEATS:-10}"
 ts_check="${TS_CHECK:-32}"
 ts_variant_sizes="${TS_VARIANT_SIZES:-small}"
@@ -83,6 +101,57 @@ step() {
   return "$rc"
 }
 
+# 3, 6. Inference feasibility and latency at the library's defaults (issue 15).
+# The floors are exact projections computed in float64 on the host; FEAS_CACHE
+# (filled by GPU_PREPARE, below) brings them, and the instances, from a
+# CPU. DC3 large runs on FEAS_LARGE_N instances (without the cache its float64
+# optima take a minute of CPU); the cone, MPC and motion cases are timed at a
+# fifth of the repeats (their feasibility is what has not been measured).
+feas_instances="${FEAS_INSTANCES:-../shared/data/dc3}"
+feas_cache=()
+[ -n "${FEAS_CACHE:-}" ] && feas_cache=(--cache "$FEAS_CACHE")
+feas_new="${FEAS_CASES-soc-small toy-mpc motion-h100}"
+feas_small="${FEAS_SMALL_CASES-dc3-small-convex dc3-small-nonconvex}"
+feasibility() { # NAME LIMIT CASES ARGS...: nothing if CASES is empty
+  local name=$1 limit=$2 cases=$3
+  shift 3
+  [ -z "$cases" ] && return 0
+  if [ -d "$feas_instances" ]; then
+    # shellcheck disable=SC2086  # cases is a list of words
+    step "$name" "$limit" python -m benchmarks.feasibility --instances "$feas_instances" \
+      "${feas_cache[@]}" --cases $cases --out "$out/$name.json" \
+      --markdown "$out/$name.md" "$@"
+  else
+    echo "$name skipped: no DC3 files in $feas_instances" | tee -a "$status"
+  fi
+}
+feasibility_large() {
+  feasibility feasibility_large 90 "${FEAS_LARGE_CASES-dc3-large-convex}" \
+    --n "${FEAS_LARGE_N:-32}" "$@"
+}
+feasibility_new() { feasibility feasibility_new 120 "$feas_new" --repeat-scale 0.2 "$@"; }
+feasibility_small() { feasibility feasibility_small 100 "$feas_small" "$@"; }
+
+# GPU_PREPARE=DC3_DIR: on a CPU with PyPI, fill what an offline GPU machine
+# needs, then stop: .whl (the pinet-hcnn and beartype wheels), .gpu_data/dc3
+# (a copy of DC3_DIR), .gpu_data/feasibility (the FEAS_CACHE the run command
+# names) and benchmarks/_out/dc3 (the DC3 training's IPOPT solutions).
+if [ -n "${GPU_PREPARE:-}" ]; then
+  budget=$((SECONDS + 3600)) # a CPU, not the device's time
+  mkdir -p .gpu_data
+  rm -rf .gpu_data/dc3 && cp -r "$GPU_PREPARE" .gpu_data/dc3 || exit 1
+  feas_instances=.gpu_data/dc3
+  feas_cache=(--cache .gpu_data/feasibility)
+  step wheels 120 python -m pip download -q --no-deps -d .whl --only-binary=:all: \
+    pinet-hcnn==0.2.0 beartype
+  feasibility_large --prepare-only
+  feasibility_new --prepare-only
+  feasibility_small --prepare-only
+  step data 600 python -m benchmarks.dc3 data --problem nonconvex --size "$dc3_size"
+  cat "$status"
+  exit 0
+fi
+
 if [ -n "${PINET_WHEEL:-}" ]; then
   step install 60 python -m pip install --no-deps --no-index "$PINET_WHEEL" \
     "${BEARTYPE:-beartype}"
@@ -108,66 +177,54 @@ print(sol.y, sol.result, jax.devices())
 ' || { echo "smoke test failed: stopping"; cat "$out/smoke.log"; exit 1; }
 cat "$out/smoke.log"
 
-# The DC3 training needs the validation and test solutions (IPOPT); solving them
-# now keeps that CPU work out of the timed GPU steps.
-step data 60 python -m benchmarks.dc3 data --problem nonconvex --size "$dc3_size"
-
 # Training step, float32. Ours always runs its products at full precision; the
 # reference follows JAX_DEFAULT_MATMUL_PRECISION, so it is timed both ways (the
-# issue's target is against "highest"). XLA's default comes first: there our
-# gradient error must stay at its full-precision level (2.8e-7 on small), which
-# checks on the device that no solve runs in TF32 (fixed after the 2026-11-27
-# run, where it was 1.2e-4).
+# issue's target is against "highest").
 # shellcheck disable=SC2086  # ts_sizes is a list of words
 ts=(python -m benchmarks.training_step --sizes $ts_sizes --dtypes float32
   --repeats "$ts_repeats" --n-grad-check "$ts_check" --quiet)
-step training_step_default 120 "${ts[@]}" --out "$out/training_step_default.json"
 
-# At "highest", two candidates beside our defaults, on the size whose target
+# 2. At "highest", two candidates beside our defaults, on the size whose target
 # is unmet (small; each variant costs its compilations): a direct (Cholesky)
 # solve of the active-set system in the backward pass, fewer and larger kernels
 # than the default conjugate gradients' loop, and the one-product affine
 # projection (affine_form="dense"), one kernel fewer per iteration (on a CPU
 # the first is slower, the second 12% faster on small; both unmeasured on a
-# GPU). Then the other sizes without variants (the later --sizes wins).
+# GPU). The later --sizes wins.
 # shellcheck disable=SC2086
 step training_step_highest 150 env JAX_DEFAULT_MATMUL_PRECISION=highest \
   "${ts[@]}" --sizes $ts_variant_sizes --variants cholesky dense \
   --out "$out/training_step_highest.json"
+
+feasibility_large
+feasibility_new
+
+# 4. XLA's default precision: our gradient error must stay at its
+# full-precision level (2.8e-7 on small), which checks on the device that no
+# solve runs in TF32 (on 2026-11-27 it was 1.2e-4, since fixed).
+step training_step_default 80 "${ts[@]}" --out "$out/training_step_default.json"
+
+# 5. The other sizes at "highest", without variants.
 if [ -n "$ts_plain_sizes" ]; then
   # shellcheck disable=SC2086
   step training_step_highest_plain 90 env JAX_DEFAULT_MATMUL_PRECISION=highest \
     "${ts[@]}" --sizes $ts_plain_sizes --out "$out/training_step_highest_plain.json"
 fi
 
-# Inference feasibility and latency at the library's defaults (issue 15), on the
-# DC3 cases: their floors come from SciPy, where the cone, MPC and motion cases
-# need Clarabel, which a GPU machine may lack. The large case runs on fewer
-# instances, as its float64 optima and floors take a minute of CPU.
-feas_instances="${FEAS_INSTANCES:-../shared/data/dc3}"
-feasibility() { # NAME LIMIT ARGS...
-  local name=$1 limit=$2
-  shift 2
-  if [ -d "$feas_instances" ]; then
-    step "$name" "$limit" python -m benchmarks.feasibility --instances "$feas_instances" \
-      --out "$out/$name.json" --markdown "$out/$name.md" "$@"
-  else
-    echo "$name skipped: no DC3 files in $feas_instances" | tee -a "$status"
-  fi
-}
-# DC3 large first: the 2026-11-27 run measured small and ran out of time here.
-feasibility feasibility_large 150 --cases dc3-large-convex --n "${FEAS_LARGE_N:-32}"
-feasibility feasibility_small 100 --cases dc3-small-convex dc3-small-nonconvex
+feasibility_small
 
-# First call of the paper-recipe step, split into trace/lower/compile/run, ours
+# 7. First call of the paper-recipe step, split into trace/lower/compile/run, ours
 # and the reference in fresh processes.
 step compile_time 100 python -m benchmarks.compile_time --repeats "${CT_REPEATS:-1}" \
   --size "$dc3_size" --out "$out/compile_time.json"
 
-# The paper's recipe on the small non-convex problem (App. B.2): 200-200 MLP, Adam
-# 1e-2, batch 2048, 50 epochs. Ours at its library defaults (what users get),
-# then the reference at the paper's configuration (sigma 0.068068, 50
+# 8. The paper's recipe on the small non-convex problem (App. B.2): 200-200 MLP,
+# Adam 1e-2, batch 2048, 50 epochs. Ours at its library defaults (what users
+# get), then the reference at the paper's configuration (sigma 0.068068, 50
 # iterations, Ruiz 25, omega 1.7, 25 backward iterations) at both precisions.
+# Its validation and test solutions (IPOPT) come from benchmarks/_out/dc3;
+# without them this CPU work would eat the training's time.
+step data 60 python -m benchmarks.dc3 data --problem nonconvex --size "$dc3_size"
 train=(python -m benchmarks.dc3 train --problem nonconvex --size "$dc3_size"
   --seed 0 --epochs "$dc3_epochs" --repeats 5 --quiet --out "$out/dc3")
 step train_pinet_defaults 90 "${train[@]}" --method pinet \

@@ -3,6 +3,7 @@ smallest case: instances, exact projections and floor, one worker process per
 dtype, timing and the record. The full run is a benchmark
 (`python -m benchmarks.feasibility`), not a test."""
 
+import dataclasses
 import json
 import math
 
@@ -64,6 +65,29 @@ def test_markdown_names_command_and_machine(record):
     table = feasibility.markdown(record)
     assert record["command"] in table and record["machine"]["cpu"] in table
     assert f"| {CASE} |" in table
+
+
+def test_cache_holds_the_instances_and_their_floor(tmp_path, monkeypatch):
+    """`--prepare-only --cache` writes a case's instances and exact projections;
+    a later run with the same settings reads them instead of solving again,
+    and one with other settings does not."""
+    argv = ["--cases", CASE, "--n", "8", "--cache", str(tmp_path)]
+    assert feasibility.main([*argv, "--prepare-only"]) is None
+    args = feasibility.parser().parse_args(argv)
+    data, floor = feasibility._instances_and_floor(CASE, args)
+
+    def unavailable():
+        raise AssertionError("the cached case was built again")
+
+    case = dataclasses.replace(feasibility.CASES[CASE], make=unavailable)
+    monkeypatch.setitem(feasibility.CASES, CASE, case)
+    cached, cached_floor = feasibility._instances_and_floor(CASE, args)
+    assert cached_floor == floor and floor["near"]["failed"] == 0
+    np.testing.assert_array_equal(cached.far, data.far)
+    np.testing.assert_array_equal(cached.q, data.q)
+    other = feasibility.parser().parse_args([*argv, "--seed", "1"])
+    with pytest.raises(AssertionError, match="built again"):
+        feasibility._instances_and_floor(CASE, other)
 
 
 def test_polish_makes_a_cone_projection_exact():
