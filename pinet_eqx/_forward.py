@@ -141,7 +141,7 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
             if problem.groups:
                 pre = dr.cone_argument(s, z, P)
         # At inference, polyhedral sets are first polished (see `_refine`).
-        polish = not problem.groups and proj.inference
+        polish = proj.polish and not problem.groups and proj.inference
         fix, viol, polished = _refine(
             problem, rows, refinement, y_plain, data, flags, pre,
             y_raw if polish else None, status_tol,

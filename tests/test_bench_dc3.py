@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from helpers import needs_reference
 
+from benchmarks._common.provenance import machine
 from benchmarks._common.timing import TIMING_STATS
 from benchmarks.dc3 import _data, _methods
 from benchmarks.dc3._report import report
@@ -181,3 +182,30 @@ def test_methods_registry_is_complete():
     for name in _methods.METHODS:
         module = _methods.get(name)
         assert callable(module.default_config) and callable(module.fit)
+
+
+def test_mechanisms_ablation(cache):
+    """The `mechanisms` study trains one network at the library defaults and
+    evaluates it with each default inference mechanism off in turn: the rows
+    say what each costs in violation, suboptimality and iterations."""
+    import argparse
+
+    from benchmarks.dc3 import _ablations
+
+    data = _data.load("nonconvex", "tiny", cache_dir=cache, verbose=False)
+    args = argparse.Namespace(problem="nonconvex", size="tiny", quick=True, epochs=2)
+    out = _ablations.study_mechanisms(args, data, cache / "ablations")
+    rows = {r["label"]: r for r in out["rows"]}
+    assert set(rows) == set(_ablations.MECHANISMS)
+    defaults = rows["defaults"]
+    # This process runs in float64 (conftest): the float64 target holds.
+    assert defaults["cv_max"] <= 1e-9 and defaults["successful_pct"] == 100.0
+    assert rows["tol_test=None, refine=False"]["n_iter_max"] == 50
+    assert defaults["n_iter_max"] >= 50
+    for r in rows.values():
+        assert np.isfinite(r["rs_mean"]) and r["batch_s"] > 0
+        # The mechanisms move the outputs by at most their violations.
+        assert abs(r["rs_mean"] - defaults["rs_mean"]) <= 1e-3 * defaults["rs_mean"]
+    args.precision = 64
+    markdown = _ablations._markdown({"mechanisms": out}, args, machine())
+    assert "| polish=False |" in markdown

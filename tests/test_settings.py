@@ -154,6 +154,21 @@ def test_with_settings_refine_matches_a_projector_built_with_it():
         plain.with_settings(refine="always")
 
 
+def test_polish_setting():
+    """`polish` is a bool, set at construction or by `with_settings`; it acts at
+    inference only (training mode gives the same outputs either way)."""
+    proj, spec = _projector(n_iter=30)
+    assert proj.polish and not proj.with_settings(polish=False).polish
+    assert not _projector(polish=False)[0].polish
+    Y = np.random.default_rng(4).normal(size=(6, spec.d)) * 3
+    off = proj.with_settings(polish=False)
+    np.testing.assert_array_equal(jax.vmap(off)(Y), jax.vmap(proj)(Y))
+    with raises_for("polish", TypeError, "must be True or False"):
+        proj.with_settings(polish="yes")
+    with raises_for("polish", TypeError, "must be True or False"):
+        _projector(polish=1)
+
+
 @pytest.mark.parametrize("tol", [None, 1e-3, 1e-10])
 def test_result_tracks_the_tolerance(tol):
     """`result` is judged against `tol`, or `default_tol(dtype)` without one: it
