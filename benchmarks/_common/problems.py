@@ -6,6 +6,8 @@ r"""The problems that several suites benchmark, and the paper's settings for the
   $\{y = (y_1, y_2) : A y_1 + y_2 = b,\ \|y_{2,:-1}\|_2 \le y_{2,-1}\}$, with
   instances generated as in O'Donoghue et al. (2016, §6.6), and our projector
   onto it.
+- Random polytopes with an interior point (`random_polytope`), for the tests
+  and `benchmarks.random_polytopes`.
 """
 
 from __future__ import annotations
@@ -139,3 +141,70 @@ def soc_projector(E, d1: int, **settings):
     return pe.Projector(
         [pe.Equality(E, pe.Parameter("b")), pe.SecondOrderCone(S, f=e)], **settings
     )
+
+
+@dataclasses.dataclass
+class Polytope:
+    """{y : E y = b, lower <= C y <= upper, lb <= y <= ub}, with an interior point."""
+
+    E: np.ndarray
+    b: np.ndarray
+    C: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    lb: np.ndarray
+    ub: np.ndarray
+    y_feas: np.ndarray
+
+    @property
+    def d(self):
+        return self.E.shape[1] if self.E.size else self.C.shape[1]
+
+
+def random_polytope(rng, d, m_eq, m_ineq, *, box=True, two_sided=True, infs=True):
+    """A random polytope that contains a strictly feasible point.
+
+    Some inequality and box bounds are +-inf when `infs`, so one-sided rows appear.
+    """
+    y0 = rng.uniform(-0.5, 0.5, size=d)
+    E = rng.normal(size=(m_eq, d))
+    b = E @ y0
+    C = rng.normal(size=(m_ineq, d))
+    Cy = C @ y0
+    upper = Cy + rng.uniform(0.05, 1.0, size=m_ineq)
+    lower = (
+        Cy - rng.uniform(0.05, 1.0, size=m_ineq)
+        if two_sided
+        else np.full(m_ineq, -np.inf)
+    )
+    if box:
+        lb = y0 - rng.uniform(0.1, 1.0, size=d)
+        ub = y0 + rng.uniform(0.1, 1.0, size=d)
+    else:
+        lb, ub = np.full(d, -np.inf), np.full(d, np.inf)
+    if infs:
+        upper[rng.random(m_ineq) < 0.2] = np.inf
+        lb[rng.random(d) < 0.3] = -np.inf
+        ub[rng.random(d) < 0.3] = np.inf
+    return Polytope(E, b, C, lower, upper, lb, ub, y0)
+
+
+def constraints_of(poly: Polytope, *, parameters=()):
+    """Constraint list for a `Polytope`; names in `parameters` become Parameters."""
+    import pinet_eqx as pe
+
+    def val(name, v):
+        return pe.Parameter(name) if name in parameters else v
+
+    out = []
+    if poly.E.shape[0]:
+        out.append(pe.Equality(poly.E, val("b", poly.b)))
+    if poly.C.shape[0]:
+        out.append(
+            pe.AffineInequality(
+                poly.C, lower=val("lower", poly.lower), upper=val("upper", poly.upper)
+            )
+        )
+    if np.isfinite(poly.lb).any() or np.isfinite(poly.ub).any():
+        out.append(pe.Box(val("lb", poly.lb), val("ub", poly.ub)))
+    return out
