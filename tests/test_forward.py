@@ -5,7 +5,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_close, clarabel_project, constraints_of, random_polytope
+from helpers import (
+    assert_close,
+    clarabel_project,
+    clarabel_project_sets,
+    constraints_of,
+    random_polytope,
+    random_set_spec,
+    to_pinet,
+)
 
 import pinet_eqx as pe
 
@@ -192,19 +200,39 @@ def test_a_drift_near_a_vertex_is_skipped():
     assert_close(sol.y, clarabel_project(y_raw, poly), atol=1e-8)
 
 
-def test_float32_drifts_are_skipped_through_rounding():
-    """In float32 a drift's t - z wobbles by the rounding of s from one check to
-    the next; it is still skipped. A polytope with a 1-dimensional face
-    structure (4 variables, 3 equalities, 16 two-sided rows), far raw outputs,
-    inference at the defaults: without the skip 5 of 8 instances stopped at
-    the cap, up to 1.8e-2 from the projection."""
+def _float32_drift_rows():
+    """A polytope with a 1-dimensional face structure (4 variables, 3
+    equalities, 16 two-sided rows) and 8 far raw outputs: without the skip 5
+    stopped at the cap, up to 1.8e-2 from the projection."""
     rng = np.random.default_rng(675405135)
     poly = random_polytope(rng, 4, 3, 16, box=False)
-    Y = jnp.asarray(poly.y_feas + 5 * rng.normal(size=(8, 4)), jnp.float32)
-    proj = eqx.nn.inference_mode(pe.Projector(constraints_of(poly)))
+    return constraints_of(poly), poly.y_feas + 5 * rng.normal(size=(8, 4)), poly
+
+
+def _float32_drift_small():
+    """Equalities, rows and a box in 8 variables, 32 far raw outputs: in one
+    the step t - z of its drift (2e-3) changes by about one rounding of s
+    between checks, ten times the relative threshold, and it stopped at the
+    cap 2e-3 from the set."""
+    rng = np.random.default_rng(102)
+    spec, y0 = random_set_spec(rng, 8, ("eq", "ineq", "box"))
+    return to_pinet(spec), y0 + 5 * rng.normal(size=(32, 8)), spec
+
+
+@pytest.mark.parametrize("case", [_float32_drift_rows, _float32_drift_small])
+def test_float32_drifts_are_skipped_through_rounding(case):
+    """In float32 a drift's t - z wobbles by the rounding of s from one check to
+    the next; it is still skipped, and every instance converges at the
+    defaults to the projection (Clarabel)."""
+    constraints, raw, spec = case()
+    Y = jnp.asarray(raw, jnp.float32)
+    proj = eqx.nn.inference_mode(pe.Projector(constraints))
     sol = jax.vmap(proj.solve)(Y)
     assert np.all(sol.result == pe.RESULTS.successful)
-    truth = [clarabel_project(np.asarray(y, np.float64), poly) for y in Y]
+    if isinstance(spec, list):
+        truth = [clarabel_project_sets(np.asarray(y, np.float64), spec) for y in Y]
+    else:
+        truth = [clarabel_project(np.asarray(y, np.float64), spec) for y in Y]
     assert_close(np.asarray(sol.y, np.float64), np.stack(truth), atol=1e-5)
 
 
