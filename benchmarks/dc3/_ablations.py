@@ -375,6 +375,20 @@ def study_cv_iters(args, data, out):
     return {"rows": rows}
 
 
+def _table(title: str, header: list[str], rows: list[list], first="right") -> list:
+    """The lines of a Markdown section `title` with a table: numbers
+    right-aligned, the first column `first`-aligned, and a blank line after."""
+    align = [":---" if first == "left" else "---:"] + ["---:"] * (len(header) - 1)
+    return [
+        f"## {title}",
+        "",
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(align) + " |",
+        *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows),
+        "",
+    ]
+
+
 def _markdown(results: dict, args, provenance: dict) -> str:
     lines = [
         f"# Ablations on DC3 {args.problem}-{args.size}",
@@ -405,32 +419,27 @@ def _markdown(results: dict, args, provenance: dict) -> str:
                 )
             lines.append("")
     if "n_iter_test" in results:
-        lines += [
-            "## n_iter_test (trained with 50)",
-            "",
-            "| n_iter_test | Mean RS | Max CV | Optimal [%] | Batch-1024 [s] |",
-            "| ---: | ---: | ---: | ---: | ---: |",
-        ]
-        lines += [
-            f"| {r['n_iter_test']} | {r['rs_mean']:.2e} | {r['cv_max']:.1e} | "
-            f"{r['optimal_pct']:.1f} | {r['batch_s']:.4f} |"
-            for r in results["n_iter_test"]["rows"]
-        ]
-        lines.append("")
+        lines += _table(
+            "n_iter_test (trained with 50)",
+            ["n_iter_test", "Mean RS", "Max CV", "Optimal [%]", "Batch-1024 [s]"],
+            [
+                [r["n_iter_test"], f"{r['rs_mean']:.2e}", f"{r['cv_max']:.1e}",
+                 f"{r['optimal_pct']:.1f}", f"{r['batch_s']:.4f}"]
+                for r in results["n_iter_test"]["rows"]
+            ],
+        )  # fmt: skip
     if "mechanisms" in results:
-        lines += [
-            "## Inference mechanisms (one network, library defaults)",
-            "",
-            "| inference settings | Mean RS | Max CV | successful [%] | "
-            "max iterations | test set [s] |",
-            "| :--- | ---: | ---: | ---: | ---: | ---: |",
-        ]
-        lines += [
-            f"| {r['label']} | {r['rs_mean']:.5e} | {r['cv_max']:.1e} | "
-            f"{r['successful_pct']:.1f} | {r['n_iter_max']} | {r['batch_s']:.4f} |"
-            for r in results["mechanisms"]["rows"]
-        ]
-        lines.append("")
+        lines += _table(
+            "Inference mechanisms (one network, library defaults)",
+            ["inference settings", "Mean RS", "Max CV", "successful [%]",
+             "max iterations", "test set [s]"],
+            [
+                [r["label"], f"{r['rs_mean']:.5e}", f"{r['cv_max']:.1e}",
+                 f"{r['successful_pct']:.1f}", r["n_iter_max"], f"{r['batch_s']:.4f}"]
+                for r in results["mechanisms"]["rows"]
+            ],
+            first="left",
+        )  # fmt: skip
     if "sigma_omega" in results:
         lines += [
             "## sigma and omega (projection only, 50 iterations)",
