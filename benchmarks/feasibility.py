@@ -20,10 +20,11 @@ Measured, per case:
 - the share of instances whose `ProjectionSolution.result` is
   `RESULTS.successful`, and whether that flag agrees with the measured CV;
 - batch-1024 and single-instance latency of the jitted forward pass (float32),
-  interleaved with the same at `refine=False` (what the default refinement
-  costs), with the projector as a jit argument (single instance), and, on
-  DC3, with the reference (`pinet-hcnn` at the paper's configuration: its
-  tuned $\sigma$, Ruiz equilibration, 50 iterations).
+  interleaved with the same at `polish=False` and at `refine=False` (what the
+  default polish and refinement cost), with the projector as a jit argument
+  (single instance), and, on DC3, with the reference (`pinet-hcnn` at the
+  paper's configuration: its tuned $\sigma$, Ruiz equilibration, 50
+  iterations).
 
 The raw outputs and the per-instance data are rounded to float32 before anything
 else, so that both precisions and the exact projection see the same instances.
@@ -829,7 +830,8 @@ def _worker(dtype: str, folder: pathlib.Path, names, timing: bool, scale: float)
 
 def _time(case, data, proj, make_projector, reference, dtype, scale=1.0) -> dict:
     """Batch and single-instance latency of the jitted forward pass, interleaved
-    with the reference's and, where asked, with `refine=False`'s."""
+    with the reference's and, where asked, with `refine=False`'s and (polyhedral
+    sets) `polish=False`'s."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -865,6 +867,10 @@ def _time(case, data, proj, make_projector, reference, dtype, scale=1.0) -> dict
         forward_u, one_u = jitted(unrefined)
         batch["ours near, refine=False"] = lambda: forward_u(Yn, Pb)
         single["ours, refine=False"] = lambda: one_u(y0, p0)
+        if not proj.problem.groups:  # the polish is for polyhedral sets
+            forward_p, one_p = jitted(proj.with_settings(polish=False))
+            batch["ours near, polish=False"] = lambda: forward_p(Yn, Pb)
+            single["ours, polish=False"] = lambda: one_p(y0, p0)
     if reference is not None:
         batch["reference"] = lambda: reference(Yn, Pb["b"])
         single["reference"] = lambda: reference(y0[None], p0["b"][None])
@@ -990,10 +996,12 @@ def _latency_row(name: str, c: dict) -> str:
     cells = [
         batch["ours near"],
         batch.get("ours far"),
+        batch.get("ours near, polish=False"),
         batch.get("ours near, refine=False"),
         batch.get("reference"),
         single["ours"],
         single.get("ours, as argument"),
+        single.get("ours, polish=False"),
         single.get("ours, refine=False"),
         single.get("reference"),
     ]
@@ -1027,17 +1035,19 @@ def markdown(record: dict) -> str:
             "",
             "Latency of the jitted forward pass, float32, median [quartiles] in ms, "
             "all calls of a row interleaved: the library defaults on the near and "
-            "far batches, the defaults but `refine=False` (what the refinement "
-            "costs), and the reference (`pinet-hcnn` at the paper's configuration) "
+            "far batches, the defaults but `polish=False` (what the polish costs, "
+            "polyhedral sets) and `refine=False` (what the refinement and polish "
+            "cost), and the reference (`pinet-hcnn` at the paper's configuration) "
             "where there is one, with its max CV on the same raw outputs. Each "
             "layer is jitted as a closure, its arrays constants; 'as argument' is "
             "ours under `eqx.filter_jit` with the projector as an argument, as "
             "Equinox code calls a model.",
             "",
-            f"| Case | batch {TIMING_BATCH} near | far | near, refine=False "
-            "| reference | single | single, as argument | single, refine=False "
-            "| single reference | reference f32 CV near / far |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            f"| Case | batch {TIMING_BATCH} near | far | near, polish=False "
+            "| near, refine=False | reference | single | single, as argument "
+            "| single, polish=False | single, refine=False | single reference "
+            "| reference f32 CV near / far |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [_latency_row(name, c) for name, c in timed.items()]
     return "\n".join(lines)

@@ -39,9 +39,10 @@ def test_record_structure(record):
             assert 0.0 <= entry["successful"] <= 1.0
             assert isinstance(entry["met"], bool)
     timing = case["timing"]
-    assert {"ours near", "ours far", "ours near, refine=False"} <= set(timing["batch"])
+    variants = {"ours near, refine=False", "ours near, polish=False"}
+    assert {"ours near", "ours far", *variants} <= set(timing["batch"])
     assert timing["batch"]["ours near"]["median"] > 0
-    assert {"ours", "ours, as argument"} <= set(timing["single"])
+    assert {"ours", "ours, as argument", "ours, polish=False"} <= set(timing["single"])
     assert timing["single"]["ours, as argument"]["median"] > 0
 
 
