@@ -22,12 +22,13 @@ ACCURATE = dict(n_iter=50_000, tol=1e-10)
 # time (a failing draw is printed, and can be replayed with `@example`).
 @pytest.mark.parametrize("max_examples", [3, pytest.param(15, marks=pytest.mark.slow)])
 def test_projection_properties(max_examples):
-    settings(max_examples=max_examples, deadline=None, derandomize=True)(
-        _check_properties
-    )()
+    # A fresh `given` wrapper per case: Hypothesis refuses to apply settings
+    # twice to one test, as both cases in one process would.
+    check = given(**_STRATEGIES)(_check_properties)
+    settings(max_examples=max_examples, deadline=None, derandomize=True)(check)()
 
 
-@given(
+_STRATEGIES = dict(
     seed=st.integers(0, 2**31 - 1),
     d=st.integers(3, 10),
     m_eq=st.integers(0, 3),
@@ -35,6 +36,8 @@ def test_projection_properties(max_examples):
     box=st.booleans(),
     scale=st.floats(0.1, 10.0),
 )
+
+
 def _check_properties(seed, d, m_eq, m_ineq, box, scale):
     rng = np.random.default_rng(seed)
     m_eq = min(m_eq, d - 1)
