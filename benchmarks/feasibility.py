@@ -62,6 +62,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ._common.problems import linear_violation
 from ._common.provenance import command_line, describe, machine
 
 PROG = "python -m benchmarks.feasibility"
@@ -143,11 +144,7 @@ class CaseData:
         and the cone's $(\\|S y\\| - f^\\top y)_+$."""
         Y = np.asarray(Y, np.float64)
         q = self.q if q is None else q
-        out = np.abs(Y @ self.E.T - q).max(axis=1, initial=0.0)
-        W = Y @ self.C.T
-        with np.errstate(invalid="ignore"):
-            excess = np.maximum(W - self.upper, self.lower - W)
-        out = np.maximum(out, np.nan_to_num(excess, nan=0.0).max(axis=1, initial=0.0))
+        out = linear_violation(Y, self.E, q, self.C, self.lower, self.upper)
         if len(self.S):
             cone = np.linalg.norm(Y @ self.S.T, axis=1) - Y @ self.f
             out = np.maximum(out, cone)

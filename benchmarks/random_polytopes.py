@@ -53,19 +53,6 @@ def polytopes(n_sets: int, seed: int):
         yield random_polytope(rng, d, m_eq, m_ineq, box=box), poly_seed
 
 
-def violation(poly, Y) -> np.ndarray:
-    """The largest constraint violation of each row of `Y`, in float64."""
-    Y = np.asarray(Y, np.float64)
-    out = np.abs(Y @ poly.E.T - poly.b).max(axis=1, initial=0.0)
-    W = Y @ poly.C.T
-    with np.errstate(invalid="ignore"):
-        rows = np.maximum(W - poly.upper, poly.lower - W)
-        box = np.maximum(Y - poly.ub, poly.lb - Y)
-    out = np.maximum(out, np.nan_to_num(rows, nan=0.0).max(axis=1, initial=0.0))
-    out = np.maximum(out, np.nan_to_num(box, nan=0.0).max(axis=1, initial=0.0))
-    return np.maximum(out, 0.0)
-
-
 def _worker(args) -> dict:
     """Project every instance in `args.worker`'s dtype; return its totals."""
     import equinox as eqx
@@ -83,7 +70,7 @@ def _worker(args) -> dict:
         proj = eqx.nn.inference_mode(pe.Projector(constraints_of(poly)))
         sol = jax.vmap(proj.solve)(jnp.asarray(raw, dtype))
         ok = np.asarray(sol.result == pe.RESULTS.successful)
-        cv = violation(poly, sol.y)
+        cv = poly.violation(sol.y)
         n_iter = int(np.sum(np.asarray(sol.n_iter)))
         failed += int((~ok).sum())
         iterations += n_iter

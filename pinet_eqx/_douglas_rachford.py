@@ -299,11 +299,9 @@ def drift_steps(s, z, t, z_prev, t_prev, P: Prepared, omega):
     """
     d = t - z
     eps = jnp.finfo(d.dtype).eps
-    size = jnp.max(jnp.abs(d))
+    size = max_abs(d)
     noise = jnp.maximum(_DRIFT_RTOL * size, _DRIFT_ROUNDINGS * eps * max_abs(s))
-    change = jnp.maximum(
-        jnp.max(jnp.abs(d - (t_prev - z_prev))), jnp.max(jnp.abs(z - z_prev))
-    )
+    change = jnp.maximum(max_abs(d - (t_prev - z_prev)), max_abs(z - z_prev))
     steady = change <= noise
     n_clip = P.a.shape[0]
     arg = P.a + P.c * (2 * z - s)[:n_clip]

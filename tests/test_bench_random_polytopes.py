@@ -30,7 +30,7 @@ def test_sweep_record(tmp_path):
 def test_violation_counts_every_kind_of_row():
     poly = next(random_polytopes.polytopes(1, 0))[0]
     y = poly.y_feas[None]
-    assert random_polytopes.violation(poly, y)[0] < 1e-12
+    assert poly.violation(y)[0] < 1e-12
     shifted = y + 100.0
-    assert random_polytopes.violation(poly, shifted)[0] > 1.0
-    assert np.all(np.isfinite(random_polytopes.violation(poly, shifted)))
+    assert poly.violation(shifted)[0] > 1.0
+    assert np.all(np.isfinite(poly.violation(shifted)))

@@ -160,6 +160,27 @@ class Polytope:
     def d(self):
         return self.E.shape[1] if self.E.size else self.C.shape[1]
 
+    def violation(self, Y) -> np.ndarray:
+        """The largest constraint violation of each row of `Y`, in float64
+        (the box as rows of the identity)."""
+        C = np.vstack([self.C, np.eye(self.d)])
+        lower = np.concatenate([self.lower, self.lb])
+        upper = np.concatenate([self.upper, self.ub])
+        return linear_violation(Y, self.E, self.b, C, lower, upper)
+
+
+def linear_violation(Y, E, q, C, lower, upper) -> np.ndarray:
+    """Per row $y$ of `Y`, in float64: the largest of $|E y - q|$ and of the
+    excess of $C y$ over $[\\ell, u]$ (infinite bounds are never violated),
+    at least 0."""
+    Y = np.asarray(Y, np.float64)
+    out = np.abs(Y @ E.T - q).max(axis=1, initial=0.0)
+    W = Y @ C.T
+    with np.errstate(invalid="ignore"):
+        excess = np.maximum(W - upper, lower - W)
+    out = np.maximum(out, np.nan_to_num(excess, nan=0.0).max(axis=1, initial=0.0))
+    return np.maximum(out, 0.0)
+
 
 def random_polytope(rng, d, m_eq, m_ineq, *, box=True, two_sided=True, infs=True):
     """A random polytope that contains a strictly feasible point.
