@@ -358,7 +358,7 @@ def refine(r, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
     **Arguments:**
 
     - `r`: $[E; C] y - (q, h)$ for the stacked fixed matrices, computed nearly
-        exactly (see `_refine.RowResidual`), with `inputs`' inequality bounds
+        exactly (see `_residual.RowResidual`), with `inputs`' inequality bounds
         offset by the same $h$.
     - `fixed`: the `FixedRows` of the same matrices.
     - `y`: the point to refine; `inputs` its data; `hi`, `lo` the activity flags

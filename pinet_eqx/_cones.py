@@ -27,7 +27,7 @@ from ._primitives import (
     project_second_order_cone,
     project_simplex,
 )
-from ._refine import pairwise_sum
+from ._residual import pairwise_sum
 
 
 class AbstractCone(eqx.Module):
@@ -74,7 +74,7 @@ class AbstractCone(eqx.Module):
 
 class AbstractPolishableCone(AbstractCone):
     """A set whose active face at a projection is known in closed form, so that
-    inference can polish a block onto it (see `_polish`).
+    inference can polish a block onto it (see `_refine`).
 
     Subclasses implement `face`.
     """

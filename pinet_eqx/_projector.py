@@ -37,7 +37,7 @@ from ._lifting import (
 )
 from ._mesh import per_instance
 from ._precision import full_precision
-from ._refine import RowResidual
+from ._residual import RowResidual
 from ._solution import ProjectionSolution
 from ._solver import DouglasRachford, solver_from_keywords
 

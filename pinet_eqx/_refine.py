@@ -1,22 +1,34 @@
-"""Residuals computed nearly exactly, for iterative refinement of the output.
+"""The inference finish: the polish and iterative refinement onto the active set.
 
-In float32 the projection's output satisfies its active constraints, say
-$E y = q$, only to about $\\sqrt{d}\\,\\varepsilon \\|E\\|\\,|y|$: each entry of $y$
-carries the rounding of the matrix products that made it, and $E$ sums those
-errors. Storing $y$ itself costs only $\\varepsilon |y|$ per entry. A step of
-iterative refinement, $y \\leftarrow y - E^+ (E y - q)$, closes the gap when the
-residual is computed far more accurately than $y$ (see `_active_set.refine` and
-`_polish`).
+Once Douglas-Rachford has identified the active constraints, the projection is,
+to first order, the projection onto their intersection. At inference (and in
+both modes with `refine=True`) the output is finished in two ways, both solves
+of the active-set system of `_active_set`:
 
-The residual is computed with Ozaki's error-free splitting: $E$ (on the host from
-its float64 values, or traced for per-instance data) is cut into slices of $b_E$
-significant bits on a common scale per row, and $y$ (per call) into slices of
-$b_y$ bits, with $b_E + b_y + \\log_2 d \\le$ the working precision's significand,
-so that every slice product $E_a y_c$ is computed exactly by an ordinary
-matrix-vector product, in any summation order. The exact partial products are then
-added with compensated (Knuth two-sum) arithmetic. A single instance's residual is
-memory-bound, so the plan (`SlicePlan`) takes as few slices of $E$ as it can, and
-many narrow ones of the cheap $y$.
+- **The polish** (polyhedral sets, inference): $y_{raw}$ is projected onto the
+  face of the iterate's active set; where that point is feasible and its
+  multipliers have the signs of their bounds, it is the projection itself
+  (OSQP's polish).
+- **Iterative refinement**: `_REFINE_STEPS` steps, each moving $y$ by the
+  minimum-norm $\\delta$ with
+
+  $$E \\delta = E y - q,\\qquad c_i^\\top \\delta = c_i^\\top y - h_i,\\qquad
+  \\nabla g_j(u)^\\top M \\delta = g_j(u),$$
+
+  over the equality rows, the inequality and box rows that are active or
+  violated, and the active constraints $g_j(u) = 0$ of each cone or simplex
+  block $u = M y + o$ (its face, `AbstractPolishableCone.face`: the surface
+  $\\|x\\| = t$ of a second-order cone, the facet and zeroed entries of an
+  $\\ell_1$ cone, the sum and zeroed entries of a simplex, and so on),
+  linearised at $y$. The residuals are computed nearly exactly
+  (`_residual.RowResidual`), so in float32 the constraints end at the rounding
+  of $y$ itself rather than of the products that made it.
+
+Polyhedral sets with fixed matrices take the step of `_active_set.refine`, which
+eliminates the equality rows on the host; every other set the general `step`
+here, over rows that depend on the instance: one solve with their Gram matrix,
+rows scaled to unit length (a regularised Cholesky factorisation, or conjugate
+gradients for many rows).
 """
 
 from __future__ import annotations
@@ -24,244 +36,305 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
 
-# The residual's relative accuracy, in bits beyond the working precision's
-# significand: slice products below 2^-(significand + _EXTRA_BITS) of the
-# largest are left out, 16x below the rounding of a stored y.
-_EXTRA_BITS = 4
+from . import _active_set, _blocks as blocks, _douglas_rachford as dr
+from ._active_set import clip_rows, solve_rows, unit_rows
+from ._krylov import ConjugateGradient, default_rtol
+from ._lifting import InstanceData, LiftedProblem
+from ._residual import stored, two_sum
 
-
-@dataclasses.dataclass(frozen=True)
-class SlicePlan:
-    """How a matrix and a vector are cut into Ozaki slices for exact products.
-
-    The matrix gets `n_matrix` slices of `matrix_bits` bits, the vector
-    `n_vector` slices of `vector_bits` bits, with `matrix_bits + vector_bits +
-    log2(d)` within the working precision's significand, so that every product
-    of two slices is exact. The products kept are those above $2^{-T}$ of the
-    largest, $T$ the significand plus `_EXTRA_BITS`: slice $a$ of the matrix
-    meets the vector's first `columns(a)` slices.
-    """
-
-    matrix_bits: int
-    n_matrix: int
-    vector_bits: int
-    n_vector: int
-    target_bits: int
-
-    @classmethod
-    def for_length(cls, d: int, dtype=jnp.float32) -> SlicePlan:
-        """The plan for products of length `d` in `dtype`, of least cost.
-
-        A single instance's residual is memory-bound (each slice of the matrix
-        is read once per call); a batch's is compute-bound (a cost per slice
-        product). The cost counts a slice of the matrix as eight products.
-        """
-        significand = jnp.finfo(dtype).nmant + 1
-        target = significand + _EXTRA_BITS
-        free = significand - math.ceil(math.log2(max(d, 2)))
-
-        def plan(matrix_bits):
-            vector_bits = free - matrix_bits
-            return cls(
-                matrix_bits,
-                -(-target // matrix_bits),
-                vector_bits,
-                -(-target // vector_bits),
-                target,
-            )
-
-        plans = [plan(b) for b in range(1, free)]
-        return min(plans, key=lambda p: 8 * p.n_matrix + p.n_products)
-
-    def columns(self, a: int) -> int:
-        """How many slices of the vector meet slice `a` of the matrix."""
-        left = self.target_bits - a * self.matrix_bits
-        return max(0, min(self.n_vector, -(-left // self.vector_bits)))
-
-    @property
-    def n_products(self) -> int:
-        """The number of exact slice products."""
-        return sum(self.columns(a) for a in range(self.n_matrix))
+# Refinement steps onto the active rows (see `refine`): far from the set
+# the first correction is large, and its own rounding (and an approximate active
+# set) leave a second, small one.
+_REFINE_STEPS = 2
+# A refinement may move y by at most this multiple of the violation it removes
+# (or by sqrt(eps) relative, whichever is larger): see `refine`.
+_MOVE_FACTOR = 100
+# A polished point may miss its active rows by at most this multiple of the
+# tolerance before the refinement (see `refine`).
+_POLISH_SLACK = 100
 
 
-def _split(xp, x, exponent, bits: int, n_slices: int):
-    """Slices $x = \\sum_a x_a$ + a tiny remainder, slice $a$ rounded to the unit
-    $2^{e - (a + 1) b}$ (`exponent` $e$, broadcast against `x`), with `xp` NumPy
-    (on the host, in float64) or `jax.numpy` (traced)."""
-    remainder = x
-    slices = []
-    for a in range(n_slices):
-        unit = xp.ldexp(xp.ones((), x.dtype), exponent - (a + 1) * bits)
-        piece = xp.round(remainder / unit) * unit
-        slices.append(piece)
-        remainder = remainder - piece
-    return slices
+def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
+    """`y` refined onto its active constraints, `_REFINE_STEPS` times, kept only
+    where that is finite, no less feasible and a small move; the violation
+    of the point returned (see `LiftedProblem.violation`), from its residual;
+    and whether it was polished.
 
+    With `y_raw` (polyhedral sets), `y` is first polished: replaced by the
+    projection of `y_raw` onto the face of its active set
+    (`_active_set.polish`) where that point satisfies the optimality conditions
+    to `tol` (raised to the rounding of its values): it is feasible, and its
+    multipliers have the signs of their bounds. It is then the projection,
+    however far the iteration was from converging, and the refinement starts
+    from it. If the refined point still misses `tol`, the iterate is returned
+    unrefined.
 
-def split_rows(E, plan: SlicePlan, xp=np):
-    """Slices $E = \\sum_a E_a$ + a tiny remainder, as `plan` cuts a matrix, on
-    the scale of each row's largest entry, stacked.
+    Polyhedral sets with fixed matrices use the host-eliminated active-set solve
+    (`_active_set.refine`); every other set the general one (`step`),
+    with the per-instance rows of the residual sliced per call.
 
-    On the host (`xp=np`) from the float64 values, or traced (`xp=jax.numpy`) in
-    the working precision; either way every slice is exact in float32.
-    """
-    _, exponent = xp.frexp(xp.abs(E).max(axis=1, keepdims=True))
-    return xp.stack(_split(xp, E, exponent, plan.matrix_bits, plan.n_matrix))
+    `y` arrives as stored (see `_residual.stored`), so that the residual, the
+    corrections and the updates all see the same point.
 
-
-def two_sum(a, b):
-    """$(s, e)$ with $s = \\mathrm{fl}(a + b)$ and $s + e = a + b$ exactly."""
-    s = a + b
-    b_virtual = s - a
-    return s, (a - (s - b_virtual)) + (b - b_virtual)
-
-
-def pairwise_sum(x: Float[Array, "count n"]) -> Float[Array, " count"]:
-    """The sums of the rows of `x`, in about twice the working precision: a
-    pairwise reduction whose partial sums carry their rounding errors (Knuth's
-    two-sum), vectorised over the $\\log_2 n$ levels."""
-    high, low = x, jnp.zeros_like(x)
-    while high.shape[1] > 1:
-        if high.shape[1] % 2:
-            pad = ((0, 0), (0, 1))
-            high, low = jnp.pad(high, pad), jnp.pad(low, pad)
-        high, error = two_sum(high[:, 0::2], high[:, 1::2])
-        low = low[:, 0::2] + low[:, 1::2] + error
-    return high[:, 0] + low[:, 0]
-
-
-def stored(y):
-    """`y` rounded to its dtype, as every consumer the compiler fuses it into
-    sees it.
-
-    XLA recomputes a cheap elementwise result such as $y = d \\odot z$ inside
-    each of its consumers, and may contract its product with a consumer's
-    addition into a fused multiply-add, which does not round the product: the
-    consumer then sees a slightly different $y$ than the one stored, and a
-    residual or a correction computed from it misses the stored point by the
-    rounding it is meant to remove. (`jax.lax.optimization_barrier` does not
-    prevent this: XLA removes it before fusion.) Adding a zero known only at run
-    time rounds the value first, since a contraction of the product with it is
-    $\\mathrm{fl}(d z + 0) = \\mathrm{fl}(d z)$, and subtracting it changes
-    nothing.
-    """
-    zero = jnp.minimum(jnp.abs(y), 0)
-    return (y + zero) - zero
-
-
-def exact_residual(E_slices, y, rhs, plan: SlicePlan, low=None):
-    """$E y - \\mathrm{rhs}$ for $E = \\sum_a E_a$, nearly exactly.
+    The residual $r = [E; C] y - (q, h, -o)$, with $h$ a bound of each
+    inequality row (the one it is pinned to, if any), is computed nearly
+    exactly once, at the iterate. Each later step updates it,
+    $r \\leftarrow r - [E; C](y - y')$, by an ordinary product: $y - y'$ is the
+    small correction, exact in floating point (the two points agree in their
+    leading digits), so the product's rounding is that small fraction of the
+    rounding of $[E; C] y$.
 
     **Arguments:**
 
-    - `E_slices`: the slices of $E$ from `split_rows`, shape `(k, m, d)`.
-    - `y`: the point, shape `(d,)`.
-    - `rhs`: the right-hand side, shape `(m,)`.
-    - `plan`: the `SlicePlan` that cut $E$.
-    - `low`: what the right-hand side lost to rounding, if known (it is then
-        `rhs + low`), shape `(m,)`.
+    - `problem`: the lifted problem; `data` the instance's data.
+    - `rows`: the host factorisation of fixed polyhedral rows
+        (`_active_set.FixedRows`), or `None` for the general step.
+    - `residual`: the exact residual of the stacked rows (`RowResidual`).
+    - `y`: the iterate's output, as stored.
+    - `flags`: its activity flags (see `_active_set.activity`).
+    - `pre`: the cone blocks' prox arguments (see
+        `_douglas_rachford.cone_argument`), or `None` without cones.
+    - `y_raw`: the point projected, to polish; `None` skips the polish.
+    - `tol`: the tolerance a polished point must meet.
 
-    **Returns:** the residual $r$ rounded to the working precision, and what
-    that rounding took from it, $r_{low}$ (so $r + r_{low}$ is the residual to
-    about twice the working precision), each of shape `(m,)`.
+    **Returns:** `(y, violation, polished)`.
     """
-    _, exponent = jnp.frexp(jnp.max(jnp.abs(y)))
-    pieces = _split(jnp, y, exponent, plan.vector_bits, plan.n_vector)
-    y_slices = jnp.stack(pieces, axis=1)
-    # One product per slice of E, with all the slices of y it meets: it reads
-    # each slice of E once (a single instance's residual is memory-bound) and
-    # computes no product that the sum skips (a batch's is compute-bound).
-    total = -rhs
-    compensation = jnp.zeros_like(rhs) if low is None else -low
-    for a in range(plan.n_matrix):
-        products = E_slices[a] @ y_slices[:, : plan.columns(a)]
-        for c in range(plan.columns(a)):
-            # Exact: each product has at most matrix_bits + vector_bits bits
-            # on a common scale.
-            total, error = two_sum(total, products[:, c])
-            compensation = compensation + error
-    return two_sum(total, compensation)
+    data, flags, pre = jax.lax.stop_gradient((data, flags, pre))
+    assert data.E is not None and data.C is not None  # as built by `data()`
+    if problem.per_instance:
+        residual = residual.with_matrix(jnp.concatenate([data.E, data.C]))
+    hi, lo = flags
+    # Each inequality row's residual is taken against a bound: the one it is
+    # pinned to, else its finite one (the upper if both are). The residuals of
+    # the rows at or near a bound are then small and nearly exact in the working
+    # precision, where the rows' values C y would round at their own, larger,
+    # scale; a weakly active row could hide a violation in that rounding.
+    d = problem.dim
+    finite = jnp.where(
+        jnp.isfinite(data.ub_w),
+        data.ub_w,
+        jnp.where(jnp.isfinite(data.lb_w), data.lb_w, 0.0),
+    )
+    pinned = jnp.where(hi[d:], data.ub_w, jnp.where(lo[d:], data.lb_w, finite))
+    shifted = dataclasses.replace(
+        data, lb_w=data.lb_w - pinned, ub_w=data.ub_w - pinned
+    )
+    # The forward pass does not warn: a failed refinement is simply dropped.
+    # Each step's solve (conjugate gradients, for a large active set) stops at
+    # the square root of the dtype's default accuracy: a step leaves that
+    # fraction of the residual it removes, which the next step sees, nearly
+    # exactly, and removes in turn, so two steps leave its square, in about
+    # half the conjugate-gradient steps of a full-accuracy solve.
+    rtol = math.sqrt(default_rtol(y.dtype))
+    solver = ConjugateGradient(rtol=rtol, on_failure="ignore")
+    if rows is not None:
+        inputs = _active_set.Inputs(y, dataclasses.replace(shifted, E=None, C=None))
 
+        def correct(y, r, r_low, last):
+            del r_low  # the rows' residuals are small: their rounding is too
+            return _active_set.refine(
+                r, rows, y, inputs, hi, lo, problem.box_index, solver
+            )
+    else:
+        totals_low = residual.totals_low(y.dtype)
 
-class RowResidual(eqx.Module):
-    """$M y - r$ for a fixed matrix $M$, computed nearly exactly.
+        def correct(y, r, r_low, last):
+            # The last step is at rounding level: weighted, it goes where the
+            # grid can represent it (see `rounding_weights`).
+            weights = rounding_weights(y) if last else None
+            return step(
+                problem, r, r_low, totals_low, y, shifted, hi, lo, pre, solver,
+                weights,
+            )  # fmt: skip
 
-    In float32 the residual is computed from Ozaki slices; in wider precisions
-    an ordinary product is already far more accurate than the targets (and the
-    float32 slices would truncate $y$).
-
-    **Fields:**
-
-    - `slices`: float32 Ozaki slices of $M$ (see `split_rows`), shape
-        `(k, m, d)`.
-    - `matrix`: $M$ itself, for the other precisions.
-    - `low`: what the fixed right-hand sides lose to float32 rounding (zero
-        where they are `Parameter`s, which arrive in the working precision), so
-        that a float32 residual is taken against the float64 data; `None` when
-        unknown.
-    - `total_low`: the same for the simplex totals, or `None`.
-    - `per_instance`: which rows are per-instance data (sliced per call by
-        `with_matrix`), or `None`.
-    - `plan`: how the slices are cut.
-    """
-
-    slices: Float[Array, "k m d"]
-    matrix: Float[Array, "m d"]
-    low: Float[Array, " m"] | None
-    total_low: Float[Array, " n_total"] | None
-    per_instance: Bool[Array, " m"] | None
-    plan: SlicePlan = eqx.field(static=True)
-
-    @classmethod
-    def build(
-        cls, M: np.ndarray, low=None, total_low=None, per_instance=None
-    ) -> RowResidual:
-        """From the float64 matrix $M$, on the host: the slices keep its float64
-        digits, which float32 storage of $M$ would lose. Rows flagged
-        `per_instance` are filled per call (`with_matrix`)."""
-        M = np.asarray(M, np.float64)
-        plan = SlicePlan.for_length(M.shape[1])
-
-        def array(x):
-            return None if x is None else jnp.asarray(x)
-
-        return cls(
-            slices=jnp.asarray(split_rows(M, plan)),
-            matrix=jnp.asarray(M),
-            low=array(low),
-            total_low=array(total_low),
-            per_instance=array(per_instance),
-            plan=plan,
+    polished = jnp.asarray(False)
+    iterate = y
+    if y_raw is not None:
+        y_raw = jax.lax.stop_gradient(y_raw)
+        # Its multipliers' signs are tested, so its solve runs to full accuracy.
+        accurate = ConjugateGradient(rtol=default_rtol(y.dtype), on_failure="ignore")
+        candidate, wrong_sign = _active_set.polish(
+            rows, y_raw, data, hi, lo, problem.box_index, accurate
         )
+        bound = dr.resolvable_tol(tol, jnp.max(jnp.abs(candidate)))
+        # It must satisfy the rows it leaves free; the active ones it meets to
+        # its solve's accuracy, and the refinement closes that gap (checked on
+        # the point returned), up to `_POLISH_SLACK` times the tolerance (more
+        # means a badly conditioned active set, where the refinement is no
+        # more reliable than the solve).
+        pinned_y, pinned_w = hi[:d] | lo[:d], hi[d:] | lo[d:]
+        free = dataclasses.replace(
+            data,
+            lb_y=jnp.where(pinned_y, -jnp.inf, data.lb_y),
+            ub_y=jnp.where(pinned_y, jnp.inf, data.ub_y),
+            lb_w=jnp.where(pinned_w, -jnp.inf, data.lb_w),
+            ub_w=jnp.where(pinned_w, jnp.inf, data.ub_w),
+        )
+        polished = (
+            jnp.all(jnp.isfinite(candidate))
+            & (wrong_sign <= bound)
+            & (problem.violation(candidate, free) <= bound)
+            & (problem.violation(candidate, data) <= _POLISH_SLACK * bound)
+        )
+        y = stored(jnp.where(polished, candidate, y))
+    rhs = jnp.concatenate([data.q, pinned, -data.cone_offset])
+    # The cone rows' values M y + o are of the order of y, not small: what
+    # rounding takes from them (r_low) is carried along, for the faces.
+    r, r_low = residual(y, rhs)
+    before = problem.row_violation(y, r, shifted)
+    fix = y
+    for k in range(_REFINE_STEPS):
+        new = stored(correct(fix, r, r_low, k == _REFINE_STEPS - 1))
+        change = fix - new
+        r, error = two_sum(r, -jnp.concatenate([data.E @ change, data.C @ change]))
+        r_low = r_low + error
+        fix = new
+    after = problem.row_violation(fix, r, shifted)
+    eps = jnp.finfo(y.dtype).eps
+    size = 1 + jnp.max(jnp.abs(y))
+    # The correction is meant to be at the scale of the rounding or of the
+    # violation it removes. Nearly dependent active rows (a thin slab, nearly
+    # parallel rows) make its system nearly singular, and the minimum-norm
+    # solve can then throw a converged point far away while keeping it
+    # feasible; such a move is rejected and the iterate kept. The slack
+    # allows for the rounding of the updated residuals.
+    moved = jnp.max(jnp.abs(fix - y))
+    keep = (
+        jnp.all(jnp.isfinite(fix))
+        & (after <= before + 64 * eps * size)
+        & (moved <= jnp.maximum(jnp.sqrt(eps) * size, _MOVE_FACTOR * before))
+    )
+    out, viol = jnp.where(keep, fix, y), jnp.where(keep, after, before)
+    if y_raw is not None:
+        # A polished point that ends above the tolerance is not certified; the
+        # iterate, as the iteration left it, is then no worse.
+        certified = viol <= bound
+        failed = polished & ~certified
+        out = jnp.where(failed, iterate, out)
+        viol = jnp.where(failed, problem.violation(iterate, data), viol)
+        polished = polished & certified
+    return out, viol, polished
 
-    def with_matrix(self, M: Float[Array, "m d"]) -> RowResidual:
-        """This residual for the whole (possibly traced) matrix $M$ of one
-        instance: its `per_instance` rows are sliced from $M$, in float32."""
-        assert self.per_instance is not None  # built with per-instance rows
-        traced = split_rows(M.astype(jnp.float32), self.plan, xp=jnp)
-        slices = jnp.where(self.per_instance[None, :, None], traced, self.slices)
-        return dataclasses.replace(self, slices=slices, matrix=M)
 
-    def totals_low(self, dtype):
-        """What float32 rounding took from the simplex totals, or `None` (other
-        precisions, or unknown)."""
-        if self.total_low is None or dtype != jnp.float32:
-            return None
-        return self.total_low.astype(dtype)
+def step(
+    problem: LiftedProblem,
+    r,
+    r_low,
+    totals_low,
+    y,
+    data: InstanceData,
+    hi,
+    lo,
+    pre,
+    solver,
+    weights=None,
+):
+    """One refinement step of `y` onto its active constraints.
 
-    def __call__(self, y, rhs):
-        """$M y - \\mathrm{rhs}$ at the stored (rounded) $y$, and what its
-        rounding to the working precision took from it (zero outside float32)."""
-        rhs = rhs.astype(y.dtype)
-        if y.dtype != jnp.float32:
-            r = self.matrix.astype(y.dtype) @ y - rhs
-            return r, jnp.zeros_like(r)
-        # The slices must add up to the stored y (see `stored`).
-        y = stored(y)
-        low = None if self.low is None else self.low.astype(y.dtype)
-        return exact_residual(self.slices.astype(y.dtype), y, rhs, self.plan, low)
+    **Arguments:**
+
+    - `problem`: the lifted problem; `data` the instance's data (matrices
+        included).
+    - `r`: $[E; C] y - (q, h, -o)$, the residual of the stacked matrix (cone
+        offsets $o$ last), computed nearly exactly (see `_residual.RowResidual`),
+        with `data`'s inequality bounds offset by the same $h$, rounded to the
+        working precision.
+    - `r_low`: what that rounding took from `r` (used for the cone rows, whose
+        values are not small).
+    - `totals_low`: what float32 rounding took from the simplex totals, or
+        `None` (see `RowResidual.totals_low`).
+    - `y`: the point to refine.
+    - `hi`, `lo`: the activity flags of $y$'s coordinates then the inequality
+        rows (see `_active_set.activity`).
+    - `pre`: the cone blocks' prox arguments at the final iterate (user units),
+        which fix each block's face.
+    - `solver`: the linear solver (symmetric positive semi-definite).
+    - `weights`: if given, the correction minimises $\\|w \\odot \\delta\\|$
+        rather than $\\|\\delta\\|$ (see `rounding_weights`).
+
+    **Returns:** the refined point.
+    """
+    assert data.E is not None and data.C is not None  # as built by `data()`
+    d, m_eq, m = problem.dim, problem.n_eq, problem.n_ineq
+    box = np.asarray(problem.box_index, np.int32)
+    dh, clip_active = clip_rows(y, r[m_eq : m_eq + m], data, hi, lo, box)
+    pieces = [data.E, data.C[:m], jnp.eye(d, dtype=y.dtype)[box]]
+    values = [r[:m_eq], dh]
+    active = [jnp.ones((m_eq,), bool), clip_active]
+    if problem.groups:
+        F, cone_values, cone_active = blocks.face(
+            pre,
+            r[m_eq + m :],
+            problem.groups,
+            data.totals,
+            data.C[m:],
+            totals_low,
+            r_low[m_eq + m :],
+        )
+        pieces.append(F)
+        values.append(cone_values)
+        active.append(cone_active)
+    M = jnp.concatenate(pieces)
+    # delta = delta' / w, with delta' the minimum-norm correction of the rows
+    # M diag(1 / w).
+    inverse = None if weights is None else 1 / weights
+    if inverse is not None:
+        M = M * inverse[None, :]
+    Ms, scale, usable = unit_rows(M)
+    active = jnp.concatenate(active) & usable
+    rhs = jnp.where(active, scale * jnp.concatenate(values), 0.0)
+    # Inactive entries of rhs are zero and their rows see the identity, so only
+    # the active rows move y.
+    if Ms.shape[0] <= _DIRECT_ROWS:
+        zeta = _direct_solve(Ms, active, rhs)
+    else:
+        zeta = solve_rows(Ms, active, rhs, solver)
+    delta = zeta @ Ms
+    return y - (delta if inverse is None else inverse * delta)
+
+
+# Up to this many rows the active system is solved directly (a Cholesky
+# factorisation of their Gram matrix, regularised): cheaper than conjugate
+# gradients, whose step count under `vmap` is the batch's worst, and unaffected
+# by dependent active rows (a cone's apex next to equality rows).
+_DIRECT_ROWS = 512
+# The regularisation, relative to the unit diagonal of the scaled rows' Gram
+# matrix: it bounds the condition number of the factorised matrix, and leaves
+# a correction's error at about this fraction on its weakest directions.
+_RIDGE = 1e-6
+
+
+def _direct_solve(Ms, active, rhs):
+    """$\\zeta$ with $(G_{aa} + \\lambda I) \\zeta_a = \\mathrm{rhs}_a$,
+    $G = M_s M_s^\\top$, and $\\zeta = 0$ on the inactive rows."""
+    a = active.astype(Ms.dtype)
+    G = (Ms @ Ms.T) * (a[:, None] * a[None, :])
+    G = G + jnp.diag(jnp.where(active, _RIDGE, 1.0).astype(Ms.dtype))
+    factor = jax.scipy.linalg.cho_factor(G)
+    return a * jax.scipy.linalg.cho_solve(factor, rhs)
+
+
+# The smallest magnitude a weight sees, relative to the largest: it bounds the
+# weights' spread (and the weighted system's conditioning) to 1 / _WEIGHT_FLOOR.
+_WEIGHT_FLOOR = 1e-2
+
+
+def rounding_weights(y):
+    """Weights $w_j \\propto \\max(|y_j|, 10^{-2} \\|y\\|_\\infty)$, the
+    coordinates' grid spacing, that put a correction where the floating-point
+    grid is fine.
+
+    Once the residuals are at the rounding of $y$, the minimum-norm correction
+    is below half a unit in the last place of most coordinates and rounds away.
+    Minimising $\\|w \\odot \\delta\\|$ instead moves the small coordinates,
+    whose grid is fine enough to represent the correction, so the rounded point
+    meets its active constraints more closely than a rounding of the exact
+    projection does. The move stays at rounding level.
+    """
+    size = jnp.max(jnp.abs(y))
+    scale = jnp.where(size > 0, size, 1)
+    return jnp.maximum(jnp.abs(y), _WEIGHT_FLOOR * scale) / scale

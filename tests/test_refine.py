@@ -25,7 +25,7 @@ from helpers import (
 
 import pinet_eqx as pe
 from pinet_eqx._cones import _surface_value
-from pinet_eqx._refine import SlicePlan, exact_residual, pairwise_sum, split_rows
+from pinet_eqx._residual import SlicePlan, exact_residual, pairwise_sum, split_rows
 from pinet_eqx.problems import make_dc3
 
 
