@@ -209,3 +209,28 @@ def test_mechanisms_ablation(cache):
     args.precision = 64
     markdown = _ablations._markdown({"mechanisms": out}, args, machine())
     assert "| polish=False |" in markdown
+
+
+def test_train_iterations_ablation(cache, monkeypatch):
+    """The `train_iterations` study trains at the library defaults but for the
+    training iteration count: inference still reaches its tolerance, and the
+    training-mode outputs are as accurate as their iteration count allows."""
+    import argparse
+
+    from benchmarks.dc3 import _ablations
+
+    monkeypatch.setattr(_ablations, "TRAIN_ITERATIONS", (10, 50))
+    data = _data.load("nonconvex", "tiny", cache_dir=cache, verbose=False)
+    args = argparse.Namespace(problem="nonconvex", size="tiny", quick=True, epochs=2)
+    out = _ablations.study_train_iterations(args, data, cache / "ablations")
+    rows = {r["n_iter"]: r for r in out["rows"]}
+    assert set(rows) == {10, 50}
+    assert rows[10]["info"]["n_iter_used"] == 10
+    assert rows[50]["info"]["n_iter_used"] == 50
+    for r in rows.values():
+        # This process runs in float64 (conftest): inference's target holds.
+        assert r["cv_max"] <= 1e-9 and np.isfinite(r["rs_mean"]) and r["train_s"] > 0
+    assert rows[10]["train_cv"] > rows[50]["train_cv"]
+    args.precision = 64
+    markdown = _ablations._markdown({"train_iterations": out}, args, machine())
+    assert "## Training iterations" in markdown and "| 10 |" in markdown

@@ -40,7 +40,9 @@ class Config(pinet_method.PinetConfig):
 
     `library_defaults=True` builds `pe.Projector(constraints)` with every library
     default (sigma, iterations, adjoint, refinement, no margin, no autotuning);
-    the projector settings here are then ignored.
+    the projector settings here are then ignored, except `library_n_iter`: if
+    set, `pe.Projector(constraints, n_iter=library_n_iter)`, the one keyword of
+    the `train_iterations` ablation.
     """
 
     refine: bool | Literal["auto"] = True
@@ -49,6 +51,7 @@ class Config(pinet_method.PinetConfig):
     batch_size: int = 256
     lr: float = 1e-2
     library_defaults: bool = False
+    library_n_iter: int | None = None
 
 
 def default_config(data: Dataset) -> Config:
@@ -68,8 +71,12 @@ def make_projector(data: Dataset, config: Config) -> pe.Projector:
     """The projection layer onto $\\{y : A y = x, G y \\le h\\}$ for `config`."""
     P = data.problem
     if config.library_defaults:
+        settings = (
+            {} if config.library_n_iter is None else {"n_iter": config.library_n_iter}
+        )
         return pe.Projector(
-            [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)]
+            [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)],
+            **settings,
         )
     return pe.Projector(
         [
