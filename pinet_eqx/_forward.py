@@ -22,7 +22,7 @@ from ._errors import NAN_Y_RAW, RANK_DEFICIENT
 from ._frozen import thaw
 from ._implicit import fixed_point
 from ._lifting import InstanceData, LiftedProblem
-from ._refine import refine
+from ._refine import polish as _polish, refine
 from ._residual import stored
 from ._solution import RESULTS, ProjectionSolution
 from ._solver import DouglasRachford
@@ -115,6 +115,11 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         y = op.d_y * z[: problem.dim]
     status_tol = DouglasRachford.default_tol(dtype) if tol is None else tol
     polished = False
+    # Where the refinement is on, polyhedral sets are polished at inference
+    # (`polish="auto"`), and in training mode too with `polish=True`.
+    polish = not problem.groups and (
+        proj.polish is True or (proj.polish == "auto" and proj.inference)
+    )
     if refinement is not None and (proj.inference or proj.refine_always):
         # The correction is at rounding level, so the derivative of the
         # unrefined map is kept (stop_gradient). y is as stored so that
@@ -128,14 +133,26 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
             flags = _active_set.activity(s, P, op, z)
             if problem.groups:
                 pre = dr.cone_argument(s, z, P)
-        # At inference, polyhedral sets are first polished (see `refine`).
-        polish = proj.polish and not problem.groups and proj.inference
+        # Polyhedral sets are first polished (see `refine`).
         fix, viol, polished = refine(
             problem, rows, refinement, y_plain, data, flags, pre,
             y_raw if polish else None, status_tol,
         )  # fmt: skip
         # y - y is exactly zero, so the value is exactly `fix`.
         y = (y - y_plain) + jax.lax.stop_gradient(fix)
+    elif refinement is not None and polish:
+        # Training mode without the refinement: the polished point where it is
+        # the projection. Its derivative is the face's, the active-set derivative
+        # that the iterate already carries.
+        y = stored(y)
+        y_plain = jax.lax.stop_gradient(y)
+        if flags is None:
+            flags = _active_set.activity(s, P, op, z)
+        candidate, polished, _ = _polish(problem, rows, y_raw, data, flags, status_tol)
+        y = (y - y_plain) + jax.lax.stop_gradient(
+            jnp.where(polished, candidate, y_plain)
+        )
+        viol = None
     else:
         viol = None
     if not diagnostics:

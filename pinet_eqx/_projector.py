@@ -108,10 +108,14 @@ class Projector(eqx.Module):
         modes; `False` turns it off (and the polish). Gradients are those of
         the unrefined map (the correction is at rounding level near the
         solution).
-    - `polish`: whether inference polishes polyhedral sets before the
-        refinement, as `refine` describes (default `True`). `False` saves its
-        solve (a tenth to a fifth of a polytope's inference time) where the
-        iteration is trusted to reach `tol_test` anyway.
+    - `polish`: when polyhedral sets are polished, as `refine` describes:
+        `"auto"` (default) at inference, before the refinement; `True` in
+        training mode too, where the polished point replaces the iterate
+        wherever it is the projection (with the iterate's active-set
+        derivative, which is the face's), so that fewer training iterations
+        give exact outputs; `False` never, which saves its solve (a tenth to a
+        fifth of a polytope's inference time) where the iteration is trusted to
+        reach `tol_test` anyway. `refine=False` turns it off too.
     - `unroll`, `n_iter_bwd`, `bwd_rtol`, `bwd_atol`, `bwd_failure`,
         `equilibrate_iters`, `equilibrate_tol`, `equilibrate_mode`,
         `equilibrate_y`: deprecated aliases (with a `DeprecationWarning`) for
@@ -129,7 +133,7 @@ class Projector(eqx.Module):
     dropped_equality_rows: tuple[int, ...] = eqx.field(static=True)
     check_inputs: bool = eqx.field(static=True)
     refine_always: bool = eqx.field(static=True)
-    polish: bool = eqx.field(static=True)
+    polish: bool | Literal["auto"] = eqx.field(static=True)
     inference: bool
 
     def __init__(
@@ -149,7 +153,7 @@ class Projector(eqx.Module):
         dim: int | None = None,
         inference: bool = False,
         refine: bool | Literal["auto"] = "auto",
-        polish: bool = True,
+        polish: bool | Literal["auto"] = "auto",
         **deprecated,
     ):
         pieces, dim = _lift(constraints, dim)
@@ -450,8 +454,11 @@ def _lift(constraints, dim) -> tuple[LiftedPieces, int]:
     return LiftedPieces.merge(pieces), int(dim)
 
 
-def _check_polish(polish, where: str) -> bool:
-    """`polish`, checked to be a bool."""
-    if not isinstance(polish, bool):
-        raise TypeError(f"{where}(polish={polish!r}): must be True or False.")
-    return polish
+def _check_polish(polish, where: str) -> bool | Literal["auto"]:
+    """`polish`, checked to be `True`, `False` or `"auto"`."""
+    if not (isinstance(polish, bool) or (isinstance(polish, str) and polish == "auto")):
+        raise TypeError(
+            f"{where}(polish={polish!r}): must be True, False or 'auto' (the "
+            "default: at inference only)."
+        )
+    return cast("bool | Literal['auto']", polish)

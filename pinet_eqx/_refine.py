@@ -5,10 +5,10 @@ to first order, the projection onto their intersection. At inference (and in
 both modes with `refine=True`) the output is finished in two ways, both solves
 of the active-set system of `_active_set`:
 
-- **The polish** (polyhedral sets, inference): $y_{raw}$ is projected onto the
-  face of the iterate's active set; where that point is feasible and its
-  multipliers have the signs of their bounds, it is the projection itself
-  (OSQP's polish).
+- **The polish** (polyhedral sets; at inference, and in training mode too with
+  `Projector(polish=True)`): $y_{raw}$ is projected onto the face of the
+  iterate's active set; where that point is feasible and its multipliers have
+  the signs of their bounds, it is the projection itself (OSQP's polish).
 - **Iterative refinement**: `_REFINE_STEPS` steps, each moving $y$ by the
   minimum-norm $\\delta$ with
 
@@ -65,13 +65,11 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     and whether it was polished.
 
     With `y_raw` (polyhedral sets), `y` is first polished: replaced by the
-    projection of `y_raw` onto the face of its active set
-    (`_active_set.polish`) where that point satisfies the optimality conditions
-    to `tol` (raised to the rounding of its values): it is feasible, and its
-    multipliers have the signs of their bounds. It is then the projection,
-    however far the iteration was from converging, and the refinement starts
-    from it. If the refined point still misses `tol`, the iterate is returned
-    unrefined.
+    projection of `y_raw` onto the face of its active set where that point
+    satisfies the optimality conditions to `tol` (see `polish`). It is then the
+    projection, however far the iteration was from converging, and the
+    refinement starts from it. If the refined point still misses `tol`, the
+    iterate is returned unrefined.
 
     Polyhedral sets with fixed matrices use the host-eliminated active-set solve
     (`_active_set.refine`); every other set the general one (`step`),
@@ -154,31 +152,10 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     polished = jnp.asarray(False)
     iterate = y
     if y_raw is not None:
-        y_raw = jax.lax.stop_gradient(y_raw)
-        # Its multipliers' signs are tested, so its solve runs to full accuracy.
-        accurate = ConjugateGradient(rtol=default_rtol(y.dtype), on_failure="ignore")
-        candidate, wrong_sign = _active_set.polish(
-            rows, y_raw, data, hi, lo, problem.box_index, accurate
-        )
-        bound = dr.resolvable_tol(tol, jnp.max(jnp.abs(candidate)))
-        # It must satisfy the rows it leaves free; the active ones it meets to
-        # its solve's accuracy, and the refinement closes that gap (checked on
-        # the point returned), up to `_POLISH_SLACK` times the tolerance (more
-        # means a badly conditioned active set, where the refinement is no
-        # more reliable than the solve).
-        pinned_y, pinned_w = hi[:d] | lo[:d], hi[d:] | lo[d:]
-        free = dataclasses.replace(
-            data,
-            lb_y=jnp.where(pinned_y, -jnp.inf, data.lb_y),
-            ub_y=jnp.where(pinned_y, jnp.inf, data.ub_y),
-            lb_w=jnp.where(pinned_w, -jnp.inf, data.lb_w),
-            ub_w=jnp.where(pinned_w, jnp.inf, data.ub_w),
-        )
-        polished = (
-            jnp.all(jnp.isfinite(candidate))
-            & (wrong_sign <= bound)
-            & (problem.violation(candidate, free) <= bound)
-            & (problem.violation(candidate, data) <= _POLISH_SLACK * bound)
+        # It must meet its active rows to its solve's accuracy only: the
+        # refinement closes that gap (checked on the point returned).
+        candidate, polished, bound = polish(
+            problem, rows, y_raw, data, flags, tol, _POLISH_SLACK
         )
         y = stored(jnp.where(polished, candidate, y))
     rhs = jnp.concatenate([data.q, pinned, -data.cone_offset])
@@ -218,6 +195,55 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
         viol = jnp.where(failed, problem.violation(iterate, data), viol)
         polished = polished & certified
     return out, viol, polished
+
+
+def polish(problem, rows, y_raw, data, flags, tol, slack=1.0):
+    """The projection of `y_raw` onto the face of the active set `flags`, and
+    whether it is the projection onto the whole set.
+
+    The face's projection is one solve of the active-row system
+    (`_active_set.polish`). It is accepted when it satisfies the optimality
+    conditions to `tol` (raised to the rounding of its values): it is finite,
+    its multipliers have the signs of their bounds, it satisfies the rows it
+    leaves free, and it meets its active rows to `slack` times the tolerance
+    (more than 1 where a refinement follows and closes that gap; more than that
+    means a badly conditioned active set, where the refinement is no more
+    reliable than the solve). Polyhedral sets only.
+
+    **Arguments:**
+
+    - `problem`, `rows`, `data`: as for `refine`.
+    - `y_raw`: the point projected.
+    - `flags`: the iterate's activity flags (see `_active_set.activity`).
+    - `tol`: the tolerance of the optimality conditions.
+    - `slack`: the allowance on the active rows, a multiple of the tolerance.
+
+    **Returns:** `(candidate, accepted, bound)`, `bound` the tolerance as raised.
+    """
+    y_raw, data, flags = jax.lax.stop_gradient((y_raw, data, flags))
+    hi, lo = flags
+    d = problem.dim
+    # Its multipliers' signs are tested, so its solve runs to full accuracy.
+    accurate = ConjugateGradient(rtol=default_rtol(y_raw.dtype), on_failure="ignore")
+    candidate, wrong_sign = _active_set.polish(
+        rows, y_raw, data, hi, lo, problem.box_index, accurate
+    )
+    bound = dr.resolvable_tol(tol, jnp.max(jnp.abs(candidate)))
+    pinned_y, pinned_w = hi[:d] | lo[:d], hi[d:] | lo[d:]
+    free = dataclasses.replace(
+        data,
+        lb_y=jnp.where(pinned_y, -jnp.inf, data.lb_y),
+        ub_y=jnp.where(pinned_y, jnp.inf, data.ub_y),
+        lb_w=jnp.where(pinned_w, -jnp.inf, data.lb_w),
+        ub_w=jnp.where(pinned_w, jnp.inf, data.ub_w),
+    )
+    accepted = (
+        jnp.all(jnp.isfinite(candidate))
+        & (wrong_sign <= bound)
+        & (problem.violation(candidate, free) <= bound)
+        & (problem.violation(candidate, data) <= slack * bound)
+    )
+    return candidate, accepted, bound
 
 
 def step(

@@ -219,18 +219,23 @@ def test_train_iterations_ablation(cache, monkeypatch):
 
     from benchmarks.dc3 import _ablations
 
-    monkeypatch.setattr(_ablations, "TRAIN_ITERATIONS", (10, 50))
+    settings = ((10, "auto"), (50, "auto"), (10, True))
+    monkeypatch.setattr(_ablations, "TRAIN_SETTINGS", settings)
     data = _data.load("nonconvex", "tiny", cache_dir=cache, verbose=False)
     args = argparse.Namespace(problem="nonconvex", size="tiny", quick=True, epochs=2)
     out = _ablations.study_train_iterations(args, data, cache / "ablations")
-    rows = {r["n_iter"]: r for r in out["rows"]}
-    assert set(rows) == {10, 50}
-    assert rows[10]["info"]["n_iter_used"] == 10
-    assert rows[50]["info"]["n_iter_used"] == 50
+    rows = {(r["n_iter"], r["polish"]): r for r in out["rows"]}
+    assert set(rows) == set(settings)
+    assert rows[10, "auto"]["info"]["n_iter_used"] == 10
+    assert rows[50, "auto"]["info"]["n_iter_used"] == 50
     for r in rows.values():
         # This process runs in float64 (conftest): inference's target holds.
         assert r["cv_max"] <= 1e-9 and np.isfinite(r["rs_mean"]) and r["train_s"] > 0
-    assert rows[10]["train_cv"] > rows[50]["train_cv"]
+    assert rows[10, "auto"]["train_cv"] > rows[50, "auto"]["train_cv"]
+    # The polish makes the training-mode outputs exact where it certifies them.
+    polished, plain = rows[10, True], rows[10, "auto"]
+    assert polished["train_successful_pct"] > plain["train_successful_pct"]
+    assert polished["train_cv_median"] < plain["train_cv_median"]
     args.precision = 64
     markdown = _ablations._markdown({"train_iterations": out}, args, machine())
     assert "## Training iterations" in markdown and "| 10 |" in markdown

@@ -200,6 +200,44 @@ def test_polish_certifies_projections_before_the_iteration_converges(cap, matric
         assert n_unpolished <= 4 and certified.sum() >= 14, (n_unpolished, certified)
 
 
+@pytest.mark.parametrize("matrices", ["fixed", "per_instance"])
+def test_training_polish_gives_the_projection_and_keeps_the_gradient(matrices):
+    """With `polish=True`, training mode polishes too: after a few iterations
+    the output is the projection (Clarabel) wherever the polish certifies it,
+    the iterate elsewhere, and the gradient is the iterate's active-set
+    derivative, unchanged (for `y_raw` and for a per-instance matrix)."""
+    rng = np.random.default_rng(12)
+    poly = random_polytope(rng, 20, 4, 15)
+    Y = jnp.asarray(poly.y_feas + rng.normal(size=(16, 20)))
+    V = jnp.asarray(rng.normal(size=(16, 20)))
+    constraints, params = constraints_of(poly), {}
+    if matrices == "per_instance":
+        constraints[0] = pe.Equality(pe.Parameter("E", shape=poly.E.shape), poly.b)
+        params = {"E": jnp.broadcast_to(poly.E, (16, *poly.E.shape))}
+    plain = pe.Projector(constraints, n_iter=20)
+    polished = plain.with_settings(polish=True)
+
+    def loss(Y, params, proj):
+        out = jax.vmap(lambda y, p: proj(y, **p))(Y, params)
+        return jnp.sum(V * out)
+
+    sol = jax.vmap(lambda y, p: polished.solve(y, **p))(Y, params)
+    iterate = jax.vmap(lambda y, p: plain.solve(y, **p))(Y, params)
+    certified = np.asarray(sol.result == pe.RESULTS.successful)
+    assert certified.sum() >= 12, certified
+    exact = np.stack([clarabel_project(np.asarray(y), poly) for y in Y])
+    for i in range(16):
+        if certified[i]:
+            assert_close(sol.y[i], exact[i], atol=1e-8)
+        else:
+            np.testing.assert_array_equal(sol.y[i], iterate.y[i])
+    # Twenty iterations alone are far from it.
+    assert np.max(np.abs(np.asarray(iterate.y) - exact)) > 1e-4
+    grads = [jax.grad(loss, argnums=(0, 1))(Y, params, p) for p in (plain, polished)]
+    for a, b in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.slow
 def test_refine_reaches_the_float32_rounding_floor():
     # x64 is global and on in the test process, so float32 runs in a subprocess.

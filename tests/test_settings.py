@@ -155,17 +155,21 @@ def test_with_settings_refine_matches_a_projector_built_with_it():
 
 
 def test_polish_setting():
-    """`polish` is a bool, set at construction or by `with_settings`; it acts at
-    inference only (training mode gives the same outputs either way)."""
-    proj, spec = _projector(n_iter=30)
-    assert proj.polish and not proj.with_settings(polish=False).polish
-    assert not _projector(polish=False)[0].polish
+    """`polish` is `"auto"` (default), `True` or `False`, set at construction or
+    by `with_settings`; `"auto"` acts at inference only (training mode gives
+    the same outputs as `False`), `True` in training mode too."""
+    proj, spec = _projector(n_iter=10)
+    assert proj.polish == "auto" and proj.with_settings(polish=False).polish is False
+    assert _projector(polish=True)[0].polish is True
     Y = np.random.default_rng(4).normal(size=(6, spec.d)) * 3
     off = proj.with_settings(polish=False)
     np.testing.assert_array_equal(jax.vmap(off)(Y), jax.vmap(proj)(Y))
-    with raises_for("polish", TypeError, "must be True or False"):
-        proj.with_settings(polish="yes")
-    with raises_for("polish", TypeError, "must be True or False"):
+    always = jax.vmap(proj.with_settings(polish=True))(Y)
+    assert np.max(np.abs(always - jax.vmap(proj)(Y))) > 1e-6
+    for bad in ("yes", 1):
+        with raises_for("polish", TypeError, "must be True, False or 'auto'"):
+            proj.with_settings(polish=bad)
+    with raises_for("polish", TypeError, "must be True, False or 'auto'"):
         _projector(polish=1)
 
 

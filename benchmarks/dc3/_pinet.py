@@ -40,9 +40,9 @@ class Config(pinet_method.PinetConfig):
 
     `library_defaults=True` builds `pe.Projector(constraints)` with every library
     default (sigma, iterations, adjoint, refinement, no margin, no autotuning);
-    the projector settings here are then ignored, except `library_n_iter`: if
-    set, `pe.Projector(constraints, n_iter=library_n_iter)`, the one keyword of
-    the `train_iterations` ablation.
+    the projector settings here are then ignored, except the two keywords of
+    the `train_iterations` ablation: `library_n_iter`, if set, passed as
+    `n_iter`, and `library_polish`, passed as `polish`.
     """
 
     refine: bool | Literal["auto"] = True
@@ -52,6 +52,7 @@ class Config(pinet_method.PinetConfig):
     lr: float = 1e-2
     library_defaults: bool = False
     library_n_iter: int | None = None
+    library_polish: bool | Literal["auto"] = "auto"
 
 
 def default_config(data: Dataset) -> Config:
@@ -71,9 +72,9 @@ def make_projector(data: Dataset, config: Config) -> pe.Projector:
     """The projection layer onto $\\{y : A y = x, G y \\le h\\}$ for `config`."""
     P = data.problem
     if config.library_defaults:
-        settings = (
-            {} if config.library_n_iter is None else {"n_iter": config.library_n_iter}
-        )
+        settings = {"polish": config.library_polish}
+        if config.library_n_iter is not None:
+            settings["n_iter"] = config.library_n_iter
         return pe.Projector(
             [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)],
             **settings,
