@@ -200,12 +200,23 @@ def test_polish_certifies_projections_before_the_iteration_converges(cap, matric
         assert n_unpolished <= 4 and certified.sum() >= 14, (n_unpolished, certified)
 
 
-@pytest.mark.parametrize("matrices", ["fixed", "per_instance"])
-def test_training_polish_gives_the_projection_and_keeps_the_gradient(matrices):
+@pytest.mark.parametrize(
+    "matrices, settings",
+    [
+        ("fixed", {}),
+        ("per_instance", {}),
+        ("fixed", {"adjoint": pe.UnrolledAdjoint()}),
+        ("fixed", {"refine": True}),
+    ],
+)
+def test_training_polish_gives_the_projection_and_keeps_the_gradient(
+    matrices, settings
+):
     """With `polish=True`, training mode polishes too: after a few iterations
     the output is the projection (Clarabel) wherever the polish certifies it,
-    the iterate elsewhere, and the gradient is the iterate's active-set
-    derivative, unchanged (for `y_raw` and for a per-instance matrix)."""
+    the iterate elsewhere, and the gradient is the iterate's, unchanged (for
+    `y_raw` and for a per-instance matrix; the active-set derivative, or the
+    unrolled one). With `refine=True` the polished point is refined too."""
     rng = np.random.default_rng(12)
     poly = random_polytope(rng, 20, 4, 15)
     Y = jnp.asarray(poly.y_feas + rng.normal(size=(16, 20)))
@@ -214,7 +225,7 @@ def test_training_polish_gives_the_projection_and_keeps_the_gradient(matrices):
     if matrices == "per_instance":
         constraints[0] = pe.Equality(pe.Parameter("E", shape=poly.E.shape), poly.b)
         params = {"E": jnp.broadcast_to(poly.E, (16, *poly.E.shape))}
-    plain = pe.Projector(constraints, n_iter=20)
+    plain = pe.Projector(constraints, n_iter=20, **settings)
     polished = plain.with_settings(polish=True)
 
     def loss(Y, params, proj):
@@ -229,7 +240,7 @@ def test_training_polish_gives_the_projection_and_keeps_the_gradient(matrices):
     for i in range(16):
         if certified[i]:
             assert_close(sol.y[i], exact[i], atol=1e-8)
-        else:
+        elif "refine" not in settings:
             np.testing.assert_array_equal(sol.y[i], iterate.y[i])
     # Twenty iterations alone are far from it.
     assert np.max(np.abs(np.asarray(iterate.y) - exact)) > 1e-4
