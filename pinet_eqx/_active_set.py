@@ -50,7 +50,9 @@ class FixedRows(eqx.Module):
     Rows are the inequality rows of $C$ followed by the bounded coordinates of
     $y$, each scaled to unit length in $\\ker E$. `lift`, kept for refinement
     only, maps the equality residual and the rows' multipliers to the
-    correction in one product (see `refine`).
+    correction in one product (see `refine`). `cone`, for sets with cone or
+    simplex blocks, holds their rows $M$ in $\\ker E$, $M N$, for the first
+    step of their refinement (`_refine.step_eliminated`).
     """
 
     N: Float[Array, "d k"]
@@ -61,10 +63,15 @@ class FixedRows(eqx.Module):
     gram: Float[Array, "n_rows n_rows"] | None
     usable: Bool[Array, " n_rows"]
     lift: Float[Array, "m_eq+n_rows d"] | None
+    cone: Float[Array, "n_cone k"] | None = None
 
     @staticmethod
     def build(
-        E: np.ndarray, C: np.ndarray, box_index: np.ndarray, refine: bool = False
+        E: np.ndarray,
+        C: np.ndarray,
+        box_index: np.ndarray,
+        refine: bool = False,
+        cone: np.ndarray | None = None,
     ) -> FixedRows:
         """Factorise in float64.
 
@@ -76,6 +83,8 @@ class FixedRows(eqx.Module):
         - `box_index`: the coordinates of $y$ that have a (fixed or
             parameterised) finite bound.
         - `refine`: also build `lift`, for `refine`.
+        - `cone`: the rows $M$ of the cone and simplex blocks, shape
+            `(n_cone, d)`, if any.
 
         **Returns:** a `FixedRows`.
         """
@@ -119,6 +128,7 @@ class FixedRows(eqx.Module):
             gram=None if gram is None else jnp.asarray(gram),
             usable=jnp.asarray(usable),
             lift=None if lift is None else jnp.asarray(lift),
+            cone=None if cone is None else jnp.asarray(np.asarray(cone) @ N),
         )
 
 

@@ -201,10 +201,13 @@ class Projector(eqx.Module):
             dropped = tuple(int(i) for i in info.dropped_rows)
             # "auto" for the fixed factorisation, in float64 on the host.
             self.auto_sigma = float(DouglasRachford().step_size(np.asarray(info.d_y)))
+            box = np.asarray(problem.box_index, int)
             if not problem.groups:
-                rows = FixedRows.build(
-                    E, C, np.asarray(problem.box_index, int), refine is not False
-                )
+                rows = FixedRows.build(E, C, box, refine is not False)
+            elif refine is not False:
+                # Only the refinement's first step uses them (see `_refine`).
+                m = problem.n_ineq
+                rows = FixedRows.build(E, C[:m], box, cone=C[m:])
         else:
             self.auto_sigma = None
         if refine is not False and per_instance_rows.size:

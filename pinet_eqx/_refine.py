@@ -72,8 +72,10 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     iterate is returned unrefined.
 
     Polyhedral sets with fixed matrices use the host-eliminated active-set solve
-    (`_active_set.refine`); every other set the general one (`step`),
-    with the per-instance rows of the residual sliced per call.
+    (`_active_set.refine`); every other set the general one (`step`), with the
+    per-instance rows of the residual sliced per call, except that with fixed
+    matrices the first (unweighted) step eliminates the equality rows too
+    (`step_eliminated`).
 
     `y` arrives as stored (see `_residual.stored`), so that the residual, the
     corrections and the updates all see the same point.
@@ -89,8 +91,8 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     **Arguments:**
 
     - `problem`: the lifted problem; `data` the instance's data.
-    - `rows`: the host factorisation of fixed polyhedral rows
-        (`_active_set.FixedRows`), or `None` for the general step.
+    - `rows`: the host factorisation of fixed rows (`_active_set.FixedRows`),
+        or `None` for per-instance matrices.
     - `residual`: the exact residual of the stacked rows (`RowResidual`).
     - `y`: the iterate's output, as stored.
     - `flags`: its activity flags (see `_active_set.activity`).
@@ -129,7 +131,7 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     # half the conjugate-gradient steps of a full-accuracy solve.
     rtol = math.sqrt(default_rtol(y.dtype))
     solver = ConjugateGradient(rtol=rtol, on_failure="ignore")
-    if rows is not None:
+    if rows is not None and not problem.groups:
         inputs = _active_set.Inputs(y, dataclasses.replace(shifted, E=None, C=None))
 
         def correct(y, r, r_low, last):
@@ -141,6 +143,11 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
         totals_low = residual.totals_low(y.dtype)
 
         def correct(y, r, r_low, last):
+            if rows is not None and not last:
+                return step_eliminated(
+                    problem, rows, r, r_low, totals_low, y, shifted, hi, lo, pre,
+                    solver,
+                )  # fmt: skip
             # The last step is at rounding level: weighted, it goes where the
             # grid can represent it (see `rounding_weights`).
             weights = rounding_weights(y) if last else None
@@ -321,6 +328,64 @@ def step(
         zeta = solve_rows(Ms, active, rhs, solver)
     delta = zeta @ Ms
     return y - (delta if inverse is None else inverse * delta)
+
+
+def step_eliminated(
+    problem: LiftedProblem,
+    fixed: _active_set.FixedRows,
+    r,
+    r_low,
+    totals_low,
+    y,
+    data: InstanceData,
+    hi,
+    lo,
+    pre,
+    solver,
+):
+    """`step` without weights, for fixed matrices: the same minimum-norm
+    correction, with the equality rows eliminated on the host.
+
+    The correction is $\\delta = E^+ r_E - N R^\\top \\zeta$, with $N$ an
+    orthonormal basis of $\\ker E$ and $R$ the other active rows in $\\ker E$
+    (the inequality and box rows of `fixed`, and the cone blocks' face rows
+    $\\nabla g_j^\\top M N$ from `fixed.cone`), scaled to unit length: one
+    solve with their Gram matrix, of the size of the rows left (a second-order
+    cone on its surface adds one), where `step`'s includes the equality rows
+    and all of $y$. Arguments as for `step`, with `fixed` the host
+    factorisation (built with `cone`).
+    """
+    assert data.C is not None and fixed.cone is not None  # built for cones
+    m_eq, m = problem.n_eq, problem.n_ineq
+    box = np.asarray(problem.box_index, np.int32)
+    dtype = y.dtype
+    r_eq = r[:m_eq]
+    dh, clip_active = clip_rows(y, r[m_eq : m_eq + m], data, hi, lo, box)
+    particular = r_eq @ fixed.P_y.astype(dtype)  # E^+ r_E
+    # The face rows in ker E, and (one more column) their values at the
+    # particular correction, from one call.
+    rows = jnp.concatenate(
+        [fixed.cone.astype(dtype), (data.C[m:] @ particular)[:, None]], axis=1
+    )
+    F, values, face_active = blocks.face(
+        pre, r[m_eq + m :], problem.groups, data.totals, rows, totals_low,
+        r_low[m_eq + m :],
+    )  # fmt: skip
+    FN, scale, usable = unit_rows(F[:, :-1])
+    R = jnp.concatenate([fixed.BN.astype(dtype), FN])
+    active = jnp.concatenate([clip_active & fixed.usable, face_active & usable])
+    rhs = jnp.concatenate(
+        [
+            fixed.BP.astype(dtype) @ r_eq - fixed.row_scale.astype(dtype) * dh,
+            scale * (F[:, -1] - values),
+        ]
+    )
+    rhs = jnp.where(active, rhs, 0.0)
+    if R.shape[0] <= _DIRECT_ROWS:
+        zeta = _direct_solve(R, active, rhs)
+    else:
+        zeta = solve_rows(R, active, rhs, solver)
+    return y - (particular - (zeta @ R) @ fixed.N.astype(dtype).T)
 
 
 # Up to this many rows the active system is solved directly (a Cholesky

@@ -51,11 +51,15 @@ def results(tmp_path_factory):
     return tmp_path_factory.mktemp("soc_results")
 
 
-@pytest.mark.parametrize("method, overrides", METHODS)
-def test_method_end_to_end(method, overrides, results):
-    record, folder, _ = train(
+def _train(method, overrides, results):
+    return train(
         "small", method, overrides=overrides, out=results, repeats=2, quiet=True
     )
+
+
+@pytest.mark.parametrize("method, overrides", METHODS)
+def test_method_end_to_end(method, overrides, results):
+    record, folder, _ = _train(method, overrides, results)
     saved = json.loads((folder / "results.json").read_text())
     assert saved["config"] == record["config"]
     metrics = saved["metrics"]
@@ -89,7 +93,12 @@ def test_method_end_to_end(method, overrides, results):
 
 
 def test_report_renders(results):
-    # Runs after the trainings above (pytest keeps file order).
+    # pytest keeps file order, so in one process the trainings above have made
+    # these runs. Under pytest-xdist they may have run in another worker (each
+    # has its own `results`); the missing ones are then made here.
+    for method, overrides in METHODS:
+        if not list(results.glob(f"*/{method}/*/results.json")):
+            _train(method, overrides, results)
     written = report(results)
     pngs = [p for p in written if p.suffix == ".png"]
     assert {p.name for p in pngs} == {"scatter_soc-small.png", "curves_soc-small.png"}

@@ -249,6 +249,46 @@ def test_training_polish_gives_the_projection_and_keeps_the_gradient(
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "items", [("eq", "soc"), ("eq", "l1"), ("simplex", "box"), ("eq", "ineq", "soc")]
+)
+def test_eliminated_refinement_step_is_the_general_one(items, monkeypatch):
+    """With fixed matrices, a cone set's first refinement step eliminates the
+    equality rows on the host (`step_eliminated`); its correction is the
+    general step's minimum-norm one (up to their regularisations), on
+    iterates far enough from converged that the corrections are large."""
+    from pinet_eqx import _refine
+
+    rng = np.random.default_rng(len(items))
+    spec, y0 = random_set_spec(rng, 10, items)
+    solver = pe.DouglasRachford(n_iter_test=8, tol_test=None)
+    proj = pe.Projector(to_pinet(spec, {}), solver=solver)
+    assert proj.active_rows is not None and proj.active_rows.cone is not None
+    proj = proj.with_settings(inference=True)
+    pairs = []
+    eliminated = _refine.step_eliminated
+
+    def both(problem, fixed, r, r_low, totals_low, y, data, hi, lo, pre, solver):
+        new = eliminated(
+            problem, fixed, r, r_low, totals_low, y, data, hi, lo, pre, solver
+        )
+        general = _refine.step(
+            problem, r, r_low, totals_low, y, data, hi, lo, pre, solver, None
+        )
+        pairs.append((np.asarray(y - new), np.asarray(y - general)))
+        return new
+
+    monkeypatch.setattr(_refine, "step_eliminated", both)
+    for y_raw in y0 + 2 * rng.normal(size=(6, 10)):
+        proj(jnp.asarray(y_raw))  # eager, so that the corrections are values
+    assert len(pairs) == 6
+    sizes = [np.max(np.abs(general)) for _, general in pairs]
+    assert max(sizes) > 1e-4, sizes  # the corrections are not at rounding level
+    for new, general in pairs:
+        scale = max(np.max(np.abs(general)), 1e-12)
+        assert np.max(np.abs(new - general)) <= 1e-4 * scale
+
+
 @pytest.mark.slow
 def test_refine_reaches_the_float32_rounding_floor():
     # x64 is global and on in the test process, so float32 runs in a subprocess.
