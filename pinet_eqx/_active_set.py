@@ -327,8 +327,15 @@ def _fixed_multipliers(fixed: FixedRows, active, dq, dh, solver, moved=0.0):
 
 
 def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solver):
-    """The tangent with per-instance matrices: rows $M = [E; C; I_{box}]$ over
-    all of $y$, the equality rows always active; returns $(\\dot y, \\zeta)$.
+    """The tangent with per-instance matrices; returns $(\\dot y, \\zeta)$.
+
+    The coordinates of $y$ pinned by an active box row follow their bound's
+    tangent; the others, $F$, solve the active-set system of the rows
+    $M = [E; C]$ restricted to them (the equality rows always active): rows
+    over the free coordinates instead of identity rows for the pinned ones, a
+    smaller and better conditioned system with the same solution. `zeta` holds
+    the multipliers of the rows of $M$ (scaled to unit length over $F$), then
+    those of the box rows in `_rows`' layout, from stationarity.
 
     Without `moving` rows the map is affine in its arguments' values too, as
     `_fixed_tangent` is (see `polish`)."""
@@ -337,23 +344,33 @@ def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solv
     E, C = inputs.data.E, inputs.data.C
     # Only reached without `FixedRows`, i.e. with per-instance matrices.
     assert E is not None and C is not None
-    M = jnp.concatenate([E, C, jnp.eye(d, dtype=dtype)[box]])
-    Ms, scale, usable = unit_rows(M)
-    active = jnp.concatenate([jnp.ones(E.shape[0], bool), active]) & usable
-    dh = jnp.concatenate([t.data.q, dh])
+    m_eq, m = E.shape[0], C.shape[0]
+    on_box = active[m:]
+    pinned = jnp.zeros(d, bool).at[box].set(on_box)
+    # The pinned coordinates' tangent (their bounds').
+    y_pinned = jnp.zeros(d, dtype).at[box].set(jnp.where(on_box, dh[m:], 0.0))
+    M = jnp.concatenate([E, C])
+    Ms, scale, usable = unit_rows(jnp.where(pinned[None, :], 0.0, M))
+    rows_active = jnp.concatenate([jnp.ones(m_eq, bool), active[:m]]) & usable
+    dh = jnp.concatenate([t.data.q, dh[:m]])
     r = t.y_raw
     if moving:
-        # The multipliers, y_raw - y = M^T lam, enter through the moving rows.
-        rhs = jnp.where(active, Ms @ (inputs.y_raw - y), 0.0)
-        lam = scale * solve_rows(Ms, active, rhs, solver)
+        # The multipliers, (y_raw - y)_F = M_F^T lam, enter through the moving rows.
+        rhs = jnp.where(rows_active, Ms @ (inputs.y_raw - y), 0.0)
+        lam = scale * solve_rows(Ms, rows_active, rhs, solver)
         dE, dC = t.data.E, t.data.C
         assert dE is not None and dC is not None  # `None` tangents became zeros
-        dM = jnp.concatenate([dE, dC, jnp.zeros((box.size, d), dtype)])
+        dM = jnp.concatenate([dE, dC])
         r = r - lam @ dM
         dh = dh - dM @ y
-    rhs = jnp.where(active, Ms @ r - scale * dh, 0.0)
-    zeta = solve_rows(Ms, active, rhs, solver)
-    return r - zeta @ Ms, zeta
+    # M_F y_F = dh - M y_pinned: the pinned coordinates' share moves to the right.
+    rhs = jnp.where(rows_active, Ms @ r - scale * (dh - M @ y_pinned), 0.0)
+    zeta = solve_rows(Ms, rows_active, rhs, solver)
+    dy = jnp.where(pinned, y_pinned, r - zeta @ Ms)
+    # The box rows' multipliers: what stationarity, r - dy = M^T lam + mu on
+    # the pinned coordinates, leaves there.
+    mu = (r - dy - (scale * zeta) @ M)[box]
+    return dy, jnp.concatenate([zeta, jnp.where(on_box, mu, 0.0)])
 
 
 def refine(r, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
