@@ -322,10 +322,7 @@ def step(
     rhs = jnp.where(active, scale * jnp.concatenate(values), 0.0)
     # Inactive entries of rhs are zero and their rows see the identity, so only
     # the active rows move y.
-    if Ms.shape[0] <= _DIRECT_ROWS:
-        zeta = _direct_solve(Ms, active, rhs)
-    else:
-        zeta = solve_rows(Ms, active, rhs, solver)
+    zeta = _solve_active(Ms, active, rhs, solver)
     delta = zeta @ Ms
     return y - (delta if inverse is None else inverse * delta)
 
@@ -381,10 +378,7 @@ def step_eliminated(
         ]
     )
     rhs = jnp.where(active, rhs, 0.0)
-    if R.shape[0] <= _DIRECT_ROWS:
-        zeta = _direct_solve(R, active, rhs)
-    else:
-        zeta = solve_rows(R, active, rhs, solver)
+    zeta = _solve_active(R, active, rhs, solver)
     return y - (particular - (zeta @ R) @ fixed.N.astype(dtype).T)
 
 
@@ -397,6 +391,14 @@ _DIRECT_ROWS = 512
 # matrix: it bounds the condition number of the factorised matrix, and leaves
 # a correction's error at about this fraction on its weakest directions.
 _RIDGE = 1e-6
+
+
+def _solve_active(Ms, active, rhs, solver):
+    """$\\zeta$ of the masked active-row system of the unit rows `Ms`: a direct
+    solve up to `_DIRECT_ROWS` rows, else `solver` (see `solve_rows`)."""
+    if Ms.shape[0] <= _DIRECT_ROWS:
+        return _direct_solve(Ms, active, rhs)
+    return solve_rows(Ms, active, rhs, solver)
 
 
 def _direct_solve(Ms, active, rhs):
