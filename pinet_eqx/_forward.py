@@ -120,10 +120,14 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
     polish = not problem.groups and (
         proj.polish is True or (proj.polish == "auto" and proj.inference)
     )
-    if refinement is not None and (proj.inference or proj.refine_always):
-        # The correction is at rounding level, so the derivative of the
-        # unrefined map is kept (stop_gradient). y is as stored so that
-        # y - y_plain below is exactly zero (see `_residual.stored`).
+    refining = refinement is not None and (proj.inference or proj.refine_always)
+    viol = None
+    if refining or (refinement is not None and polish):
+        # The derivative of the unrefined map is kept (stop_gradient): the
+        # refinement's correction is at rounding level, and a polished point's
+        # own derivative is the face's, the active-set derivative the iterate
+        # carries. y is as stored so that y - y_plain below is exactly zero
+        # (see `_residual.stored`).
         y = stored(y)
         y_plain = jax.lax.stop_gradient(y)
         pre = None
@@ -133,28 +137,21 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
             flags = _active_set.activity(s, P, op, z)
             if problem.groups:
                 pre = dr.cone_argument(s, z, P)
-        # Polyhedral sets are first polished (see `refine`).
-        fix, viol, polished = refine(
-            problem, rows, refinement, y_plain, data, flags, pre,
-            y_raw if polish else None, status_tol,
-        )  # fmt: skip
+        if refining:
+            # Polyhedral sets are first polished (see `refine`).
+            fix, viol, polished = refine(
+                problem, rows, refinement, y_plain, data, flags, pre,
+                y_raw if polish else None, status_tol,
+            )  # fmt: skip
+        else:
+            # Training mode without the refinement: the polished point where
+            # it is the projection.
+            candidate, polished, _ = _polish(
+                problem, rows, y_raw, data, flags, status_tol
+            )
+            fix = jnp.where(polished, candidate, y_plain)
         # y - y is exactly zero, so the value is exactly `fix`.
         y = (y - y_plain) + jax.lax.stop_gradient(fix)
-    elif refinement is not None and polish:
-        # Training mode without the refinement: the polished point where it is
-        # the projection. Its derivative is the face's, the active-set derivative
-        # that the iterate already carries.
-        y = stored(y)
-        y_plain = jax.lax.stop_gradient(y)
-        if flags is None:
-            flags = _active_set.activity(s, P, op, z)
-        candidate, polished, _ = _polish(problem, rows, y_raw, data, flags, status_tol)
-        y = (y - y_plain) + jax.lax.stop_gradient(
-            jnp.where(polished, candidate, y_plain)
-        )
-        viol = None
-    else:
-        viol = None
     if not diagnostics:
         return y
     if viol is None:
