@@ -205,6 +205,11 @@ def _solve_test(model, X):
     return jax.vmap(lambda y, x: model.projector.solve(y, b=x))(y_raw, X)
 
 
+def _successful_pct(sol) -> float:
+    """The share of `sol`'s instances reported `RESULTS.successful`, in %."""
+    return 100 * float(np.mean(np.asarray(sol.result == pe.RESULTS.successful)))
+
+
 def study_mechanisms(args, data, out):
     _, _, trained = train(
         args.problem,
@@ -231,8 +236,7 @@ def study_mechanisms(args, data, out):
             {
                 "label": label,
                 **metrics,
-                "successful_pct": 100
-                * float(np.mean(np.asarray(sol.result == pe.RESULTS.successful))),
+                "successful_pct": _successful_pct(sol),
                 "n_iter_max": int(np.max(np.asarray(sol.n_iter))),
                 "batch_s": timing["median"],
             }
@@ -276,12 +280,11 @@ def study_train_iterations(args, data, out):
         # The outputs the loss saw: training mode, k iterations.
         sol = _solve_test(eqx.nn.inference_mode(trained.model, False), X)
         cv = data.test_metrics(sol.y).cv
-        successful = np.asarray(sol.result == pe.RESULTS.successful)
         row = {
             **_row(f"n_iter={k}, polish={polish!r}", record),
             "train_cv": float(np.max(cv)),
             "train_cv_median": float(np.median(cv)),
-            "train_successful_pct": 100 * float(np.mean(successful)),
+            "train_successful_pct": _successful_pct(sol),
         }
         rows.append({"n_iter": k, "polish": polish, **row})
     return {"rows": rows}
