@@ -42,6 +42,7 @@ from . import _douglas_rachford as dr
 from ._affine import AbstractAffineProjection, independent_rows
 from ._lifting import InstanceData
 from ._precision import FullPrecisionSolver
+from ._sparse import SparseMatrix
 
 
 class FixedRows(eqx.Module):
@@ -131,6 +132,12 @@ class FixedRows(eqx.Module):
             cone=None if cone is None else jnp.asarray(np.asarray(cone) @ N),
         )
 
+    def tangent(self, active, dy_raw, dq, dh, box, solver):
+        """$(\\dot y, \\zeta)$ of the active face (see `_fixed_tangent`); `box`
+        is implied by how the rows were built."""
+        del box
+        return _fixed_tangent(self, active & self.usable, dy_raw, dq, dh, solver)
+
 
 class Inputs(eqx.Module):
     """What the projection is differentiated with respect to (one instance).
@@ -202,7 +209,9 @@ def _zeros_if_none(tangent, like):
 
 
 @eqx.filter_custom_jvp
-def project(inputs: Inputs, *, forward: Forward, fixed: FixedRows | None, cfg):
+def project(
+    inputs: Inputs, *, forward: Forward, fixed: FixedRows | SparseRows | None, cfg
+):
     """$y = \\Pi_{\\mathcal{C}}(y_{raw})$ by Douglas-Rachford, differentiated
     exactly through its active set.
 
@@ -210,7 +219,8 @@ def project(inputs: Inputs, *, forward: Forward, fixed: FixedRows | None, cfg):
 
     - `inputs`: the differentiated data.
     - `forward`: the iteration's affine projection, start and $\\sigma$.
-    - `fixed`: the host factorisation for fixed matrices, else `None`.
+    - `fixed`: the host factorisation for fixed matrices (`SparseRows` for
+        sparse ones), else `None`.
     - `cfg`: static `(omega, (n_min, n_max), tol, solver, box_index)`: the
         iteration's schedule (see `_douglas_rachford.iterate`), with `box_index`
         the tuple of the bounded coordinates of $y$.
@@ -249,9 +259,7 @@ def _project_jvp(primals, tangents, *, forward, fixed, cfg):
     t = jax.tree.map(_zeros_if_none, t_in, inputs, is_leaf=lambda x: x is None)
     hi, lo, dh = _pinned(hi, lo, t.data, box)
     if fixed is not None:
-        dy, _ = _fixed_tangent(
-            fixed, (hi | lo) & fixed.usable, t.y_raw, t.data.q, dh, solver
-        )
+        dy, _ = fixed.tangent(hi | lo, t.y_raw, t.data.q, dh, box, solver)
     else:
         moving = t_in.data.E is not None or t_in.data.C is not None
         dy, _ = _general_tangent(inputs, t, y, hi | lo, dh, box, moving, solver)
@@ -329,48 +337,134 @@ def _fixed_multipliers(fixed: FixedRows, active, dq, dh, solver, moved=0.0):
 def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solver):
     """The tangent with per-instance matrices; returns $(\\dot y, \\zeta)$.
 
-    The coordinates of $y$ pinned by an active box row follow their bound's
-    tangent; the others, $F$, solve the active-set system of the rows
-    $M = [E; C]$ restricted to them (the equality rows always active): rows
-    over the free coordinates instead of identity rows for the pinned ones, a
-    smaller and better conditioned system with the same solution. `zeta` holds
-    the multipliers of the rows of $M$ (scaled to unit length over $F$), then
-    those of the box rows in `_rows`' layout, from stationarity.
+    See `face_tangent`, with the rows $M = [E; C]$ of the instance. With
+    `moving` rows the multipliers $\\lambda$ of the projection enter too:
+    $r = \\dot y_{raw} - \\dot M^\\top \\lambda$, with the right-hand
+    sides moved by $\\dot M y$.
 
     Without `moving` rows the map is affine in its arguments' values too, as
     `_fixed_tangent` is (see `polish`)."""
-    d = y.shape[0]
-    dtype = y.dtype
     E, C = inputs.data.E, inputs.data.C
     # Only reached without `FixedRows`, i.e. with per-instance matrices.
     assert E is not None and C is not None
-    m_eq, m = E.shape[0], C.shape[0]
+    M = jnp.concatenate([E, C])
+    m_eq = E.shape[0]
+    lam_dM = None
+    if moving:
+        dE, dC = t.data.E, t.data.C
+        assert dE is not None and dC is not None  # `None` tangents became zeros
+        lam_dM = (inputs.y_raw - y, jnp.concatenate([dE, dC]), y)
+    return face_tangent(M, m_eq, t.y_raw, t.data.q, active, dh, box, solver, lam_dM)
+
+
+def face_tangent(M, m_eq, r, dq, active, dh, box, solver, lam_dM=None):
+    """The projection of the tangent $r$ onto the active face's tangent space,
+    and its multipliers: $\\dot y$ minimising $\\|\\dot y - r\\|$ subject
+    to $E \\dot y = \\dot q$ and the active rows of $C$ and of the box
+    following their bounds' tangents `dh`; returns $(\\dot y, \\zeta)$.
+
+    The coordinates of $y$ pinned by an active box row follow their bound's
+    tangent; the others, $F$, solve the active-set system of the rows
+    $M = [E; C]$ (dense, or a `SparseMatrix`) restricted to them (the equality
+    rows always active): rows over the free coordinates instead of identity rows
+    for the pinned ones, a smaller and better conditioned system with the same
+    solution. `zeta` holds the multipliers of the rows of $M$ (scaled to unit
+    length over $F$), then those of the box rows in `_rows`' layout, from
+    stationarity.
+
+    `lam_dM`, for moving rows, is $(y_{raw} - y, \\dot M, y)$: the
+    multipliers $(y_{raw} - y)_F = M_F^\\top \\lambda$ then enter $r$."""
+    d = r.shape[0]
+    dtype = r.dtype
+    m = M.shape[0] - m_eq
     on_box = active[m:]
     pinned = jnp.zeros(d, bool).at[box].set(on_box)
     # The pinned coordinates' tangent (their bounds').
     y_pinned = jnp.zeros(d, dtype).at[box].set(jnp.where(on_box, dh[m:], 0.0))
-    M = jnp.concatenate([E, C])
-    Ms, scale, usable = unit_rows(jnp.where(pinned[None, :], 0.0, M))
-    rows_active = jnp.concatenate([jnp.ones(m_eq, bool), active[:m]]) & usable
-    dh = jnp.concatenate([t.data.q, dh[:m]])
-    r = t.y_raw
-    if moving:
+    rows = free_rows(M, pinned)
+    rows_active = jnp.concatenate([jnp.ones(m_eq, bool), active[:m]]) & rows.usable
+    dh = jnp.concatenate([dq, dh[:m]])
+    if lam_dM is not None:
+        gap, dM, y = lam_dM
         # The multipliers, (y_raw - y)_F = M_F^T lam, enter through the moving rows.
-        rhs = jnp.where(rows_active, Ms @ (inputs.y_raw - y), 0.0)
-        lam = scale * solve_rows(Ms, rows_active, rhs, solver)
-        dE, dC = t.data.E, t.data.C
-        assert dE is not None and dC is not None  # `None` tangents became zeros
-        dM = jnp.concatenate([dE, dC])
+        rhs = jnp.where(rows_active, rows.mv(gap), 0.0)
+        lam = rows.scale * rows.solve(rows_active, rhs, solver)
         r = r - lam @ dM
         dh = dh - dM @ y
     # M_F y_F = dh - M y_pinned: the pinned coordinates' share moves to the right.
-    rhs = jnp.where(rows_active, Ms @ r - scale * (dh - M @ y_pinned), 0.0)
-    zeta = solve_rows(Ms, rows_active, rhs, solver)
-    dy = jnp.where(pinned, y_pinned, r - zeta @ Ms)
+    rhs = jnp.where(rows_active, rows.mv(r) - rows.scale * (dh - M @ y_pinned), 0.0)
+    zeta = rows.solve(rows_active, rhs, solver)
+    dy = jnp.where(pinned, y_pinned, r - rows.rmv(zeta))
     # The box rows' multipliers: what stationarity, r - dy = M^T lam + mu on
     # the pinned coordinates, leaves there.
-    mu = (r - dy - (scale * zeta) @ M)[box]
+    mu = (r - dy - _rmv(M, rows.scale * zeta))[box]
     return dy, jnp.concatenate([zeta, jnp.where(on_box, mu, 0.0)])
+
+
+class FreeRows(eqx.Module):
+    """The rows of $M$ over the free coordinates, scaled to unit length, as
+    products: `mv` is $M_s v$, `rmv` is $M_s^\\top \\zeta$. Dense rows are
+    masked and scaled once (`Ms`); sparse ones (`M` a `SparseMatrix`) are
+    applied with the mask and scales around each product, never formed."""
+
+    M: Array | SparseMatrix
+    free: Float[Array, " d"] | None
+    scale: Float[Array, " rows"]
+    usable: Bool[Array, " rows"]
+
+    def mv(self, v):
+        if self.free is None:
+            return self.M @ v
+        return self.scale * (self.M @ (self.free * v))
+
+    def rmv(self, z):
+        if self.free is None:
+            return z @ self.M
+        return self.free * _rmv(self.M, self.scale * z)
+
+    def solve(self, active, rhs, solver):
+        """$\\zeta$ of the masked system of the active rows (see `solve_rows`)."""
+        return _solve(eqx.Partial(_free_gram, self), active, rhs, solver)
+
+
+def _free_gram(rows: FreeRows, v):
+    return rows.mv(rows.rmv(v))
+
+
+def _rmv(M, z):
+    """$M^\\top z$ for dense or sparse $M$."""
+    return M.rmv(z) if isinstance(M, SparseMatrix) else z @ M
+
+
+def free_rows(M, pinned) -> FreeRows:
+    """`FreeRows` of `M` (dense or `SparseMatrix`) without the `pinned`
+    coordinates."""
+    if isinstance(M, SparseMatrix):
+        free = (~pinned).astype(M.dtype)
+        norms = jnp.sqrt(M.squared() @ free)
+        usable = norms > 0
+        scale = jnp.where(usable, 1 / jnp.where(usable, norms, 1), 0)
+        return FreeRows(M, free, scale, usable)
+    Ms, scale, usable = unit_rows(jnp.where(pinned[None, :], 0.0, M))
+    return FreeRows(Ms, None, scale, usable)
+
+
+class SparseRows(eqx.Module):
+    """The tangent map's data for fixed sparse matrices: the stacked rows
+    $M = [E; C]$ as a `SparseMatrix` (polyhedral sets, `affine_form="sparse"`).
+
+    The same interface as `FixedRows` (`tangent`), solved as the per-instance
+    map is, by conjugate gradients over the free coordinates (`face_tangent`),
+    with only sparse products.
+    """
+
+    M: SparseMatrix
+    m_eq: int = eqx.field(static=True)
+
+    def tangent(self, active, dy_raw, dq, dh, box, solver):
+        """$(\\dot y, \\zeta)$ of the active face (see `face_tangent`)."""
+        M = self.M.astype(dy_raw.dtype)
+        return face_tangent(M, self.m_eq, dy_raw, dq, active, dh, box, solver)
 
 
 def refine(r, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
@@ -425,8 +519,8 @@ def polish(fixed: FixedRows | None, y_raw, data: InstanceData, hi, lo, box, solv
     box = np.asarray(box, np.int32)
     hi, lo, bound = _pinned(hi, lo, data, box)
     if fixed is not None:
-        active = (hi | lo) & fixed.usable
-        y, zeta = _fixed_tangent(fixed, active, y_raw, data.q, bound, solver)
+        y, zeta = fixed.tangent(hi | lo, y_raw, data.q, bound, box, solver)
+        zeta = zeta[zeta.shape[0] - hi.shape[0] :]
     else:
         values = Inputs(y_raw, data)
         y, zeta = _general_tangent(

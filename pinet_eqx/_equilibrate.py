@@ -67,7 +67,10 @@ def _safe_inv_sqrt(xp, norms):
 
 
 def _column_norms(xp, scaled, groups, n_groups):
-    norms = xp.sqrt(xp.sum(scaled * scaled, axis=0))
+    return _group_rms(xp, xp.sqrt(xp.sum(scaled * scaled, axis=0)), groups, n_groups)
+
+
+def _group_rms(xp, norms, groups, n_groups):
     if groups is None:
         return norms
     # Columns coupled by one cone block must share one scale, or the scaling would
@@ -222,4 +225,36 @@ def equilibrate_traced(M, *, n_iter, tol, mode, column_groups, n_groups):
 
     init = (0, jnp.asarray(False), M, jnp.ones(m, dtype), jnp.ones(n, dtype))
     *_, d_r, d_c = jax.lax.while_loop(cond, body, init)
+    return d_r, d_c
+
+
+def equilibrate_sparse(
+    M, *, n_iter: int, tol: float, mode: str, column_groups: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """`equilibrate` for a `scipy.sparse` matrix, never formed densely.
+
+    The norms of $D_r M D_c$ are read from the entrywise square $S = M \\odot M$:
+    the row norms are $d_{r,i} (S d_c^2)_i^{1/2}$ and the column norms
+    $d_{c,j} (S^\\top d_r^2)_j^{1/2}$, so a sweep costs two sparse products.
+    Same sweeps, groups and stopping rule as `equilibrate`.
+    """
+    S = M.multiply(M).tocsr()
+    m, n = M.shape
+    groups, n_groups = group_labels(column_groups, n)
+    d_r, d_c = np.ones(m), np.ones(n)
+
+    def norms(d_r, d_c):
+        rows = d_r * np.sqrt(S @ (d_c * d_c))
+        cols = _group_rms(np, d_c * np.sqrt(S.T @ (d_r * d_r)), groups, n_groups)
+        return rows, cols
+
+    for _ in range(n_iter):
+        rows, cols = norms(d_r, d_c)
+        r = _safe_inv_sqrt(np, rows)
+        if mode == "gauss_seidel":
+            cols = norms(d_r * r, d_c)[1]
+        d_r, d_c = d_r * r, d_c * _safe_inv_sqrt(np, cols)
+        rows, cols = norms(d_r, d_c)
+        if (_spread(np, rows) < tol) & (_spread(np, cols) < tol):
+            break
     return d_r, d_c

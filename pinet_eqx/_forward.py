@@ -44,7 +44,7 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         op = _factorise(proj, problem, data)
         sigma = jax.lax.stop_gradient(proj.solver.step_size(op.d_y))
     else:
-        op = jax.tree.map(lambda a: a.astype(dtype), fixed_op)
+        op = jax.tree.map(_cast_floating(dtype), fixed_op)
         sigma = proj.sigma
     s0 = _start(proj, y_raw, s0, data, op)
     n_min, n_max, tol = proj.solver.schedule(proj.inference, y_raw.dtype)
@@ -220,3 +220,12 @@ def _factorise(proj, problem: LiftedProblem, data: InstanceData):
         eps = jnp.finfo(data.E.dtype).eps
         op = eqx.error_if(op, conditioning < 100 * eps, RANK_DEFICIENT)
     return op
+
+
+def _cast_floating(dtype):
+    """`astype(dtype)` for floating arrays; index arrays (a sparse factor's) stay."""
+
+    def cast(a):
+        return a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
+
+    return cast

@@ -21,6 +21,7 @@ from . import _blocks as blocks
 from ._cones import AbstractCone
 from ._errors import PARAM_BOUNDS_CROSSED
 from ._parameter import Parameter, shape_of
+from ._sparse import SparseMatrix, is_sparse, vstack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,15 +81,16 @@ class LiftedPieces:
 class InstanceData(eqx.Module):
     """One instance's constraint data, in the user's coordinates.
 
-    `E`, `C`: the equality and lifted matrices (the inequality rows, then the cone
-    rows); `q`: the equality right-hand side; `lb_y, ub_y`: bounds on $y$;
-    `lb_w, ub_w`: bounds on the inequality rows; `cone_offset`, `totals`: the cone
-    blocks' offsets and simplex totals. `E` and `C` are `None` where a derivative
-    rule must not see them (fixed matrices).
+    `E`, `C`: the equality and lifted matrices (the inequality rows, then the
+    cone rows), dense or, kept sparse, `SparseMatrix`; `q`: the equality
+    right-hand side; `lb_y, ub_y`: bounds on $y$; `lb_w, ub_w`: bounds on the
+    inequality rows; `cone_offset`, `totals`: the cone blocks' offsets and
+    simplex totals. `E` and `C` are `None` where a derivative rule must not see
+    them (fixed matrices).
     """
 
-    E: Float[Array, "m_eq d"] | None
-    C: Float[Array, "m d"] | None
+    E: Float[Array, "m_eq d"] | SparseMatrix | None
+    C: Float[Array, "m d"] | SparseMatrix | None
     q: Float[Array, " m_eq"]
     lb_y: Float[Array, " d"]
     ub_y: Float[Array, " d"]
@@ -112,6 +114,8 @@ class LiftedProblem(eqx.Module):
 
     - `pieces`: the merged `LiftedPieces` of all constraints.
     - `dim`: the dimension $d$ of $y$.
+    - `sparse`: keep the fixed matrices sparse (`SparseMatrix`, one for $E$ and
+        one for $C$) instead of dense.
     """
 
     dim: int = eqx.field(static=True)
@@ -133,15 +137,20 @@ class LiftedProblem(eqx.Module):
     box_upper: Float[Array, " d"]
     box_params: tuple  # tuple[(Int[Array, " k"], lower, upper), ...]
 
-    def __init__(self, pieces: LiftedPieces, dim: int):
+    def __init__(self, pieces: LiftedPieces, dim: int, sparse: bool = False):
         cones, self.groups = blocks.layout(list(pieces.cones))
         params: dict[str, tuple[int, ...]] = {}
         segments = _Registry(params, dim)
         ineq = pieces.ineq
-        self.E = segments.matrices([E for E, _ in pieces.eq])
-        self.C = segments.matrices(
-            [C for C, _, _ in ineq] + [M for b in cones for M in b.rows]
-        )
+        if sparse:
+            E, C, _, _ = host_data(pieces, dim, sparse=True)
+            self.E = (SparseMatrix.from_scipy(E),)
+            self.C = (SparseMatrix.from_scipy(C),)
+        else:
+            self.E = segments.matrices([E for E, _ in pieces.eq])
+            self.C = segments.matrices(
+                [C for C, _, _ in ineq] + [M for b in cones for M in b.rows]
+            )
         self.q = segments.vectors([(b, _rows(E)) for E, b in pieces.eq])
         self.ineq_lower = segments.vectors([(lo, _rows(C)) for C, lo, _ in ineq])
         self.ineq_upper = segments.vectors([(up, _rows(C)) for C, _, up in ineq])
@@ -181,6 +190,11 @@ class LiftedProblem(eqx.Module):
         self.n_cone = sum(b.size for b in cones)
         self.parameters = tuple(sorted(params.items()))
         self.per_instance = any(isinstance(M, Parameter) for M in self.E + self.C)
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the fixed matrices are kept sparse."""
+        return any(isinstance(M, SparseMatrix) for M in self.E + self.C)
 
     def column_labels(self, shared_y: bool) -> np.ndarray:
         """Equilibration group labels of the lifted columns $(y, w)$: all of $y$
@@ -297,11 +311,12 @@ class LiftedProblem(eqx.Module):
         return jnp.max(jnp.stack(terms))
 
 
-def host_data(pieces: LiftedPieces, dim: int):
+def host_data(pieces: LiftedPieces, dim: int, sparse: bool = False):
     """`(E, C, q, per_instance)`: the matrices in float64, stacked in
     `LiftedProblem`'s row order, with zero rows where they are `Parameter`s; the
     equality right-hand side `q` (`None` if it has a `Parameter`); and which rows
-    of $(E; C)$ are `Parameter`s.
+    of $(E; C)$ are `Parameter`s. With `sparse`, `E` and `C` are
+    `scipy.sparse.csr_matrix`, and no matrix may be a `Parameter`.
 
     Computed from the pieces rather than from the stored arrays, which are in
     JAX's default precision.
@@ -310,13 +325,23 @@ def host_data(pieces: LiftedPieces, dim: int):
     E = [E for E, _ in pieces.eq]
     C = [C for C, _, _ in pieces.ineq] + [M for b in cones for M in b.rows]
     per_instance = [np.full(_rows(M), isinstance(M, Parameter)) for M in E + C]
+    if sparse:
+        if any(isinstance(M, Parameter) for M in E + C):
+            raise ValueError(
+                "Projector(affine_form='sparse'): sparse matrices are fixed; a "
+                "matrix Parameter (per-instance matrix) cannot be combined with "
+                "them yet. Pass the fixed matrices dense, or make every matrix "
+                "fixed."
+            )
+        E = vstack(E) if E else vstack([np.zeros((0, dim))])
+        C = vstack(C) if C else vstack([np.zeros((0, dim))])
     rhs = [b for _, b in pieces.eq]
     q = None
     if not any(isinstance(b, Parameter) for b in rhs):
         q = np.concatenate([np.zeros(0)] + [np.asarray(b, np.float64) for b in rhs])
     return (
-        _stack(E, dim),
-        _stack(C, dim),
+        E if sparse else _stack(E, dim),
+        C if sparse else _stack(C, dim),
         q,
         np.concatenate([np.zeros(0, bool), *per_instance]),
     )
@@ -387,7 +412,7 @@ class _Registry:
         out = []
         for M in items:
             if not isinstance(M, Parameter):
-                out.append(jnp.asarray(M))
+                out.append(jnp.asarray(_dense(M)))
                 continue
             shape = shape_of(M)
             if shape[-1] != self.dim:
@@ -428,13 +453,20 @@ def _stack(matrices, dim: int) -> np.ndarray:
         [
             np.zeros((_rows(M), dim))
             if isinstance(M, Parameter)
-            else np.asarray(M, np.float64).reshape(-1, dim)
+            else _dense(M).reshape(-1, dim)
             for M in matrices
         ]
     )
 
 
+def _dense(M) -> np.ndarray:
+    """A fixed matrix piece as a dense float64 array (sparse ones densified)."""
+    return M.toarray() if is_sparse(M) else np.asarray(M, np.float64)
+
+
 def _assemble(segments, values, dtype, cols=None):
+    if len(segments) == 1 and isinstance(segments[0], SparseMatrix):
+        return segments[0].astype(dtype)
     shape = (-1,) if cols is None else (-1, cols)
     parts = [
         (values[s.name] if isinstance(s, Parameter) else s.astype(dtype)).reshape(shape)

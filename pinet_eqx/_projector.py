@@ -14,27 +14,14 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from . import _compat, _forward as forward
-from ._active_set import FixedRows
+from ._active_set import FixedRows, SparseRows
 from ._adjoint import AbstractAdjoint, ImplicitAdjoint, check_adjoint
-from ._affine import (
-    AbstractAffineProjection,
-    build_affine_projection,
-)
+from ._affine import AbstractAffineProjection
+from ._build import build, lift
 from ._constraints import AbstractConstraint
 from ._equilibrate import Equilibration
-from ._errors import (
-    BAD_DIM,
-    EMPTY_CONSTRAINTS,
-    NO_DIM,
-    NOT_A_CONSTRAINT,
-)
 from ._frozen import freeze, thaw
-from ._lifting import (
-    LiftedPieces,
-    LiftedProblem,
-    host_data,
-    host_rhs_low,
-)
+from ._lifting import LiftedProblem
 from ._mesh import per_instance
 from ._precision import full_precision
 from ._residual import RowResidual
@@ -85,8 +72,14 @@ class Projector(eqx.Module):
     - `affine_form`: how the affine projection is factorised: `"nullspace"`
         ($2k(d+m)$ flops per iteration, $k = d - \\mathrm{rank}(E)$),
         `"eliminated"` ($d^2 + 2md$), `"dense"` ($(d + m)^2$ in a single
-        matrix product, which may suit a GPU), or `"auto"` (the cheaper of the
-        first two). All are exact.
+        matrix product, which may suit a GPU), `"sparse"` (a sparse LU of
+        $\\tilde M \\tilde M^\\top$ on the host, applied by level-scheduled
+        triangular solves; cost set by the factor's nonzeros, and no dense
+        $d \\times d$ or $m \\times m$ array anywhere), or `"auto"` (the cheaper
+        of the first two, or `"sparse"` for sparse input on large problems).
+        All are exact. Matrices may be given as `scipy.sparse` matrices or
+        `jax.experimental.sparse.BCOO`; the sparse form has no polish and no
+        refinement yet, and takes no matrix `Parameter`s.
     - `check_inputs`: check at run time that `y_raw` is finite and that
         parameterised bounds are ordered (`eqx.error_if`).
     - `dim`: the output dimension $d$, only needed when no constraint implies it.
@@ -124,7 +117,7 @@ class Projector(eqx.Module):
 
     problem: LiftedProblem
     op: AbstractAffineProjection | None
-    active_rows: FixedRows | None
+    active_rows: FixedRows | SparseRows | None
     refinement: RowResidual | None
     solver: DouglasRachford
     adjoint: AbstractAdjoint
@@ -148,7 +141,9 @@ class Projector(eqx.Module):
         tol: float | None = None,
         adjoint: AbstractAdjoint | None = None,
         equilibrate: bool | Equilibration = True,
-        affine_form: Literal["auto", "nullspace", "eliminated", "dense"] = "auto",
+        affine_form: Literal[
+            "auto", "nullspace", "eliminated", "dense", "sparse"
+        ] = "auto",
         check_inputs: bool = True,
         dim: int | None = None,
         inference: bool = False,
@@ -156,7 +151,7 @@ class Projector(eqx.Module):
         polish: bool | Literal["auto"] = "auto",
         **deprecated,
     ):
-        pieces, dim = _lift(constraints, dim)
+        pieces, dim = lift(constraints, dim)
         shorthands = dict(
             sigma=sigma, omega=omega, n_iter=n_iter, n_iter_test=n_iter_test, tol=tol
         )
@@ -183,45 +178,21 @@ class Projector(eqx.Module):
                 f"Projector(refine={refine!r}): must be True, False or 'auto'."
             )
 
-        problem = LiftedProblem(pieces, dim)
-        col_groups, _ = forward.column_groups(self, problem)
-        op = rows = refinement = None
-        dropped: tuple[int, ...] = ()
-        E, C, q, per_instance_rows = host_data(pieces, dim)
-        if not problem.per_instance:
-            op, info = build_affine_projection(
-                E,
-                C,
-                equilibration=self.equilibration,
-                form=affine_form,
-                column_groups=col_groups,
-            )
-            if q is not None and q.size:
-                info.check_consistent(E, q)
-            dropped = tuple(int(i) for i in info.dropped_rows)
-            # "auto" for the fixed factorisation, in float64 on the host.
-            self.auto_sigma = float(DouglasRachford().step_size(np.asarray(info.d_y)))
-            box = np.asarray(problem.box_index, int)
-            if not problem.groups:
-                rows = FixedRows.build(E, C, box, refine is not False)
-            elif refine is not False:
-                # Only the refinement's first step uses them (see `_refine`).
-                m = problem.n_ineq
-                rows = FixedRows.build(E, C[:m], box, cone=C[m:])
-        else:
-            self.auto_sigma = None
-        if refine is not False and per_instance_rows.size:
-            # Sliced once, from the float64 data (per-instance rows per call).
-            refinement = RowResidual.build(
-                np.concatenate([E, C]),
-                *host_rhs_low(pieces),
-                per_instance=per_instance_rows if problem.per_instance else None,
-            )
+        shared_y = self.equilibration is None or self.equilibration.y == "shared"
+        built = build(
+            pieces,
+            dim,
+            equilibration=self.equilibration,
+            shared_y=shared_y,
+            form=affine_form,
+            refine=refine is not False,
+        )
+        self.auto_sigma = built.auto_sigma
         # Everything built here is frozen: optimisers never see it (see `_frozen`).
         self.problem, self.op, self.active_rows, self.refinement = freeze(
-            (problem, op, rows, refinement)
+            (built.problem, built.op, built.rows, built.refinement)
         )
-        self.dropped_equality_rows = dropped
+        self.dropped_equality_rows = built.dropped
         self.check_inputs = bool(check_inputs)
         # "auto" refines at inference only: it costs compile time (two more solves
         # per call), and training does not need rounding-level feasibility.
@@ -421,40 +392,6 @@ class Projector(eqx.Module):
                 f" got {y.shape}.{hint}"
             )
         return y
-
-
-def _lift(constraints, dim) -> tuple[LiftedPieces, int]:
-    """Validate the constraints, infer $d$, and merge their lifted pieces."""
-    if isinstance(constraints, AbstractConstraint):
-        constraints = [constraints]
-    constraints = list(constraints)
-    if not constraints:
-        raise ValueError(EMPTY_CONSTRAINTS)
-    for i, c in enumerate(constraints):
-        if not isinstance(c, AbstractConstraint):
-            raise TypeError(NOT_A_CONSTRAINT.format(index=i, kind=type(c).__name__))
-    # Output dimension: from `dim=` or from the first constraint that knows it.
-    for i, c in enumerate(constraints):
-        cd = c.dim()
-        if cd is None:
-            continue
-        if dim is None:
-            dim = cd
-        elif cd != dim:
-            raise ValueError(
-                BAD_DIM.format(index=i, kind=type(c).__name__, got=cd, expected=dim)
-            )
-    if dim is None:
-        raise ValueError(NO_DIM)
-    pieces = [c.lift(dim) for c in constraints]
-    for i, p in enumerate(pieces):
-        if not isinstance(p, LiftedPieces):
-            raise TypeError(
-                f"Projector(constraints): constraint {i} "
-                f"({type(constraints[i]).__name__}).lift(dim) returned "
-                f"{type(p).__name__}; it must return a pinet_eqx.LiftedPieces."
-            )
-    return LiftedPieces.merge(pieces), int(dim)
 
 
 def _check_polish(polish, where: str) -> bool | Literal["auto"]:

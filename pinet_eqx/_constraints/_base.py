@@ -6,16 +6,19 @@ import abc
 
 import equinox as eqx
 import numpy as np
+import scipy.sparse as sp
 
 from .._lifting import LiftedPieces
 from .._parameter import Parameter
+from .._sparse import as_csr, check_no_zero_rows, is_sparse
 
 # A vector datum is either fixed (kept in float64 so the host-side factorisation
 # sees the user's full precision even when `jax_enable_x64` is off) or a named
 # per-instance parameter.
 VectorData = np.ndarray | Parameter
-# A matrix datum: fixed float64, or a per-instance `Parameter` with a declared shape.
-MatrixData = np.ndarray | Parameter
+# A matrix datum: fixed float64 (dense, or sparse in CSR form), or a per-instance
+# `Parameter` with a declared shape.
+MatrixData = np.ndarray | sp.csr_matrix | Parameter
 
 
 class AbstractConstraint(eqx.Module):
@@ -49,9 +52,21 @@ def as_float64(value, argname: str, owner: str, expected: str) -> np.ndarray:
         ) from e
 
 
-def as_matrix(value, argname: str, owner: str) -> MatrixData:
+def as_matrix(
+    value, argname: str, owner: str, *, rows_constrain: bool = False
+) -> MatrixData:
     """Validate a matrix: a fixed one (two axes, finite entries, returned as
-    float64) or a `Parameter` with a declared 2-D shape."""
+    float64; a `scipy.sparse` matrix or JAX `BCOO` stays sparse, as CSR) or a
+    `Parameter` with a declared 2-D shape.
+
+    With `rows_constrain` (each row is a constraint of its own, as in an
+    equality or inequality), a sparse matrix may not have an all-zero row.
+    """
+    if is_sparse(value):
+        csr = as_csr(value, argname, owner)
+        if rows_constrain:
+            check_no_zero_rows(csr, argname, owner)
+        return csr
     if isinstance(value, Parameter):
         if value.shape is None or len(value.shape) != 2:
             raise ValueError(

@@ -36,7 +36,7 @@ class Equality(AbstractConstraint):
     b: VectorData
 
     def __init__(self, A, b):
-        self.A = as_matrix(A, "A", "Equality(A, b)")
+        self.A = as_matrix(A, "A", "Equality(A, b)", rows_constrain=True)
         self.b = as_vector(b, "b", "Equality(A, b)", shape_of(self.A)[0])
 
     def dim(self) -> int | None:

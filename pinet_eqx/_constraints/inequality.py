@@ -39,7 +39,7 @@ class AffineInequality(AbstractConstraint):
 
     def __init__(self, C, lower=None, upper=None):
         owner = "AffineInequality(C, lower, upper)"
-        self.C = as_matrix(C, "C", owner)
+        self.C = as_matrix(C, "C", owner, rows_constrain=True)
         if lower is None and upper is None:
             raise ValueError(
                 f"{owner}: both `lower` and `upper` are None, so the constraint is "

@@ -1,0 +1,261 @@
+r"""DC-OPF problem data (`GridCase`) and its `.npz` format; numpy and scipy only.
+
+The variables are $y = (p_g, \theta)$: the `n_gen` generator outputs, then the
+`n_bus` bus voltage angles, all in per unit (MW / `base_mva`, radians). The
+feasible set for the bus loads $p_d$ is
+
+$$
+E y = q(p_d), \qquad
+\ell_f \le C y \le u_f, \qquad
+p_{\min} \le p_g \le p_{\max},
+$$
+
+where the rows of $E$ are the bus power balances $A_g p_g - B_{bus} \theta$ and
+the reference-angle row $\theta_{ref} = 0$, and the rows of $C$ are the branch
+flows $B_f \theta$ (zeros in the $p_g$ columns). The constant injections of the
+DC model (shunt conductances and phase-shifter injections) enter through
+`p_fixed` in $q$ and `f_shift` in the flow limits $\ell_f, u_f$.
+
+This module does not import pandapower, so the saved test fixtures
+(`tests/data/dcopf_*.npz`) load without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import scipy.sparse as sp
+
+_MATRICES = ("E", "C")
+_SCALARS = {"base_mva": float, "n_gen": int, "n_bus": int, "ref_bus": int}
+_ARRAYS = (
+    "f_max",
+    "f_shift",
+    "p_min",
+    "p_max",
+    "p_d",
+    "p_fixed",
+    "cost_quad",
+    "cost_lin",
+    "gen_bus",
+    "branch_from",
+    "branch_to",
+)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GridCase:
+    r"""One DC-OPF grid: constraint matrices, limits, base loads and costs.
+
+    **Fields** (per unit throughout):
+
+    - `name`: the pandapower network name, e.g. `"case118"`.
+    - `base_mva`: the system base power (MVA) used for the per-unit conversion.
+    - `n_gen`, `n_bus`: the numbers of generators and buses; `dim = n_gen + n_bus`.
+    - `ref_bus`: the index of the reference (slack) bus, whose angle is fixed at 0.
+    - `E`: `csr_matrix` of shape `(n_bus + 1, dim)`: the rows $A_g p_g - B_{bus}
+      \theta$ (one per bus) and the row $\theta_{ref}$.
+    - `C`: `csr_matrix` of shape `(n_branch, dim)`: the rows $B_f \theta$.
+    - `f_max`: `(n_branch,)` branch flow limits.
+    - `f_shift`: `(n_branch,)` phase-shifter flow offsets: the flow of a branch
+      is $(C y)_k + $ `f_shift[k]`, so the limits on $C y$ are `flow_lower`,
+      `flow_upper`. Zero on grids without phase shifters.
+    - `p_min`, `p_max`: `(n_gen,)` generator output limits.
+    - `p_d`: `(n_bus,)` base-case bus loads (negative where static generators
+      feed in more than the load).
+    - `p_fixed`: `(n_bus,)` constant withdrawals added to the loads in $q$
+      (shunt conductances at 1 p.u. voltage plus phase-shifter injections).
+    - `cost_quad`, `cost_lin`: `(n_gen,)` the cost $\sum_g c_{2,g} p_g^2 +
+      c_{1,g} p_g$ in the per-unit $p_g$ (the MW coefficients times
+      `base_mva**2` and `base_mva`).
+    - `gen_bus`: `(n_gen,)` the bus of each generator.
+    - `branch_from`, `branch_to`: `(n_branch,)` the end buses of each branch.
+    """
+
+    name: str
+    base_mva: float
+    n_gen: int
+    n_bus: int
+    ref_bus: int
+    E: sp.csr_matrix
+    C: sp.csr_matrix
+    f_max: np.ndarray
+    f_shift: np.ndarray
+    p_min: np.ndarray
+    p_max: np.ndarray
+    p_d: np.ndarray
+    p_fixed: np.ndarray
+    cost_quad: np.ndarray
+    cost_lin: np.ndarray
+    gen_bus: np.ndarray
+    branch_from: np.ndarray
+    branch_to: np.ndarray
+
+    def __post_init__(self) -> None:
+        """Checks the shapes of the fields.
+
+        **Raises:**
+
+        `ValueError` naming the first field whose shape does not fit `n_gen`,
+        `n_bus` and the number of rows of `C`.
+        """
+        n_branch = self.C.shape[0]
+        expected = {
+            "E": (self.n_bus + 1, self.dim),
+            "C": (n_branch, self.dim),
+            "f_max": (n_branch,),
+            "f_shift": (n_branch,),
+            "p_min": (self.n_gen,),
+            "p_max": (self.n_gen,),
+            "p_d": (self.n_bus,),
+            "p_fixed": (self.n_bus,),
+            "cost_quad": (self.n_gen,),
+            "cost_lin": (self.n_gen,),
+            "gen_bus": (self.n_gen,),
+            "branch_from": (n_branch,),
+            "branch_to": (n_branch,),
+        }
+        for field, shape in expected.items():
+            got = getattr(self, field).shape
+            if got != shape:
+                raise ValueError(
+                    f"GridCase '{self.name}': `{field}` has shape {got}, but "
+                    f"expected {shape} (n_gen={self.n_gen}, n_bus={self.n_bus}, "
+                    f"n_branch={n_branch})."
+                )
+
+    @property
+    def dim(self) -> int:
+        """The number of variables, `n_gen + n_bus`."""
+        return self.n_gen + self.n_bus
+
+    @property
+    def n_branch(self) -> int:
+        """The number of (in-service) branches, i.e. of rows of `C`."""
+        return self.C.shape[0]
+
+    @property
+    def lower(self) -> np.ndarray:
+        """The lower bounds on `y`: `p_min`, then `-inf` for every angle."""
+        return np.concatenate([self.p_min, np.full(self.n_bus, -np.inf)])
+
+    @property
+    def upper(self) -> np.ndarray:
+        """The upper bounds on `y`: `p_max`, then `+inf` for every angle."""
+        return np.concatenate([self.p_max, np.full(self.n_bus, np.inf)])
+
+    @property
+    def flow_lower(self) -> np.ndarray:
+        """The lower limits on `C y`: `-f_max - f_shift`."""
+        return -self.f_max - self.f_shift
+
+    @property
+    def flow_upper(self) -> np.ndarray:
+        """The upper limits on `C y`: `f_max - f_shift`."""
+        return self.f_max - self.f_shift
+
+    def q(self, p_d: np.ndarray) -> np.ndarray:
+        """The right-hand side of `E y = q` for the bus loads `p_d`.
+
+        **Arguments:**
+
+        - `p_d`: bus loads of shape `(n_bus,)` or `(..., n_bus)` (per unit).
+
+        **Returns:**
+
+        An array of shape `(..., n_bus + 1)`: `p_d + p_fixed`, then 0 for the
+        reference-angle row.
+        """
+        p_d = np.asarray(p_d, dtype=np.float64)
+        if p_d.shape[-1:] != (self.n_bus,):
+            raise ValueError(
+                f"GridCase '{self.name}'.q got loads of shape {p_d.shape}, but "
+                f"expected (..., {self.n_bus}): one load per bus."
+            )
+        zero = np.zeros((*p_d.shape[:-1], 1))
+        return np.concatenate([p_d + self.p_fixed, zero], axis=-1)
+
+    def residuals(self, y: np.ndarray, p_d: np.ndarray) -> tuple[float, float]:
+        """How far `y` is from the feasible set for the loads `p_d`.
+
+        **Arguments:**
+
+        - `y`: a point of shape `(dim,)`.
+        - `p_d`: bus loads of shape `(n_bus,)`.
+
+        **Returns:**
+
+        `(eq, ineq)`: the largest `|E y - q(p_d)|` and the largest violation of
+        the flow limits and generator bounds (0 when they all hold), per unit.
+        """
+        y = np.asarray(y, dtype=np.float64)
+        eq = float(np.max(np.abs(self.E @ y - self.q(p_d))))
+        flow = self.C @ y
+        p_g = y[: self.n_gen]
+        ineq = max(
+            float(np.max(flow - self.flow_upper, initial=0.0)),
+            float(np.max(self.flow_lower - flow, initial=0.0)),
+            float(np.max(p_g - self.p_max, initial=0.0)),
+            float(np.max(self.p_min - p_g, initial=0.0)),
+        )
+        return eq, ineq
+
+
+def save_case(case: GridCase, path: str | os.PathLike) -> None:
+    """Writes `case` to a compressed `.npz` file that `load_saved` reads.
+
+    **Arguments:**
+
+    - `case`: the grid.
+    - `path`: the file to write (numpy appends `.npz` if it is missing).
+
+    **Returns:**
+
+    Nothing. Each sparse matrix is stored as its CSR `data`, `indices`, `indptr`
+    and `shape` arrays (keys `E_data`, ...), every other field as an array.
+    """
+    arrays: dict[str, np.ndarray] = {"name": np.array(case.name)}
+    for key in _MATRICES:
+        matrix = sp.csr_matrix(getattr(case, key))
+        arrays[f"{key}_data"] = matrix.data.astype(np.float64)
+        arrays[f"{key}_indices"] = matrix.indices.astype(np.int32)
+        arrays[f"{key}_indptr"] = matrix.indptr.astype(np.int32)
+        arrays[f"{key}_shape"] = np.array(matrix.shape, dtype=np.int64)
+    for key in _SCALARS:
+        arrays[key] = np.array(getattr(case, key))
+    for key in _ARRAYS:
+        arrays[key] = np.asarray(getattr(case, key))
+    np.savez_compressed(path, **arrays)
+
+
+def load_saved(path: str | os.PathLike) -> GridCase:
+    """Reads a `GridCase` written by `save_case`.
+
+    **Arguments:**
+
+    - `path`: the `.npz` file.
+
+    **Returns:**
+
+    The `GridCase`, with float64 CSR matrices and float64 (int64 for the bus
+    indices) arrays.
+    """
+    with np.load(path, allow_pickle=False) as data:
+        fields: dict[str, object] = {"name": str(data["name"])}
+        for key in _MATRICES:
+            fields[key] = sp.csr_matrix(
+                (
+                    data[f"{key}_data"].astype(np.float64),
+                    data[f"{key}_indices"],
+                    data[f"{key}_indptr"],
+                ),
+                shape=tuple(int(n) for n in data[f"{key}_shape"]),
+            )
+        for key, kind in _SCALARS.items():
+            fields[key] = kind(data[key])
+        for key in _ARRAYS:
+            dtype = np.int64 if key in ("gen_bus", "branch_from", "branch_to") else None
+            fields[key] = data[key].astype(dtype or np.float64)
+    return GridCase(**fields)  # type: ignore[arg-type]
