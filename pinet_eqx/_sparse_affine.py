@@ -63,7 +63,7 @@ class TriangularSolve(eqx.Module):
     n: int = eqx.field(static=True)
 
     @staticmethod
-    def build(T: sp.spmatrix, lower: bool) -> TriangularSolve:
+    def build(T: sp.sparray | sp.spmatrix, lower: bool) -> TriangularSolve:
         """Schedule the solve with the triangular matrix `T` (float64, host)."""
         T = sp.csr_matrix(T)
         n = T.shape[0]

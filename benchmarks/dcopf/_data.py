@@ -1,0 +1,553 @@
+r"""DC-OPF grids from pandapower, and reference solvers for the DC-OPF and projection.
+
+`load_case` runs pandapower's DC power flow on one of its MATPOWER/PEGASE test
+networks and reads the DC model off the internal PYPOWER case (`net._ppc`, in
+pandapower's internal bus order):
+
+- buses: every bus of the ppc except isolated ones (type 4, none in the five
+  grids); the reference bus is the ppc's type-3 bus (the first if several).
+- generators: the in-service rows of the ppc gen table (the external grid, then
+  the `gen` elements); uncontrollable static generators are in the ppc's `PD`.
+- branches: the in-service lines and transformers; $B_{bus}$, $B_f$ and the
+  phase-shifter injections come from `pandapower.pypower.makeBdc.makeBdc`.
+- the DC power balance at bus $i$ is
+  $(A_g p_g)_i - P_{d,i} - G_{s,i} = (B_{bus}\theta)_i + P^{inj}_{bus,i}$ and the
+  flow of branch $k$ is $(B_f\theta)_k + P^{inj}_{f,k}$ (MATPOWER's DC model, the
+  one pandapower's `rundcpp` solves). So the equality right-hand side is
+  $p_d + G_s + P^{inj}_{bus}$ (`GridCase.p_fixed = G_s + P^{inj}_{bus}`), and the
+  limits on $B_f\theta$ are $\pm f_{\max} - P^{inj}_f$ (`GridCase.f_shift =
+  P^{inj}_f`).
+- line limits: `RATE_A`; a branch without a rating (`RATE_A` 0, or pandapower's
+  `max_i_ka = 99999` placeholder, which gives `RATE_A` above 1e6 MVA) gets
+  1e4 MVA. Each limit is then raised to 1.2 times the absolute base-case flow.
+- generator limits: `PMIN`/`PMAX` of the ppc, except that for the external grid
+  (whose ppc limits in a power flow are pandapower's +-1e9 MW placeholders) the
+  `min_p_mw`/`max_p_mw` of `net.ext_grid` are used (`slack_limits="opf"`, the
+  limits `rundcopp` uses); `p_min` is then clipped to `[0, p_max]`.
+- costs: `net.poly_cost` (`cp2_eur_per_mw2`, `cp1_eur_per_mw`) of the `gen` and
+  `ext_grid` elements, converted to per-unit outputs.
+
+`project_clarabel` and `dcopf_clarabel` are the high-accuracy references
+(Clarabel, tolerances 1e-10, loosened 10x at a time up to 1e-8 where Clarabel
+does not report `Solved`); `project_osqp` is the first-order comparison. The
+projection is ill-conditioned on the PEGASE grids (the angles follow the outputs
+through the inverse of $B_{bus}$, and branch susceptances range from 1e-2 to
+6e3 per unit), so Clarabel's solutions at 1e-8 differ from those at 1e-10 by up
+to ~6e-5 (relative, infinity norm) there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Literal
+
+import clarabel
+import numpy as np
+import osqp
+import scipy.sparse as sp
+
+from ._fixture import GridCase
+
+CASES = ("case30", "case118", "case1354pegase", "case2869pegase", "case9241pegase")
+UNRATED_MVA = 1e4  # the rating given to branches without one
+_RATING_PLACEHOLDER_MVA = 1e6  # ratings at or above this are pandapower placeholders
+FLOW_MARGIN = 1.2  # each limit is at least this times the base-case flow
+MAX_TOL = 1e-8  # the loosest tolerance a Clarabel solve falls back to
+
+
+def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> GridCase:
+    """Builds the DC-OPF data of a pandapower test network.
+
+    **Arguments:**
+
+    - `name`: one of `CASES`, the name of a function in `pandapower.networks`.
+    - `slack_limits`: the output limits of the external grid (the slack
+      generator). `"opf"` (default): `net.ext_grid.min_p_mw/max_p_mw`, the real
+      data that pandapower's own DC-OPF uses. `"ppc"`: the power-flow ppc's
+      placeholders (-1e9 / 1e9 MW, i.e. `p_max = 1e7` per unit after clipping
+      `p_min` to 0).
+
+    **Returns:**
+
+    The `GridCase`, in pandapower's internal bus order.
+    """
+    return _case_from_net(name, _solved_net(name), slack_limits=slack_limits)[0]
+
+
+def _solved_net(name: str) -> Any:
+    """Returns the pandapower network `name` after `pandapower.rundcpp`.
+
+    **Arguments:**
+
+    - `name`: one of `CASES`.
+
+    **Returns:**
+
+    The network, with the DC power flow results and `net._ppc`.
+    """
+    if name not in CASES:
+        raise ValueError(f"Unknown DC-OPF case '{name}'; expected one of {CASES}.")
+    import pandapower
+    import pandapower.networks
+
+    net = getattr(pandapower.networks, name)()
+    pandapower.rundcpp(net)
+    return net
+
+
+def _case_from_net(
+    name: str, net: Any, *, slack_limits: Literal["opf", "ppc"] = "opf"
+) -> tuple[GridCase, dict[str, Any]]:
+    """Reads the DC-OPF data off a network on which `rundcpp` has run.
+
+    **Arguments:**
+
+    - `name`: the name stored in the `GridCase`.
+    - `net`: the pandapower network, with `net._ppc` from `rundcpp`.
+    - `slack_limits`: as in `load_case`.
+
+    **Returns:**
+
+    `(case, info)`: the `GridCase` and a dict of diagnostics: counts of dropped,
+    unrated and raised elements, of negative `PMIN`, of generators sharing a
+    bus, the base-case power-flow point `y_pf` (angles relative to the
+    reference bus) and which ppc gen rows were kept (`gen_rows`).
+    """
+    from pandapower.pypower import idx_brch, idx_bus, idx_gen
+    from pandapower.pypower.makeBdc import makeBdc
+
+    if slack_limits not in ("opf", "ppc"):
+        raise ValueError(f"`slack_limits` must be 'opf' or 'ppc', not {slack_limits!r}")
+    ppc = net._ppc
+    base = float(ppc["baseMVA"])
+    bus = np.real(np.asarray(ppc["bus"])).astype(np.float64)
+    gen = np.real(np.asarray(ppc["gen"])).astype(np.float64)
+    branch = np.real(np.asarray(ppc["branch"])).astype(np.float64)
+
+    # Drop isolated buses and out-of-service branches/generators; renumber buses.
+    bus_kept = bus[:, idx_bus.BUS_TYPE] != idx_bus.NONE
+    new_index = np.full(bus.shape[0], -1, dtype=np.int64)
+    new_index[bus_kept] = np.arange(np.count_nonzero(bus_kept))
+    f_old = branch[:, idx_brch.F_BUS].astype(np.int64)
+    t_old = branch[:, idx_brch.T_BUS].astype(np.int64)
+    branch_kept = (
+        (branch[:, idx_brch.BR_STATUS] > 0) & bus_kept[f_old] & bus_kept[t_old]
+    )
+    gen_bus_old = gen[:, idx_gen.GEN_BUS].astype(np.int64)
+    gen_kept = (gen[:, idx_gen.GEN_STATUS] > 0) & bus_kept[gen_bus_old]
+    bus = bus[bus_kept]
+    branch = branch[branch_kept]
+    gen_rows = np.flatnonzero(gen_kept)
+    gen = gen[gen_rows]
+    bus[:, idx_bus.BUS_I] = np.arange(bus.shape[0])
+    branch[:, idx_brch.F_BUS] = new_index[f_old[branch_kept]]
+    branch[:, idx_brch.T_BUS] = new_index[t_old[branch_kept]]
+    n_bus, n_gen, n_branch = bus.shape[0], gen.shape[0], branch.shape[0]
+    gen_bus = new_index[gen_bus_old[gen_kept]]
+    branch_from = branch[:, idx_brch.F_BUS].astype(np.int64)
+    branch_to = branch[:, idx_brch.T_BUS].astype(np.int64)
+
+    refs = np.flatnonzero(bus[:, idx_bus.BUS_TYPE] == idx_bus.REF)
+    if refs.size == 0:
+        raise ValueError(f"Case '{name}' has no reference (type-3) bus.")
+    ref_bus = int(refs[0])
+
+    B_bus, B_f, p_bus_inj, p_f_inj, *_ = makeBdc(bus, branch)
+    B_bus = sp.csr_matrix(B_bus, dtype=np.float64)
+    B_f = sp.csr_matrix(B_f, dtype=np.float64)
+    p_bus_inj = np.asarray(p_bus_inj, dtype=np.float64).reshape(-1)[:n_bus]
+    p_f_inj = np.asarray(p_f_inj, dtype=np.float64).reshape(-1)[:n_branch]
+
+    A_g = sp.csr_matrix(
+        (np.ones(n_gen), (gen_bus, np.arange(n_gen))), shape=(n_bus, n_gen)
+    )
+    ref_row = sp.csr_matrix(([1.0], ([0], [n_gen + ref_bus])), shape=(1, n_gen + n_bus))
+    E = sp.vstack([sp.hstack([A_g, -B_bus]), ref_row], format="csr")
+    C = sp.hstack([sp.csr_matrix((n_branch, n_gen)), B_f], format="csr")
+    E.eliminate_zeros()
+    C.eliminate_zeros()
+
+    # The base-case DC power flow (angles relative to the reference bus).
+    theta_pf = np.deg2rad(bus[:, idx_bus.VA])
+    theta_pf = theta_pf - theta_pf[ref_bus]
+    y_pf = np.concatenate([gen[:, idx_gen.PG] / base, theta_pf])
+    flow_pf = B_f @ theta_pf + p_f_inj
+
+    rating = branch[:, idx_brch.RATE_A].copy()
+    unrated = (rating <= 0) | (rating >= _RATING_PLACEHOLDER_MVA)
+    rating[unrated] = UNRATED_MVA
+    f_max = rating / base
+    raised = f_max < FLOW_MARGIN * np.abs(flow_pf)
+    f_max = np.maximum(f_max, FLOW_MARGIN * np.abs(flow_pf))
+
+    p_max = gen[:, idx_gen.PMAX] / base
+    p_min = gen[:, idx_gen.PMIN] / base
+    row_of = np.full(np.asarray(ppc["gen"]).shape[0], -1, dtype=np.int64)
+    row_of[gen_rows] = np.arange(n_gen)
+    slack_rows = _element_rows(net, "ext_grid", row_of)
+    if slack_limits == "opf":
+        for idx, row in slack_rows.items():
+            for column, target in (("max_p_mw", p_max), ("min_p_mw", p_min)):
+                value = net.ext_grid.at[idx, column] if column in net.ext_grid else None
+                if value is not None and np.isfinite(value):
+                    target[row] = float(value) / base
+    n_pmin_negative = int(np.count_nonzero(p_min < 0))
+    p_min = np.minimum(np.maximum(p_min, 0.0), p_max)
+
+    cost_quad = np.zeros(n_gen)
+    cost_lin = np.zeros(n_gen)
+    ignored_costs = 0
+    rows = {"gen": _element_rows(net, "gen", row_of), "ext_grid": slack_rows}
+    for _, cost in net.poly_cost.iterrows():
+        row = rows.get(cost["et"], {}).get(cost["element"])
+        if row is None:
+            ignored_costs += 1
+            continue
+        cost_quad[row] = float(cost["cp2_eur_per_mw2"]) * base**2
+        cost_lin[row] = float(cost["cp1_eur_per_mw"]) * base
+    if "pwl_cost" in net:
+        ignored_costs += len(net.pwl_cost)
+
+    case = GridCase(
+        name=name,
+        base_mva=base,
+        n_gen=n_gen,
+        n_bus=n_bus,
+        ref_bus=ref_bus,
+        E=E,
+        C=C,
+        f_max=f_max,
+        f_shift=p_f_inj,
+        p_min=p_min,
+        p_max=p_max,
+        p_d=bus[:, idx_bus.PD] / base,
+        p_fixed=bus[:, idx_bus.GS] / base + p_bus_inj,
+        cost_quad=cost_quad,
+        cost_lin=cost_lin,
+        gen_bus=gen_bus,
+        branch_from=branch_from,
+        branch_to=branch_to,
+    )
+    info = {
+        "dropped_buses": int(np.count_nonzero(~bus_kept)),
+        "dropped_branches": int(np.count_nonzero(~branch_kept)),
+        "dropped_gens": int(np.count_nonzero(~gen_kept)),
+        "n_ref_buses": int(refs.size),
+        "n_phase_shifters": int(np.count_nonzero(branch[:, idx_brch.SHIFT])),
+        "n_shunt_conductances": int(np.count_nonzero(bus[:, idx_bus.GS])),
+        "n_unrated": int(np.count_nonzero(unrated)),
+        "n_raised": int(np.count_nonzero(raised)),
+        "n_pmin_negative": n_pmin_negative,
+        "n_shared_gen_buses": int(n_gen - np.unique(gen_bus).size),
+        "n_ignored_costs": ignored_costs,
+        "y_pf": y_pf,
+        "gen_rows": gen_rows,
+        "bus_kept": bus_kept,
+    }
+    return case, info
+
+
+def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:
+    """Maps each in-service `element` of `net` to its row of the case's gen table.
+
+    **Arguments:**
+
+    - `net`: the pandapower network after `rundcpp`.
+    - `element`: `"gen"` or `"ext_grid"`.
+    - `row_of`: the `GridCase` generator index of each ppc gen row (-1: dropped).
+
+    **Returns:**
+
+    A dict from the element's index in `net[element]` to the generator index.
+    """
+    lookup = net._pd2ppc_lookups.get(element)
+    if lookup is None or len(net[element]) == 0:
+        return {}
+    lookup = np.asarray(lookup)
+    rows = {}
+    for idx in net[element].index:
+        if 0 <= idx < lookup.size and 0 <= lookup[idx] < row_of.size:
+            row = int(row_of[lookup[idx]])
+            if row >= 0:
+                rows[idx] = row
+    return rows
+
+
+def sample_loads(case: GridCase, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Random load vectors around the base case.
+
+    **Arguments:**
+
+    - `case`: the grid.
+    - `n`: how many load vectors.
+    - `rng`: the random generator.
+
+    **Returns:**
+
+    An `(n, n_bus)` array: `case.p_d` times one `U(0.85, 1.0)` factor per row
+    and an independent `U(0.95, 1.05)` factor per bus and row.
+    """
+    overall = rng.uniform(0.85, 1.0, size=(n, 1))
+    per_bus = rng.uniform(0.95, 1.05, size=(n, case.n_bus))
+    return case.p_d[None, :] * overall * per_bus
+
+
+def _inequalities(case: GridCase) -> tuple[sp.csr_matrix, np.ndarray]:
+    """The finite inequality rows `G y <= h` of the feasible set.
+
+    **Arguments:**
+
+    - `case`: the grid.
+
+    **Returns:**
+
+    `(G, h)`: the flow limits (upper, then lower) and the generator bounds
+    (upper, then lower), rows with an infinite bound left out.
+    """
+    eye = sp.eye(case.n_gen, case.dim, format="csr")
+    blocks = [
+        (case.C, case.flow_upper),
+        (-case.C, -case.flow_lower),
+        (eye, case.p_max),
+        (-eye, -case.p_min),
+    ]
+    rows, rhs = [], []
+    for matrix, bound in blocks:
+        finite = np.isfinite(bound)
+        rows.append(matrix[finite])
+        rhs.append(bound[finite])
+    return sp.vstack(rows, format="csr"), np.concatenate(rhs)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClarabelRun:
+    """What one `_clarabel_solve` call did.
+
+    **Fields:**
+
+    - `x`: the solution.
+    - `seconds`: the time of every `solve()` call together (set-ups not timed).
+    - `tol`: the tolerance of the solve that reported `Solved`.
+    - `attempts`: how many solves it took (1 unless a tolerance was loosened).
+    - `iterations`: the interior-point iterations of the last solve.
+    """
+
+    x: np.ndarray
+    seconds: float
+    tol: float
+    attempts: int
+    iterations: int
+
+
+def _clarabel_settings(tol: float, *, projection: bool) -> Any:
+    """Clarabel settings for tolerance `tol`.
+
+    **Arguments:**
+
+    - `tol`: the gap (absolute and relative) and feasibility tolerance.
+    - `projection`: whether the problem is a projection (identity quadratic
+      term). Projections get tighter iterative refinement and a smaller static
+      regularisation, without which Clarabel stops with `InsufficientProgress`
+      on case2869pegase/case9241pegase at `tol=1e-10`; the DC-OPF (often a
+      linear program with a non-unique optimum) does better with the defaults.
+
+    **Returns:**
+
+    The `clarabel.DefaultSettings`.
+    """
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    settings.equilibrate_enable = True
+    settings.presolve_enable = True
+    settings.tol_gap_abs = tol
+    settings.tol_gap_rel = tol
+    settings.tol_feas = tol
+    settings.tol_ktratio = 1e-6
+    settings.max_iter = 500
+    if projection:
+        settings.iterative_refinement_reltol = 1e-15
+        settings.iterative_refinement_abstol = 1e-15
+        settings.iterative_refinement_max_iter = 30
+        settings.static_regularization_constant = 1e-10
+    return settings
+
+
+def _clarabel_solve(
+    case: GridCase,
+    P: sp.spmatrix,
+    c: np.ndarray,
+    p_d: np.ndarray,
+    tol: float,
+    *,
+    projection: bool,
+    max_tol: float = MAX_TOL,
+) -> ClarabelRun:
+    """Solves `min 1/2 y'Py + c'y` over the feasible set with Clarabel.
+
+    **Arguments:**
+
+    - `case`: the grid.
+    - `P`: the `(dim, dim)` positive semidefinite quadratic term.
+    - `c`: the `(dim,)` linear term.
+    - `p_d`: the `(n_bus,)` loads.
+    - `tol`: the gap and feasibility tolerances of the first solve.
+    - `projection`: passed to `_clarabel_settings`.
+    - `max_tol`: unless Clarabel reports `Solved`, the solve is repeated with a
+      tolerance 10 times as large, as long as it stays at most
+      `max(tol, max_tol)`.
+
+    **Returns:**
+
+    A `ClarabelRun`.
+
+    **Raises:**
+
+    `RuntimeError` unless a solve reports `Solved`.
+    """
+    G, h = _inequalities(case)
+    A = sp.vstack([case.E, G], format="csc")
+    b = np.concatenate([case.q(p_d), h])
+    P = sp.triu(sp.csc_matrix(P, dtype=np.float64), format="csc")
+    c = np.asarray(c, dtype=np.float64)
+    seconds, attempts, current = 0.0, 0, tol
+    while True:
+        cones = [
+            clarabel.ZeroConeT(case.E.shape[0]),
+            clarabel.NonnegativeConeT(G.shape[0]),
+        ]
+        settings = _clarabel_settings(current, projection=projection)
+        solver = clarabel.DefaultSolver(P, c, A, b, cones, settings)
+        start = time.perf_counter()
+        solution = solver.solve()
+        seconds += time.perf_counter() - start
+        attempts += 1
+        if solution.status == clarabel.SolverStatus.Solved:
+            x = np.array(solution.x, dtype=np.float64)
+            return ClarabelRun(x, seconds, current, attempts, solution.iterations)
+        if current * 10 > max(tol, max_tol) * (1 + 1e-9):
+            raise RuntimeError(
+                f"Clarabel stopped with status {solution.status} on case "
+                f"'{case.name}' after {solution.iterations} iterations (tolerances "
+                f"{tol:g} to {current:g}, {attempts} solves)."
+            )
+        current *= 10
+
+
+def project_clarabel(
+    case: GridCase, y_raw: np.ndarray, p_d: np.ndarray, *, tol: float = 1e-10
+) -> tuple[np.ndarray, float]:
+    """The orthogonal projection of `y_raw` onto the feasible set, with Clarabel.
+
+    **Arguments:**
+
+    - `case`: the grid.
+    - `y_raw`: the `(dim,)` point to project.
+    - `p_d`: the `(n_bus,)` loads.
+    - `tol`: Clarabel's gap and feasibility tolerances. Where Clarabel does not
+      reach `Solved` at `tol` it is rerun with 10x looser tolerances up to
+      `MAX_TOL` (1e-8); in the checks of `NOTES_data.md` only on case9241pegase.
+
+    **Returns:**
+
+    `(y, seconds)`: `argmin ||y - y_raw||^2` subject to `E y = q(p_d)`, the flow
+    limits and the generator bounds, and the time of Clarabel's `solve()`
+    (summed over reruns; setting up the solver is not timed).
+
+    **Raises:**
+
+    `RuntimeError` unless Clarabel reports `Solved`.
+    """
+    y_raw = np.asarray(y_raw, dtype=np.float64)
+    eye = sp.eye(case.dim, format="csc")
+    run = _clarabel_solve(case, eye, -y_raw, p_d, tol, projection=True)
+    return run.x, run.seconds
+
+
+def dcopf_clarabel(
+    case: GridCase, p_d: np.ndarray, *, tol: float = 1e-10
+) -> tuple[np.ndarray, float, float]:
+    """The DC-OPF optimum for the loads `p_d`, with Clarabel.
+
+    **Arguments:**
+
+    - `case`: the grid.
+    - `p_d`: the `(n_bus,)` loads.
+    - `tol`: Clarabel's gap and feasibility tolerances (loosened as in
+      `project_clarabel` where needed).
+
+    **Returns:**
+
+    `(y, objective, seconds)`: a minimiser of `sum(cost_quad * p_g**2 +
+    cost_lin * p_g)` over the feasible set, that cost, and the time of
+    Clarabel's `solve()`. On grids with linear costs only the optimum need
+    not be unique (Clarabel returns a point inside the optimal face).
+
+    **Raises:**
+
+    `RuntimeError` unless Clarabel reports `Solved`.
+    """
+    quad = np.concatenate([2.0 * case.cost_quad, np.zeros(case.n_bus)])
+    lin = np.concatenate([case.cost_lin, np.zeros(case.n_bus)])
+    P = sp.diags(quad, format="csc")
+    run = _clarabel_solve(case, P, lin, p_d, tol, projection=False)
+    p_g = run.x[: case.n_gen]
+    objective = float(np.sum(case.cost_quad * p_g**2 + case.cost_lin * p_g))
+    return run.x, objective, run.seconds
+
+
+def project_osqp(
+    case: GridCase,
+    y_raw: np.ndarray,
+    p_d: np.ndarray,
+    *,
+    eps: float = 1e-6,
+    max_iter: int = 200_000,
+) -> tuple[np.ndarray, float]:
+    """The orthogonal projection of `y_raw` onto the feasible set, with OSQP.
+
+    **Arguments:**
+
+    - `case`: the grid.
+    - `y_raw`: the `(dim,)` point to project.
+    - `p_d`: the `(n_bus,)` loads.
+    - `eps`: OSQP's absolute and relative tolerances.
+    - `max_iter`: OSQP's iteration limit.
+
+    **Returns:**
+
+    `(y, seconds)`: OSQP's (polished) solution and the time of its `solve()`
+    (the set-up, which factors the first KKT matrix, is not timed).
+
+    **Raises:**
+
+    `RuntimeError` unless OSQP reports `solved`.
+    """
+    y_raw = np.asarray(y_raw, dtype=np.float64)
+    eye = sp.eye(case.n_gen, case.dim, format="csr")
+    A = sp.vstack([case.E, case.C, eye], format="csc")
+    q = case.q(p_d)
+    lower = np.concatenate([q, case.flow_lower, case.p_min])
+    upper = np.concatenate([q, case.flow_upper, case.p_max])
+    solver = osqp.OSQP()
+    solver.setup(
+        sp.eye(case.dim, format="csc"),
+        -y_raw,
+        A,
+        lower,
+        upper,
+        eps_abs=eps,
+        eps_rel=eps,
+        max_iter=max_iter,
+        polishing=True,
+        verbose=False,
+    )
+    start = time.perf_counter()
+    result = solver.solve(raise_error=False)
+    seconds = time.perf_counter() - start
+    if result.info.status != "solved":
+        raise RuntimeError(
+            f"OSQP stopped with status '{result.info.status}' on case "
+            f"'{case.name}' after {result.info.iter} iterations (eps={eps:g})."
+        )
+    return np.array(result.x, dtype=np.float64), seconds
