@@ -28,7 +28,7 @@ Jacobian vanishes (the implicit derivative of the fixed point, in closed form).
 
 from __future__ import annotations
 
-from typing import cast
+from typing import ClassVar, cast
 
 import equinox as eqx
 import jax
@@ -38,7 +38,7 @@ import numpy as np
 import scipy.linalg
 from jaxtyping import Array, Bool, Float
 
-from . import _douglas_rachford as dr
+from . import _douglas_rachford as dr, _host_polish as host_polish
 from ._affine import AbstractAffineProjection, independent_rows
 from ._lifting import InstanceData
 from ._precision import FullPrecisionSolver
@@ -460,11 +460,23 @@ class SparseRows(eqx.Module):
 
     M: SparseMatrix
     m_eq: int = eqx.field(static=True)
+    # Its polish certifies the KKT conditions itself, in float64 (see `polish`).
+    certifies: ClassVar[bool] = True
 
     def tangent(self, active, dy_raw, dq, dh, box, solver):
         """$(\\dot y, \\zeta)$ of the active face (see `face_tangent`)."""
         M = self.M.astype(dy_raw.dtype)
         return face_tangent(M, self.m_eq, dy_raw, dq, active, dh, box, solver)
+
+    def polish(self, y_raw, data: InstanceData, hi, lo):
+        """`polish`'s `(y, wrong_sign)`, by the host's active-set method
+        (`_host_polish`): conjugate gradients stall on the faces of badly
+        scaled sparse sets, where a direct solve does not."""
+        assert data.E is not None and data.C is not None  # as built by `data()`
+        return host_polish.polish(
+            data.E, data.C, y_raw, data.q, data.lb_y, data.ub_y, data.lb_w,
+            data.ub_w, hi, lo,
+        )  # fmt: skip
 
 
 def refine(r, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
@@ -516,6 +528,8 @@ def polish(fixed: FixedRows | None, y_raw, data: InstanceData, hi, lo, box, solv
     the wrong sign (0 if none), in the units of $y$ (rows scaled to unit
     length, in $\\ker E$ for fixed matrices).
     """
+    if isinstance(fixed, SparseRows):
+        return fixed.polish(y_raw, data, hi, lo)
     box = np.asarray(box, np.int32)
     hi, lo, bound = _pinned(hi, lo, data, box)
     if fixed is not None:

@@ -48,6 +48,19 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         sigma = proj.sigma
     s0 = _start(proj, y_raw, s0, data, op)
     n_min, n_max, tol = proj.solver.schedule(proj.inference, y_raw.dtype)
+    # Where the refinement is on, polyhedral sets are polished at inference
+    # (`polish="auto"`), and in training mode too with `polish=True`.
+    polish = not problem.groups and (
+        proj.polish is True or (proj.polish == "auto" and proj.inference)
+    )
+    # Sparse sets have no refinement (yet), but are polished all the same.
+    finishing = refinement is not None or (problem.sparse and rows is not None)
+    if problem.sparse and finishing and polish and proj.solver.tol is None:
+        # Their polish is an active-set method that finishes from any nearby
+        # face (`_host_polish`): the iteration only has to find one, in its
+        # `n_iter_test` steps, not to converge (on badly scaled grids it
+        # would not, in any affordable number).
+        n_min, n_max, tol = 0, proj.solver.steps(proj.inference), None
     if problem.n_ineq + problem.n_cone == 0 and problem.n_eq == 0:
         # Only boxes: the projection is a clip, exact in one step.
         y = jnp.clip(y_raw, data.lb_y, data.ub_y)
@@ -115,14 +128,9 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         y = op.d_y * z[: problem.dim]
     status_tol = DouglasRachford.default_tol(dtype) if tol is None else tol
     polished = False
-    # Where the refinement is on, polyhedral sets are polished at inference
-    # (`polish="auto"`), and in training mode too with `polish=True`.
-    polish = not problem.groups and (
-        proj.polish is True or (proj.polish == "auto" and proj.inference)
-    )
     refining = refinement is not None and (proj.inference or proj.refine_always)
     viol = None
-    if refining or (refinement is not None and polish):
+    if refining or (finishing and polish):
         # The derivative of the unrefined map is kept (stop_gradient): the
         # refinement's correction is at rounding level, and a polished point's
         # own derivative is the face's, the active-set derivative the iterate

@@ -197,7 +197,9 @@ class Projector(eqx.Module):
         # "auto" refines at inference only: it costs compile time (two more solves
         # per call), and training does not need rounding-level feasibility.
         self.refine_always = refine is True
-        self.polish = _check_polish(polish, "Projector")
+        # `refine=False` turns the polish off too.
+        polish = _check_polish(polish, "Projector")
+        self.polish = False if refine is False else polish
         self.inference = inference
 
     # ----------------------------------------------------------- settings
@@ -300,7 +302,7 @@ class Projector(eqx.Module):
                 "or 'auto'."
             )
         if refine is False:
-            return dict(refinement=None, refine_always=False)
+            return dict(refinement=None, refine_always=False, polish=False)
         if self.refinement is None:
             raise ValueError(
                 f"Projector.with_settings(refine={refine!r}): this projector has no "
