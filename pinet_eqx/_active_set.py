@@ -510,7 +510,9 @@ def refine(r, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
     return y - jnp.concatenate([r[:m_eq], zeta]) @ fixed.lift.astype(y.dtype)
 
 
-def polish(fixed: FixedRows | None, y_raw, data: InstanceData, hi, lo, box, solver):
+def polish(
+    fixed: FixedRows | SparseRows | None, y_raw, data: InstanceData, hi, lo, box, solver
+):
     """The projection of $y_{raw}$ onto the face of the active set, and how far
     its multipliers are from the signs of an optimum.
 

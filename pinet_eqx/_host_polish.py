@@ -10,9 +10,9 @@ pinned to a bound), $y_F = r_F - M^\\top \\lambda$ with $M M^\\top \\lambda =
 M r_F - h$, by a sparse LU of $M M^\\top$ in float64. Rows whose multiplier
 has the wrong sign leave the face, violated rows and coordinates join it, and
 the face is solved again (a primal-dual active-set method; rows are released
-before any are added), up to `_MAX_ROUNDS` times. When no row changes, the
-point satisfies the KKT conditions in float64: it is the projection, and in
-float32 it is returned rounded, the rounding of $y$ itself.
+before any are added; should that cycle, one row moves per round). When no row
+changes, the point satisfies the KKT conditions in float64: it is the
+projection, and in float32 it is returned rounded, the rounding of $y$ itself.
 
 The solves run on the host through `jax.pure_callback` (one call per batch,
 instances in turn), so they work under `jit` and `vmap` on every backend; on a
@@ -29,6 +29,8 @@ import scipy.sparse.linalg as spla
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
 _MAX_ROUNDS = 30
+# Rounds of the last resort, which moves one row per round.
+_SINGLE_ROUNDS = 400
 # Regularisation of M M^T (rows of unit length), removed again by refinement
 # steps: nearly dependent active rows then still give a usable solve.
 _REGULARISATION = 1e-12
@@ -106,17 +108,23 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
 
 
 def _active_set_method(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
-    """The primal-dual active-set rounds for one instance (float64), from the
-    iterate's face, then, should they not settle, from the empty face."""
-    y, fail = _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, _MAX_ROUNDS // 2)
-    if fail:
-        none = np.zeros_like(hi)
-        y, fail = _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, none, none, _MAX_ROUNDS)
-    return y, fail
+    """The active-set rounds for one instance (float64): from the iterate's
+    face, moving every misplaced row at once; should they not settle, from the
+    empty face; and then one row at a time (slow, but it does not cycle)."""
+    none = np.zeros_like(hi)
+    attempts = ((hi, lo, False, _MAX_ROUNDS // 2), (none, none, False, _MAX_ROUNDS))
+    attempts += ((none, none, True, _SINGLE_ROUNDS),)
+    y = r
+    for up, down, single, rounds in attempts:
+        y, fail = _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, up, down, single, rounds)
+        if not fail:
+            return y, 0.0
+    return y, 1.0
 
 
-def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds):
-    """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`."""
+def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, single, max_rounds):
+    """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`; with
+    `single`, one row moves per round (the most misplaced)."""
     d = r.shape[0]
     hi, lo = hi.copy(), lo.copy()
     # The iterate's bounded coordinates seed the face; its inequality rows do
@@ -124,33 +132,51 @@ def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds):
     # corridor), whose face lies far from the projection, and the rounds then
     # wander. Rows join the face once violated (measured: see RESULTS).
     hi[d:] = lo[d:] = False
-    # A flag only counts where its bound is finite.
-    hi &= np.isfinite(np.concatenate([ub_y, ub_w]))
-    lo &= np.isfinite(np.concatenate([lb_y, lb_w])) & ~hi
     upper = np.concatenate([ub_y, ub_w])
     lower = np.concatenate([lb_y, lb_w])
+    # A flag only counts where its bound is finite.
+    hi &= np.isfinite(upper)
+    lo &= np.isfinite(lower) & ~hi
+    row_norms = np.concatenate(
+        [np.ones(d), np.sqrt(np.asarray(C.multiply(C).sum(axis=1)).ravel())]
+    )
     y = r
     for _ in range(max_rounds):
         y, mult = _face(E, C, r, q, hi, lo, upper, lower, d)
         if y is None:
             return r, 1.0
         value = np.concatenate([y, C @ y])
-        scale = 1.0 + np.abs(value)
-        tol = 1e-9 * scale
-        release_hi = hi & (mult < -tol)
-        release_lo = lo & (mult > tol)
+        tol = 1e-9 * (1.0 + np.abs(value))
+        # Misplaced: a wrongly signed multiplier, or a flagged row off its
+        # bound (one fixed by pinned coordinates alone), to release; a
+        # violated row, to add. Each scored per unit of row norm.
+        off = (hi | lo) & (np.abs(value - np.where(hi, upper, lower)) > tol)
+        release = (hi & (mult < -tol)) | (lo & (mult > tol)) | off
         add_hi = ~hi & ~lo & (value > upper + tol)
         add_lo = ~hi & ~lo & (value < lower - tol)
-        released = release_hi.any() or release_lo.any()
-        if not (released or add_hi.any() or add_lo.any()):
+        if not (release.any() or add_hi.any() or add_lo.any()):
             return y, 0.0
-        if released:
+        if release.any():
             # Release before adding: adding rows to a face that still holds
             # wrongly signed ones can cycle.
             add_hi[:] = add_lo[:] = False
-        hi = (hi & ~release_hi) | add_hi
-        lo = (lo & ~release_lo) | add_lo
+            if single:
+                release = _only_largest(release, np.where(off, np.inf, np.abs(mult)))
+        elif single:
+            excess = np.where(add_hi, value - upper, lower - value) / row_norms
+            add = _only_largest(add_hi | add_lo, excess)
+            add_hi &= add
+            add_lo &= add
+        hi = (hi & ~release) | add_hi
+        lo = (lo & ~release) | add_lo
     return y, 1.0
+
+
+def _only_largest(mask, score) -> np.ndarray:
+    """`mask` reduced to its entry of largest `score`."""
+    out = np.zeros_like(mask)
+    out[np.argmax(np.where(mask, score, -np.inf))] = True
+    return out
 
 
 def _face(E, C, r, q, hi, lo, upper, lower, d):
@@ -168,8 +194,10 @@ def _face(E, C, r, q, hi, lo, upper, lower, d):
     # Rows scaled to unit length (Jacobi): grid rows span four orders of
     # magnitude, whose squares M M^T would otherwise carry.
     norms = np.sqrt(np.asarray(M.multiply(M).sum(axis=1)).ravel())
-    if np.any(norms == 0):
-        return None, None
+    # A row on pinned coordinates only is fixed by them: it leaves the solve
+    # (multiplier 0), and the rounds release or satisfy it.
+    used = np.flatnonzero(norms > 0)
+    M, h, norms = M[used], h[used], norms[used]
     M = sp.diags(1 / norms) @ M
     K = sp.csc_matrix(M @ M.T)
     try:
@@ -190,7 +218,7 @@ def _face(E, C, r, q, hi, lo, upper, lower, d):
         step = lu.solve(M @ y_free - h / norms)
         y_free = y_free - M.T @ step
         lam = lam + step
-    lam = lam / norms
+    lam = _scatter(A.shape[0], used, lam / norms)
     y = y_pin.copy()
     y[free] = y_free
     if not np.all(np.isfinite(y)):
@@ -201,3 +229,10 @@ def _face(E, C, r, q, hi, lo, upper, lower, d):
     mult[:d] = np.where(pinned, mu, 0.0)
     mult[d:][active] = lam[E.shape[0] :]
     return y, mult
+
+
+def _scatter(n: int, index, values) -> np.ndarray:
+    """A length-`n` vector with `values` at `index`, zero elsewhere."""
+    out = np.zeros(n)
+    out[index] = values
+    return out

@@ -1,0 +1,97 @@
+"""Command line of the DC-OPF benchmark (real grids from pandapower).
+
+    python -m benchmarks.dcopf projection --case case1354pegase --dtype float64
+    python -m benchmarks.dcopf projection --case case9241pegase --dtype float32 \\
+        --accuracy 4 --batch 256
+    python -m benchmarks.dcopf train --case case1354pegase
+    python -m benchmarks.dcopf report
+
+`projection` writes `OUT/projection/{case}-{dtype}.json` (see `_projection`):
+construction time and memory, accuracy against Clarabel near and far from the
+set, and inference throughput at batch 256 against Clarabel and OSQP. Run one
+case per process, so that its peak memory is its own. `train` writes
+`OUT/train/{case}.json` (see `_train`). `report` writes `OUT/dcopf.md` and the
+figure `OUT/dcopf_time.png` from them. OUT defaults to `results/dcopf`.
+Loads follow the issue's conventions (`_data.sample_loads`); the slack
+generator keeps the power-flow data's 1e7 per-unit bound
+(`load_case(slack_limits="ppc")`), the badly scaled case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+
+DEFAULT_OUT = pathlib.Path("results") / "dcopf"
+CASES = ("case1354pegase", "case2869pegase", "case9241pegase")
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.dcopf",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
+    sub = parser.add_subparsers(dest="command", required=True)
+    proj = sub.add_parser("projection", help="construction, accuracy, throughput")
+    proj.add_argument("--case", required=True)
+    proj.add_argument("--dtype", choices=("float32", "float64"), default="float64")
+    proj.add_argument("--accuracy", type=int, default=8, help="instances near/far")
+    proj.add_argument("--batch", type=int, default=256)
+    proj.add_argument("--solver-instances", type=int, default=8)
+    proj.add_argument("--repeats", type=int, default=3)
+    train = sub.add_parser("train", help="self-supervised DC-OPF proxy")
+    train.add_argument("--case", required=True)
+    train.add_argument("--steps", type=int, default=300)
+    train.add_argument("--batch", type=int, default=64)
+    train.add_argument("--seed", type=int, default=0)
+    sub.add_parser("report", help="Markdown table and figure from the JSON files")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "projection":
+        import jax
+
+        jax.config.update("jax_enable_x64", args.dtype == "float64")
+        from ._data import load_case
+        from ._projection import run
+
+        record = run(
+            load_case(args.case, slack_limits="ppc"),
+            args.dtype,
+            n_accuracy=args.accuracy,
+            batch=args.batch,
+            n_solver=args.solver_instances,
+            repeats=args.repeats,
+        )
+        path = args.out / "projection" / f"{args.case}-{args.dtype}.json"
+    elif args.command == "train":
+        from ._data import load_case
+        from ._train import train
+
+        record = train(
+            load_case(args.case, slack_limits="ppc"),
+            steps=args.steps,
+            batch=args.batch,
+            seed=args.seed,
+        )
+        path = args.out / "train" / f"{args.case}.json"
+    else:
+        from ._report import report
+
+        for path in report(args.out):
+            print(path)
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
+    print(json.dumps({k: v for k, v in record.items() if k != "machine"}, indent=1))
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""Real power grids (DC optimal power flow, stored fixtures of pandapower's case30
+and case118): sparse projections against cvxpy + Clarabel, near and far, and
+derivatives in the loads against central differences, in float64."""
+
+from __future__ import annotations
+
+import pathlib
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import Polytope, assert_close, central_difference, clarabel_project
+
+import pinet_eqx as pe
+from benchmarks.dcopf._fixture import GridCase, load_saved
+
+DATA = pathlib.Path(__file__).parent / "data"
+
+
+def grid(name: str) -> GridCase:
+    return load_saved(DATA / f"dcopf_{name}.npz")
+
+
+def grid_projector(case: GridCase, **settings) -> pe.Projector:
+    return pe.Projector(
+        [
+            pe.Equality(case.E, pe.Parameter("q")),
+            pe.AffineInequality(case.C, case.flow_lower, case.flow_upper),
+            pe.Box(case.lower, case.upper),
+        ],
+        affine_form="sparse",
+        **settings,
+    )
+
+
+def as_polytope(case: GridCase, p_d) -> Polytope:
+    """The feasible set for the loads `p_d`, dense, for the cvxpy oracle."""
+    return Polytope(
+        case.E.toarray(),
+        case.q(p_d),
+        case.C.toarray(),
+        case.flow_lower,
+        case.flow_upper,
+        case.lower,
+        case.upper,
+        np.zeros(case.dim),
+    )
+
+
+@eqx.filter_jit
+def _solve(proj, Y, Q):
+    return jax.vmap(lambda y, q: proj.solve(y, q=q))(Y, Q)
+
+
+def _loads(case, rng, n):
+    overall = rng.uniform(0.85, 1.0, size=(n, 1))
+    return case.p_d * overall * rng.uniform(0.95, 1.05, size=(n, case.n_bus))
+
+
+@pytest.mark.parametrize("name", ["case30", "case118"])
+def test_grid_projection_against_clarabel(name):
+    """At the defaults in inference mode: every instance successful and within
+    1e-6 (relative infinity norm) of Clarabel's projection, near the set and
+    far from it (10 times the spread)."""
+    case = grid(name)
+    proj = grid_projector(case, inference=True)
+    rng = np.random.default_rng(0)
+    p_d = _loads(case, rng, 4)
+    center = clarabel_project(np.zeros(case.dim), as_polytope(case, p_d[0]))
+    for scale in (0.1, 1.0):
+        Y = center + scale * np.std(center) * rng.normal(size=(4, case.dim))
+        sol = _solve(proj, Y, case.q(p_d))
+        assert np.all(np.asarray(sol.result == pe.RESULTS.successful))
+        for i in range(4):
+            ref = clarabel_project(Y[i], as_polytope(case, p_d[i]))
+            assert_close(sol.y[i], ref, 1e-6 * np.abs(ref).max(), what=f"{scale}")
+
+
+def test_grid_gradient_in_loads():
+    """d y / d loads (the equality right-hand side) of the sparse projection
+    against central differences, float64, on case30."""
+    case = grid("case30")
+    proj = grid_projector(case, tol=1e-12, n_iter=20000)
+    rng = np.random.default_rng(1)
+    p_d = _loads(case, rng, 1)[0]
+    center = clarabel_project(np.zeros(case.dim), as_polytope(case, p_d))
+    y_raw = center + 0.1 * np.std(center) * rng.normal(size=case.dim)
+    w = rng.normal(size=case.dim)
+
+    @jax.jit
+    def f(p):
+        q = jnp.concatenate([p, jnp.zeros(case.E.shape[0] - case.n_bus)])
+        q = q + jnp.asarray(case.q(np.zeros(case.n_bus)))
+        return jnp.dot(w, proj(y_raw, q=q))
+
+    v = rng.normal(size=case.n_bus)
+    grad = jax.grad(f)(jnp.asarray(p_d))
+    fd = central_difference(f, p_d, v, eps=1e-6)
+    assert_close(jnp.dot(grad, v), fd, 1e-6, rtol=1e-5, what="d/d loads")
+
+
+def test_auto_form_keeps_small_grids_dense():
+    """`affine_form="auto"` keeps a small sparse problem in a dense form and
+    gives the same projection as the sparse form."""
+    case = grid("case30")
+    sparse = grid_projector(case, inference=True)
+    auto = pe.Projector(
+        [
+            pe.Equality(case.E, pe.Parameter("q")),
+            pe.AffineInequality(case.C, case.flow_lower, case.flow_upper),
+            pe.Box(case.lower, case.upper),
+        ],
+        inference=True,
+    )
+    assert auto.problem.sparse is False and sparse.problem.sparse is True
+    rng = np.random.default_rng(2)
+    p_d = _loads(case, rng, 2)
+    Y = rng.normal(size=(2, case.dim))
+    a, b = _solve(auto, Y, case.q(p_d)), _solve(sparse, Y, case.q(p_d))
+    assert_close(a.y, b.y, 1e-7)
