@@ -90,19 +90,29 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
         a = np.asarray(a)
         return np.broadcast_to(a, batch + (size,)).reshape(n, size)
 
+    C_unique, group, factor = _parallel_rows(C)
+    k = C_unique.shape[0]
+    lower_w, upper_w = _merge_bounds(
+        rows(lb_w, m).astype(np.float64), rows(ub_w, m).astype(np.float64),
+        group, factor, k,
+    )  # fmt: skip
+    # The iterate's row flags are not used (see `_rounds`): only y's.
+    flags = np.zeros((n, d + k), bool)
+    hi_y, lo_y = flags.copy(), flags.copy()
+    hi_y[:, :d], lo_y[:, :d] = rows(hi, d + m)[:, :d], rows(lo, d + m)[:, :d]
     args = [
         rows(y_raw, d).astype(np.float64),
         rows(q, m_eq).astype(np.float64),
         rows(lb_y, d).astype(np.float64),
         rows(ub_y, d).astype(np.float64),
-        rows(lb_w, m).astype(np.float64),
-        rows(ub_w, m).astype(np.float64),
-        rows(hi, d + m),
-        rows(lo, d + m),
+        lower_w,
+        upper_w,
+        hi_y,
+        lo_y,
     ]
     ys, fails = np.empty((n, d)), np.empty(n)
     for i in range(n):
-        ys[i], fails[i] = _active_set_method(E, C, *(a[i] for a in args))
+        ys[i], fails[i] = _active_set_method(E, C_unique, *(a[i] for a in args))
     wrong = np.where(fails > 0, np.inf, 0.0)
     return ys.reshape(batch + (d,)).astype(dtype), wrong.reshape(batch).astype(dtype)
 
@@ -148,10 +158,15 @@ def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, single, max_rounds):
         value = np.concatenate([y, C @ y])
         tol = 1e-9 * (1.0 + np.abs(value))
         # Misplaced: a wrongly signed multiplier, or a flagged row off its
-        # bound (one fixed by pinned coordinates alone), to release; a
-        # violated row, to add. Each scored per unit of row norm.
+        # bound, to release; a violated row, to add.
         off = (hi | lo) & (np.abs(value - np.where(hi, upper, lower)) > tol)
-        release = (hi & (mult < -tol)) | (lo & (mult > tol)) | off
+        release = (hi & (mult < -tol)) | (lo & (mult > tol))
+        if not release.any():
+            # A row off its bound, with every sign right, is fixed by the
+            # others (dependent rows: lines in series, whose flows differ by
+            # the loads between them). With wrong signs, those go first: the
+            # dependent row that does not bind is among them.
+            release = off
         add_hi = ~hi & ~lo & (value > upper + tol)
         add_lo = ~hi & ~lo & (value < lower - tol)
         if not (release.any() or add_hi.any() or add_lo.any()):
@@ -236,3 +251,47 @@ def _scatter(n: int, index, values) -> np.ndarray:
     out = np.zeros(n)
     out[index] = values
     return out
+
+
+def _parallel_rows(C: sp.csr_matrix):
+    """Rows of `C` up to a nonzero factor, merged: `(C_unique, group, factor)`
+    with row $i$ of `C` equal to `factor[i]` times row `group[i]` of `C_unique`.
+
+    Parallel lines of a grid give proportional rows with different limits, of
+    which only the tighter can bind; both on one face make it singular, and
+    the rounds would swap them for ever. Merged, each direction carries its
+    tightest bounds (`_merge_bounds`): the same set.
+    """
+    C = sp.csr_matrix(C)
+    C.sort_indices()
+    keys, group = {}, np.empty(C.shape[0], np.int64)
+    factor = np.ones(C.shape[0])
+    for i in range(C.shape[0]):
+        lo, hi = C.indptr[i], C.indptr[i + 1]
+        if hi == lo:
+            key = ()
+        else:
+            factor[i] = C.data[lo]
+            values = np.round(C.data[lo:hi] / factor[i], 12)
+            key = (C.indices[lo:hi].tobytes(), values.tobytes())
+        group[i] = keys.setdefault(key, len(keys))
+    first = np.full(len(keys), -1)
+    for i in range(C.shape[0] - 1, -1, -1):
+        first[group[i]] = i
+    C_unique = sp.diags(1 / factor[first]) @ C[first]
+    return sp.csr_matrix(C_unique), group, factor
+
+
+def _merge_bounds(lower, upper, group, factor, k):
+    """The tightest bounds of each merged direction (see `_parallel_rows`), for
+    a batch of bound rows: row $i$'s bounds divided by its factor (swapped
+    where it is negative)."""
+    lo = np.where(factor > 0, lower, upper) / factor
+    up = np.where(factor > 0, upper, lower) / factor
+    n = lower.shape[0]
+    merged_lo = np.full((n, k), -np.inf)
+    merged_up = np.full((n, k), np.inf)
+    for b in range(n):
+        np.maximum.at(merged_lo[b], group, lo[b])
+        np.minimum.at(merged_up[b], group, up[b])
+    return merged_lo, merged_up

@@ -265,3 +265,14 @@ def test_infeasible_instance_flagged_and_finite():
     bad = proj.solve(np.zeros(4), load=np.array([3.0, 1.0]))  # sum of 2 in [0, 1]
     assert bad.result != pe.RESULTS.successful
     assert np.all(np.isfinite(bad.y))
+
+
+def test_docs_example_runs():
+    """The code of docs/concepts/sparse.md runs as shown."""
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).parents[1] / "docs" / "concepts" / "sparse.md"
+    code = re.search(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert code is not None
+    exec(compile(code.group(1), str(page), "exec"), {})

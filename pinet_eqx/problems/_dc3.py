@@ -295,7 +295,8 @@ def solve_dc3_convex(
             "pass `x[None]`."
         )
     try:
-        import osqp
+        # An optional extra: pyright checks the package without it.
+        import osqp  # pyright: ignore[reportMissingImports]
     except ImportError as e:
         raise ImportError(_OSQP_MISSING) from e
     import scipy.sparse as sp

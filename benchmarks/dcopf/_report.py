@@ -1,0 +1,109 @@
+"""The DC-OPF benchmark's report: a Markdown table and a figure of time against
+case size, from the JSON records of `projection` (and `train`, where run)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+_CASE_ORDER = ("case1354pegase", "case2869pegase", "case9241pegase")
+
+
+def _records(out: pathlib.Path, kind: str) -> list[dict]:
+    records = [json.loads(p.read_text()) for p in sorted((out / kind).glob("*.json"))]
+    rank = {c: i for i, c in enumerate(_CASE_ORDER)}
+    return sorted(records, key=lambda r: (rank.get(r["case"], 99), r.get("dtype", "")))
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2g}" if abs(x) < 1e-2 or abs(x) >= 1e3 else f"{x:.3g}"
+
+
+def table(records: list[dict]) -> str:
+    """The projection records as one Markdown table."""
+    head = (
+        "| case | dtype | n (y) | build s | peak GB | ok near / far | "
+        "rel. err near / far (vs Clarabel) | obj. - Clarabel's | "
+        "max viol. (f64) | max norm. residual / eps32 | ours ms/inst. (batch 256) | "
+        "Clarabel ms | OSQP ms | ours / Clarabel |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for r in records:
+        near, far = r["near"], r["far"]
+        rows.append(
+            f"| {r['case']} | {r['dtype']} | {r['dim']} | {r['build_s']:.2f} | "
+            f"{r['peak_rss_gb_after_build']:.2f} | "
+            f"{near['successful']:.3g} / {far['successful']:.3g} "
+            f"(batch {r['batch_successful']:.3g}) | "
+            f"{_fmt(near['rel_err_max'])} / {_fmt(far['rel_err_max'])} | "
+            f"{_fmt(max(near['objective_minus_clarabel_max'], far['objective_minus_clarabel_max']))} | "  # noqa: E501
+            f"{_fmt(max(near['violation_max'], far['violation_max']))} | "
+            f"{_fmt(max(near['normalised_residual_over_eps32'], far['normalised_residual_over_eps32']))} | "  # noqa: E501
+            f"{r['per_instance_ms']:.1f} | {r['clarabel_ms']['median']:.1f} | "
+            f"{r['osqp_ms']['median']:.1f} | {r['ratio_to_clarabel']:.2f} |"
+        )
+    return head + "\n".join(rows) + "\n"
+
+
+def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
+    """Per-instance time against the number of variables: ours (batch 256,
+    both precisions), Clarabel and OSQP."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for dtype, marker in (("float64", "o"), ("float32", "s")):
+        rs = [r for r in records if r["dtype"] == dtype]
+        ax.plot(
+            [r["dim"] for r in rs],
+            [r["per_instance_ms"] for r in rs],
+            marker=marker,
+            label=f"pinet_eqx {dtype} (batch 256)",
+        )
+    rs = [r for r in records if r["dtype"] == "float64"]
+    for key, label in (("clarabel_ms", "Clarabel"), ("osqp_ms", "OSQP")):
+        ax.plot(
+            [r["dim"] for r in rs],
+            [r[key]["median"] for r in rs],
+            marker="^",
+            linestyle="--",
+            label=label,
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("variables (p_g, theta)")
+    ax.set_ylabel("ms per projection")
+    ax.set_title("DC-OPF projection, this CPU")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def report(out: pathlib.Path) -> list[pathlib.Path]:
+    """Write `out/dcopf.md` and `out/dcopf_time.png`; returns their paths."""
+    records = _records(out, "projection")
+    text = "# DC-OPF projection benchmark\n\n" + table(records)
+    trains = _records(out, "train")
+    if trains:
+        text += "\n| case | steps x batch | total s (incl. compile) | gap mean / max |"
+        text += " test ok | max norm. residual / eps32 | cost constant on set |\n"
+        text += "|---|---|---|---|---|---|---|\n"
+        for t in trains:
+            text += (
+                f"| {t['case']} | {t['steps']} x {t['batch']} | {t['total_s']:.0f} | "
+                f"{_fmt(t['gap_mean'])} / {_fmt(t['gap_max'])} | "
+                f"{t['test_successful']:.3g} | "
+                f"{_fmt(t['normalised_residual_over_eps32_max'])} | "
+                f"{t['cost_constant_on_set']} |\n"
+            )
+    md = out / "dcopf.md"
+    md.write_text(text)
+    paths = [md]
+    if records:
+        paths.append(figure(records, out / "dcopf_time.png"))
+    return paths

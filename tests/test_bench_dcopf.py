@@ -1,0 +1,43 @@
+"""The DC-OPF benchmark suite runs end to end (slow tier: it needs the `bench`
+extra) on the stored case118 fixture, with tiny sizes."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax
+import numpy as np
+
+from benchmarks.dcopf import _projection, _report, _train
+from benchmarks.dcopf._fixture import load_saved
+
+CASE = pathlib.Path(__file__).parent / "data" / "dcopf_case118.npz"
+
+
+def test_projection_record_and_report(tmp_path):
+    jax.config.update("jax_enable_x64", True)
+    case = load_saved(CASE)
+    record = _projection.run(
+        case, "float64", n_accuracy=2, batch=4, n_solver=2, repeats=1
+    )
+    assert record["affine_form"] == "SparseProjection"
+    for side in ("near", "far"):
+        assert record[side]["successful"] == 1.0
+        assert record[side]["violation_max"] < 1e-8
+        assert record[side]["rel_err_max"] < 1e-5
+    assert record["batch_successful"] == 1.0
+    assert record["per_instance_ms"] > 0 and record["clarabel_ms"]["median"] > 0
+    out = tmp_path / "projection"
+    out.mkdir()
+    (out / "case118-float64.json").write_text(json.dumps(record))
+    md, png = _report.report(tmp_path)
+    assert "case118" in md.read_text() and png.stat().st_size > 0
+
+
+def test_train_record():
+    case = load_saved(CASE)
+    record = _train.train(case, steps=3, batch=4, n_test=2)
+    assert record["steps"] == 3 and np.isfinite(record["loss_last"])
+    assert record["test_successful"] == 1.0
+    assert record["normalised_residual_over_eps32_max"] <= 10
