@@ -11,16 +11,19 @@ Fixed matrices are factorised densely (`_affine`) or, with
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal, cast
 
 import numpy as np
 import scipy.sparse as sp
 
-from ._active_set import FixedRows, SparseRows
+from ._active_set import FixedRows
 from ._affine import AbstractAffineProjection, build_affine_projection
 from ._constraints import AbstractConstraint
 from ._equilibrate import Equilibration, _group_rms, equilibrate_sparse, group_labels
 from ._errors import BAD_DIM, EMPTY_CONSTRAINTS, NO_DIM, NOT_A_CONSTRAINT
-from ._lifting import LiftedPieces, LiftedProblem, host_data, host_rhs_low
+from ._face import SparseRows
+from ._host_data import host_data, host_rhs_low
+from ._lifting import LiftedPieces, LiftedProblem
 from ._residual import RowResidual
 from ._solver import DouglasRachford
 from ._sparse import SparseMatrix, is_sparse
@@ -190,3 +193,13 @@ def lift(constraints, dim) -> tuple[LiftedPieces, int]:
                 f"{type(p).__name__}; it must return a pinet_eqx.LiftedPieces."
             )
     return LiftedPieces.merge(pieces), int(dim)
+
+
+def check_polish(polish, where: str) -> bool | Literal["auto"]:
+    """`polish`, checked to be `True`, `False` or `"auto"`."""
+    if not (isinstance(polish, bool) or (isinstance(polish, str) and polish == "auto")):
+        raise TypeError(
+            f"{where}(polish={polish!r}): must be True, False or 'auto' (the "
+            "default: at inference only)."
+        )
+    return cast("bool | Literal['auto']", polish)

@@ -20,8 +20,9 @@ from jaxtyping import Array, Float
 from . import _blocks as blocks
 from ._cones import AbstractCone
 from ._errors import PARAM_BOUNDS_CROSSED
+from ._host_data import dense_piece, host_data, rows_of, size_of
 from ._parameter import Parameter, shape_of
-from ._sparse import SparseMatrix, is_sparse, vstack
+from ._sparse import SparseMatrix
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,11 +152,11 @@ class LiftedProblem(eqx.Module):
             self.C = segments.matrices(
                 [C for C, _, _ in ineq] + [M for b in cones for M in b.rows]
             )
-        self.q = segments.vectors([(b, _rows(E)) for E, b in pieces.eq])
-        self.ineq_lower = segments.vectors([(lo, _rows(C)) for C, lo, _ in ineq])
-        self.ineq_upper = segments.vectors([(up, _rows(C)) for C, _, up in ineq])
+        self.q = segments.vectors([(b, rows_of(E)) for E, b in pieces.eq])
+        self.ineq_lower = segments.vectors([(lo, rows_of(C)) for C, lo, _ in ineq])
+        self.ineq_upper = segments.vectors([(up, rows_of(C)) for C, _, up in ineq])
         self.cone_offset = segments.vectors(
-            [(o, _size(o)) for b in cones for o in b.offset]
+            [(o, size_of(o)) for b in cones for o in b.offset]
         )
         self.totals = segments.vectors(
             [(b.total, 1) for b in cones if b.cone.has_total]
@@ -185,8 +186,8 @@ class LiftedProblem(eqx.Module):
         self.box_upper = jnp.asarray(upper)
         self.box_params = tuple(box_params)
         self.dim = int(dim)
-        self.n_eq = sum(_rows(E) for E, _ in pieces.eq)
-        self.n_ineq = sum(_rows(C) for C, _, _ in ineq)
+        self.n_eq = sum(rows_of(E) for E, _ in pieces.eq)
+        self.n_ineq = sum(rows_of(C) for C, _, _ in ineq)
         self.n_cone = sum(b.size for b in cones)
         self.parameters = tuple(sorted(params.items()))
         self.per_instance = any(isinstance(M, Parameter) for M in self.E + self.C)
@@ -311,64 +312,6 @@ class LiftedProblem(eqx.Module):
         return jnp.max(jnp.stack(terms))
 
 
-def host_data(pieces: LiftedPieces, dim: int, sparse: bool = False):
-    """`(E, C, q, per_instance)`: the matrices in float64, stacked in
-    `LiftedProblem`'s row order, with zero rows where they are `Parameter`s; the
-    equality right-hand side `q` (`None` if it has a `Parameter`); and which rows
-    of $(E; C)$ are `Parameter`s. With `sparse`, `E` and `C` are
-    `scipy.sparse.csr_matrix`, and no matrix may be a `Parameter`.
-
-    Computed from the pieces rather than from the stored arrays, which are in
-    JAX's default precision.
-    """
-    cones, _ = blocks.layout(list(pieces.cones))
-    E = [E for E, _ in pieces.eq]
-    C = [C for C, _, _ in pieces.ineq] + [M for b in cones for M in b.rows]
-    per_instance = [np.full(_rows(M), isinstance(M, Parameter)) for M in E + C]
-    if sparse:
-        if any(isinstance(M, Parameter) for M in E + C):
-            raise ValueError(
-                "Projector(affine_form='sparse'): sparse matrices are fixed; a "
-                "matrix Parameter (per-instance matrix) cannot be combined with "
-                "them yet. Pass the fixed matrices dense, or make every matrix "
-                "fixed."
-            )
-        E = vstack(E) if E else vstack([np.zeros((0, dim))])
-        C = vstack(C) if C else vstack([np.zeros((0, dim))])
-    rhs = [b for _, b in pieces.eq]
-    q = None
-    if not any(isinstance(b, Parameter) for b in rhs):
-        q = np.concatenate([np.zeros(0)] + [np.asarray(b, np.float64) for b in rhs])
-    return (
-        E if sparse else _stack(E, dim),
-        C if sparse else _stack(C, dim),
-        q,
-        np.concatenate([np.zeros(0, bool), *per_instance]),
-    )
-
-
-def host_rhs_low(pieces: LiftedPieces) -> tuple[np.ndarray, np.ndarray]:
-    """What the fixed right-hand sides $(q, 0, -o)$ of the rows $(E; C)$, and the
-    simplex totals, lose when rounded to float32, in `LiftedProblem`'s order
-    (zero for the inequality rows, which have none, and for `Parameter`s).
-
-    **Returns:** `(rows, totals)`, each $v - \\mathrm{fl}_{32}(v)$ in float64.
-    """
-    cones, _ = blocks.layout(list(pieces.cones))
-
-    def low(v, size):
-        if isinstance(v, Parameter):
-            return np.zeros(size)
-        v = np.broadcast_to(np.asarray(v, np.float64).reshape(-1), (size,))
-        return v - v.astype(np.float32).astype(np.float64)
-
-    parts = [low(b, _rows(E)) for E, b in pieces.eq]
-    parts += [np.zeros(_rows(C)) for C, _, _ in pieces.ineq]
-    parts += [-low(o, _size(o)) for b in cones for o in b.offset]
-    totals = [low(b.total, 1) for b in cones if b.cone.has_total]
-    return np.concatenate([np.zeros(0), *parts]), np.concatenate([np.zeros(0), *totals])
-
-
 def check_bounds_order(lower, upper, owner: str) -> None:
     """Raise if fixed bounds have `lower > upper` anywhere (the set would be empty)."""
     if isinstance(lower, Parameter) or isinstance(upper, Parameter):
@@ -412,7 +355,7 @@ class _Registry:
         out = []
         for M in items:
             if not isinstance(M, Parameter):
-                out.append(jnp.asarray(_dense(M)))
+                out.append(jnp.asarray(dense_piece(M)))
                 continue
             shape = shape_of(M)
             if shape[-1] != self.dim:
@@ -433,35 +376,6 @@ class _Registry:
             else:
                 out.append(jnp.asarray(v))
         return tuple(out)
-
-
-def _rows(M) -> int:
-    """Rows a matrix piece contributes (a vector `Parameter` is one row)."""
-    return M.shape[0] if len(M.shape) == 2 else 1
-
-
-def _size(v) -> int:
-    """The length of a vector piece (a scalar counts as 1)."""
-    return int(np.prod(shape_of(v)))
-
-
-def _stack(matrices, dim: int) -> np.ndarray:
-    """Stack matrix pieces in float64, a `Parameter`'s rows as zeros."""
-    if not matrices:
-        return np.zeros((0, dim))
-    return np.concatenate(
-        [
-            np.zeros((_rows(M), dim))
-            if isinstance(M, Parameter)
-            else _dense(M).reshape(-1, dim)
-            for M in matrices
-        ]
-    )
-
-
-def _dense(M) -> np.ndarray:
-    """A fixed matrix piece as a dense float64 array (sparse ones densified)."""
-    return M.toarray() if is_sparse(M) else np.asarray(M, np.float64)
 
 
 def _assemble(segments, values, dtype, cols=None):

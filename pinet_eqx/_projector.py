@@ -14,12 +14,13 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from . import _compat, _forward as forward
-from ._active_set import FixedRows, SparseRows
+from ._active_set import FixedRows
 from ._adjoint import AbstractAdjoint, ImplicitAdjoint, check_adjoint
 from ._affine import AbstractAffineProjection
-from ._build import build, lift
+from ._build import build, check_polish, lift
 from ._constraints import AbstractConstraint
 from ._equilibrate import Equilibration
+from ._face import SparseRows
 from ._frozen import freeze, thaw
 from ._lifting import LiftedProblem
 from ._mesh import per_instance
@@ -198,7 +199,7 @@ class Projector(eqx.Module):
         # per call), and training does not need rounding-level feasibility.
         self.refine_always = refine is True
         # `refine=False` turns the polish off too.
-        polish = _check_polish(polish, "Projector")
+        polish = check_polish(polish, "Projector")
         self.polish = False if refine is False else polish
         self.inference = inference
 
@@ -285,7 +286,7 @@ class Projector(eqx.Module):
         if "refine" in settings:
             changes.update(self._refine_settings(settings["refine"]))
         if "polish" in settings:
-            changes["polish"] = _check_polish(
+            changes["polish"] = check_polish(
                 settings["polish"], "Projector.with_settings"
             )
         for k, v in changes.items():
@@ -394,13 +395,3 @@ class Projector(eqx.Module):
                 f" got {y.shape}.{hint}"
             )
         return y
-
-
-def _check_polish(polish, where: str) -> bool | Literal["auto"]:
-    """`polish`, checked to be `True`, `False` or `"auto"`."""
-    if not (isinstance(polish, bool) or (isinstance(polish, str) and polish == "auto")):
-        raise TypeError(
-            f"{where}(polish={polish!r}): must be True, False or 'auto' (the "
-            "default: at inference only)."
-        )
-    return cast("bool | Literal['auto']", polish)

@@ -41,10 +41,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _active_set, _blocks as blocks, _douglas_rachford as dr
-from ._active_set import clip_rows, solve_rows, unit_rows
+from ._active_set import clip_rows
 from ._krylov import ConjugateGradient, default_rtol
 from ._lifting import InstanceData, LiftedProblem
-from ._residual import stored, two_sum
+from ._residual import rounding_weights, stored, two_sum
+from ._rowsolve import solve_active, unit_rows
 
 # Refinement steps onto the active rows (see `refine`): far from the set
 # the first correction is large, and its own rounding (and an approximate active
@@ -326,7 +327,7 @@ def step(
     rhs = jnp.where(active, scale * jnp.concatenate(values), 0.0)
     # Inactive entries of rhs are zero and their rows see the identity, so only
     # the active rows move y.
-    zeta = _solve_active(Ms, active, rhs, solver)
+    zeta = solve_active(Ms, active, rhs, solver)
     delta = zeta @ Ms
     return y - (delta if inverse is None else inverse * delta)
 
@@ -382,56 +383,5 @@ def step_eliminated(
         ]
     )
     rhs = jnp.where(active, rhs, 0.0)
-    zeta = _solve_active(R, active, rhs, solver)
+    zeta = solve_active(R, active, rhs, solver)
     return y - (particular - (zeta @ R) @ fixed.N.astype(dtype).T)
-
-
-# Up to this many rows the active system is solved directly (a Cholesky
-# factorisation of their Gram matrix, regularised): cheaper than conjugate
-# gradients, whose step count under `vmap` is the batch's worst, and unaffected
-# by dependent active rows (a cone's apex next to equality rows).
-_DIRECT_ROWS = 512
-# The regularisation, relative to the unit diagonal of the scaled rows' Gram
-# matrix: it bounds the condition number of the factorised matrix, and leaves
-# a correction's error at about this fraction on its weakest directions.
-_RIDGE = 1e-6
-
-
-def _solve_active(Ms, active, rhs, solver):
-    """$\\zeta$ of the masked active-row system of the unit rows `Ms`: a direct
-    solve up to `_DIRECT_ROWS` rows, else `solver` (see `solve_rows`)."""
-    if Ms.shape[0] <= _DIRECT_ROWS:
-        return _direct_solve(Ms, active, rhs)
-    return solve_rows(Ms, active, rhs, solver)
-
-
-def _direct_solve(Ms, active, rhs):
-    """$\\zeta$ with $(G_{aa} + \\lambda I) \\zeta_a = \\mathrm{rhs}_a$,
-    $G = M_s M_s^\\top$, and $\\zeta = 0$ on the inactive rows."""
-    a = active.astype(Ms.dtype)
-    G = (Ms @ Ms.T) * (a[:, None] * a[None, :])
-    G = G + jnp.diag(jnp.where(active, _RIDGE, 1.0).astype(Ms.dtype))
-    factor = jax.scipy.linalg.cho_factor(G)
-    return a * jax.scipy.linalg.cho_solve(factor, rhs)
-
-
-# The smallest magnitude a weight sees, relative to the largest: it bounds the
-# weights' spread (and the weighted system's conditioning) to 1 / _WEIGHT_FLOOR.
-_WEIGHT_FLOOR = 1e-2
-
-
-def rounding_weights(y):
-    """Weights $w_j \\propto \\max(|y_j|, 10^{-2} \\|y\\|_\\infty)$, the
-    coordinates' grid spacing, that put a correction where the floating-point
-    grid is fine.
-
-    Once the residuals are at the rounding of $y$, the minimum-norm correction
-    is below half a unit in the last place of most coordinates and rounds away.
-    Minimising $\\|w \\odot \\delta\\|$ instead moves the small coordinates,
-    whose grid is fine enough to represent the correction, so the rounded point
-    meets its active constraints more closely than a rounding of the exact
-    projection does. The move stays at rounding level.
-    """
-    size = jnp.max(jnp.abs(y))
-    scale = jnp.where(size > 0, size, 1)
-    return jnp.maximum(jnp.abs(y), _WEIGHT_FLOOR * scale) / scale

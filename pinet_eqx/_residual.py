@@ -264,3 +264,25 @@ class RowResidual(eqx.Module):
         y = stored(y)
         low = None if self.low is None else self.low.astype(y.dtype)
         return exact_residual(self.slices.astype(y.dtype), y, rhs, self.plan, low)
+
+
+# The smallest magnitude a weight sees, relative to the largest: it bounds the
+# weights' spread (and the weighted system's conditioning) to 1 / _WEIGHT_FLOOR.
+_WEIGHT_FLOOR = 1e-2
+
+
+def rounding_weights(y):
+    """Weights $w_j \\propto \\max(|y_j|, 10^{-2} \\|y\\|_\\infty)$, the
+    coordinates' grid spacing, that put a correction where the floating-point
+    grid is fine.
+
+    Once the residuals are at the rounding of $y$, the minimum-norm correction
+    is below half a unit in the last place of most coordinates and rounds away.
+    Minimising $\\|w \\odot \\delta\\|$ instead moves the small coordinates,
+    whose grid is fine enough to represent the correction, so the rounded point
+    meets its active constraints more closely than a rounding of the exact
+    projection does. The move stays at rounding level.
+    """
+    size = jnp.max(jnp.abs(y))
+    scale = jnp.where(size > 0, size, 1)
+    return jnp.maximum(jnp.abs(y), _WEIGHT_FLOOR * scale) / scale
