@@ -283,15 +283,13 @@ def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solv
 
     Without `moving` rows the map is affine in its arguments' values too, as
     `_fixed_tangent` is (see `polish`)."""
-    E, C = inputs.data.E, inputs.data.C
-    # Only reached without `FixedRows`, i.e. with per-instance matrices.
-    assert E is not None and C is not None
+    # Only reached without `FixedRows`, i.e. with per-instance (dense) matrices.
+    E, C = inputs.data.dense_matrices()
     M = jnp.concatenate([E, C])
     m_eq = E.shape[0]
     lam_dM = None
     if moving:
-        dE, dC = t.data.E, t.data.C
-        assert dE is not None and dC is not None  # `None` tangents became zeros
+        dE, dC = t.data.dense_matrices()  # `None` tangents became zeros
         lam_dM = (inputs.y_raw - y, jnp.concatenate([dE, dC]), y)
     return face_tangent(M, m_eq, t.y_raw, t.data.q, active, dh, box, solver, lam_dM)
 

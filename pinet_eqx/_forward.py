@@ -216,16 +216,16 @@ def column_groups(proj, problem: LiftedProblem):
 def _factorise(proj, problem: LiftedProblem, data: InstanceData):
     """The per-instance affine projection (equilibrated, QR-factorised)."""
     groups, n_groups = column_groups(proj, problem)
-    assert data.E is not None and data.C is not None  # per-instance matrices
+    E, C = data.dense_matrices()  # per-instance matrices are dense
     op, conditioning = build_affine_projection_traced(
-        data.E,
-        data.C,
+        E,
+        C,
         equilibration=proj.equilibration,
         column_groups=jnp.asarray(groups),
         n_groups=n_groups,
     )
     if proj.check_inputs:
-        eps = jnp.finfo(data.E.dtype).eps
+        eps = jnp.finfo(E.dtype).eps
         op = eqx.error_if(op, conditioning < 100 * eps, RANK_DEFICIENT)
     return op
 

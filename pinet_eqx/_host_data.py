@@ -7,7 +7,7 @@ arrays a `LiftedProblem` stores, which are in JAX's default precision.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from ._lifting import LiftedPieces
 
 
-def host_data(pieces: LiftedPieces, dim: int, sparse: bool = False):
+def host_data(
+    pieces: LiftedPieces, dim: int, sparse: bool = False
+) -> tuple[Any, Any, np.ndarray | None, np.ndarray]:
     """`(E, C, q, per_instance)`: the matrices in float64, stacked in
     `LiftedProblem`'s row order, with zero rows where they are `Parameter`s; the
     equality right-hand side `q` (`None` if it has a `Parameter`); and which rows

@@ -22,6 +22,8 @@ the polished point keeps the iterate's active-set derivative (see `_refine`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import numpy as np
 import scipy.sparse as sp
@@ -153,7 +155,7 @@ def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, single, max_rounds):
     y = r
     for _ in range(max_rounds):
         y, mult = _face(E, C, r, q, hi, lo, upper, lower, d)
-        if y is None:
+        if y is None or mult is None:
             return r, 1.0
         value = np.concatenate([y, C @ y])
         tol = 1e-9 * (1.0 + np.abs(value))
@@ -194,7 +196,9 @@ def _only_largest(mask, score) -> np.ndarray:
     return out
 
 
-def _face(E, C, r, q, hi, lo, upper, lower, d):
+def _face(
+    E: Any, C: Any, r, q, hi, lo, upper, lower, d
+) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     """The projection of `r` onto the face of the flags, and each flagged
     coordinate's and row's multiplier (positive pushes $y$ down: the sign of
     an upper bound), in the layout of the flags; `(None, None)` if singular."""
@@ -203,7 +207,7 @@ def _face(E, C, r, q, hi, lo, upper, lower, d):
     bound = np.where(hi, upper, np.where(lo, lower, 0.0))
     y_pin = np.where(pinned, bound[:d], 0.0)
     free = np.flatnonzero(~pinned)
-    A = sp.vstack([E, C[np.flatnonzero(active)]]).tocsc()
+    A: Any = sp.vstack([E, C[np.flatnonzero(active)]]).tocsc()
     h = np.concatenate([q, bound[d:][active]]) - A @ y_pin
     M = A[:, free].tocsr()
     # Rows scaled to unit length (Jacobi): grid rows span four orders of
@@ -214,7 +218,7 @@ def _face(E, C, r, q, hi, lo, upper, lower, d):
     used = np.flatnonzero(norms > 0)
     M, h, norms = M[used], h[used], norms[used]
     M = sp.diags(1 / norms) @ M
-    K = sp.csc_matrix(M @ M.T)
+    K: Any = sp.csc_matrix(M @ M.T)
     try:
         lu = spla.splu(
             K + _REGULARISATION * sp.identity(K.shape[0], format="csc"),
@@ -253,7 +257,7 @@ def _scatter(n: int, index, values) -> np.ndarray:
     return out
 
 
-def _parallel_rows(C: sp.csr_matrix):
+def _parallel_rows(C: Any) -> tuple[Any, np.ndarray, np.ndarray]:
     """Rows of `C` up to a nonzero factor, merged: `(C_unique, group, factor)`
     with row $i$ of `C` equal to `factor[i]` times row `group[i]` of `C_unique`.
 

@@ -100,6 +100,14 @@ class InstanceData(eqx.Module):
     cone_offset: Float[Array, " m_cone"]
     totals: Float[Array, " n_total"]
 
+    def dense_matrices(self) -> tuple[Array, Array]:
+        """`(E, C)`, where the caller handles dense matrices only (the
+        refinement, per-instance factorisations and tangents)."""
+        E, C = self.E, self.C
+        assert E is not None and C is not None, "matrices left out of this data"
+        assert not isinstance(E, SparseMatrix) and not isinstance(C, SparseMatrix)
+        return E, C
+
 
 # A vector or matrix assembled at call time: fixed pieces and named parameters.
 _Segments = tuple  # tuple[Float[Array, "..."] | Parameter, ...]
@@ -268,8 +276,8 @@ class LiftedProblem(eqx.Module):
             crossed = jnp.any(lb > ub) | jnp.any(l_w > u_w) | jnp.any(totals < 0)
             lb = eqx.error_if(lb, crossed, PARAM_BOUNDS_CROSSED)
         return InstanceData(
-            E=_assemble(self.E, values, dtype, cols=self.dim),
-            C=_assemble(self.C, values, dtype, cols=self.dim),
+            E=_assemble_matrix(self.E, values, dtype, self.dim),
+            C=_assemble_matrix(self.C, values, dtype, self.dim),
             q=_assemble(self.q, values, dtype),
             lb_y=lb,
             ub_y=ub,
@@ -378,9 +386,9 @@ class _Registry:
         return tuple(out)
 
 
-def _assemble(segments, values, dtype, cols=None):
-    if len(segments) == 1 and isinstance(segments[0], SparseMatrix):
-        return segments[0].astype(dtype)
+def _assemble(segments, values, dtype, cols=None) -> Array:
+    """Fixed pieces and `Parameter` values, in `dtype`, stacked: a vector, or
+    a matrix of `cols` columns."""
     shape = (-1,) if cols is None else (-1, cols)
     parts = [
         (values[s.name] if isinstance(s, Parameter) else s.astype(dtype)).reshape(shape)
@@ -389,3 +397,10 @@ def _assemble(segments, values, dtype, cols=None):
     if not parts:
         return jnp.zeros((0,) if cols is None else (0, cols), dtype)
     return jnp.concatenate(parts)
+
+
+def _assemble_matrix(segments, values, dtype, cols: int) -> Array | SparseMatrix:
+    """`_assemble` for a matrix, which may be one `SparseMatrix`."""
+    if len(segments) == 1 and isinstance(segments[0], SparseMatrix):
+        return segments[0].astype(dtype)
+    return _assemble(segments, values, dtype, cols)

@@ -105,9 +105,9 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     **Returns:** `(y, violation, polished)`.
     """
     data, flags, pre = jax.lax.stop_gradient((data, flags, pre))
-    assert data.E is not None and data.C is not None  # as built by `data()`
+    E, C = data.dense_matrices()  # the refinement is dense only
     if problem.per_instance:
-        residual = residual.with_matrix(jnp.concatenate([data.E, data.C]))
+        residual = residual.with_matrix(jnp.concatenate([E, C]))
     hi, lo = flags
     # Each inequality row's residual is taken against a bound: the one it is
     # pinned to, else its finite one (the upper if both are). The residuals of
@@ -175,7 +175,7 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     for k in range(_REFINE_STEPS):
         new = stored(correct(fix, r, r_low, k == _REFINE_STEPS - 1))
         change = fix - new
-        r, error = two_sum(r, -jnp.concatenate([data.E @ change, data.C @ change]))
+        r, error = two_sum(r, -jnp.concatenate([E @ change, C @ change]))
         r_low = r_low + error
         fix = new
     after = problem.row_violation(fix, r, shifted)
@@ -296,11 +296,11 @@ def step(
 
     **Returns:** the refined point.
     """
-    assert data.E is not None and data.C is not None  # as built by `data()`
+    E, C = data.dense_matrices()
     d, m_eq, m = problem.dim, problem.n_eq, problem.n_ineq
     box = np.asarray(problem.box_index, np.int32)
     dh, clip_active = clip_rows(y, r[m_eq : m_eq + m], data, hi, lo, box)
-    pieces = [data.E, data.C[:m], jnp.eye(d, dtype=y.dtype)[box]]
+    pieces = [E, C[:m], jnp.eye(d, dtype=y.dtype)[box]]
     values = [r[:m_eq], dh]
     active = [jnp.ones((m_eq,), bool), clip_active]
     if problem.groups:
@@ -309,7 +309,7 @@ def step(
             r[m_eq + m :],
             problem.groups,
             data.totals,
-            data.C[m:],
+            C[m:],
             totals_low,
             r_low[m_eq + m :],
         )
@@ -357,7 +357,8 @@ def step_eliminated(
     and all of $y$. Arguments as for `step`, with `fixed` the host
     factorisation (built with `cone`).
     """
-    assert data.C is not None and fixed.cone is not None  # built for cones
+    _, C = data.dense_matrices()
+    assert fixed.cone is not None  # built for cones
     m_eq, m = problem.n_eq, problem.n_ineq
     box = np.asarray(problem.box_index, np.int32)
     dtype = y.dtype
@@ -367,7 +368,7 @@ def step_eliminated(
     # The face rows in ker E, and (one more column) their values at the
     # particular correction, from one call.
     rows = jnp.concatenate(
-        [fixed.cone.astype(dtype), (data.C[m:] @ particular)[:, None]], axis=1
+        [fixed.cone.astype(dtype), (C[m:] @ particular)[:, None]], axis=1
     )
     F, values, face_active = blocks.face(
         pre, r[m_eq + m :], problem.groups, data.totals, rows, totals_low,

@@ -21,6 +21,8 @@ modes reuse the same two solves rather than differentiating the schedule.
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -63,9 +65,10 @@ class TriangularSolve(eqx.Module):
     n: int = eqx.field(static=True)
 
     @staticmethod
-    def build(T: sp.sparray | sp.spmatrix, lower: bool) -> TriangularSolve:
-        """Schedule the solve with the triangular matrix `T` (float64, host)."""
-        T = sp.csr_matrix(T)
+    def build(factor: sp.sparray | sp.spmatrix, lower: bool) -> TriangularSolve:
+        """Schedule the solve with the triangular matrix `factor` (float64, on
+        the host)."""
+        T: Any = sp.csr_matrix(factor)
         n = T.shape[0]
         indptr, indices = T.indptr, T.indices
         diag = T.diagonal()
@@ -183,7 +186,7 @@ class SparseProjection(AbstractAffineProjection):
         return s - M.rmv(self.solve_gram(M.mv(s) - part))
 
 
-def lifted_sparse(E: sp.csr_matrix, C: sp.csr_matrix) -> sp.csr_matrix:
+def lifted_sparse(E: Any, C: Any) -> Any:
     """The lifted matrix $[E\\ 0;\\ C\\ -I]$, sparse."""
     m_eq, m = E.shape[0], C.shape[0]
     top = sp.hstack([E, sp.csr_matrix((m_eq, m))])
@@ -191,7 +194,7 @@ def lifted_sparse(E: sp.csr_matrix, C: sp.csr_matrix) -> sp.csr_matrix:
     return sp.csr_matrix(sp.vstack([top, bottom]))
 
 
-def factorise(M: sp.csr_matrix, owner: str):
+def factorise(M: Any, owner: str):
     """SuperLU of $K = M M^\\top$: `(L, U, perm_r, perm_c)`, or a `ValueError`
     explaining a singular $K$ (dependent rows)."""
     K = sp.csc_matrix(M @ M.T)
@@ -221,8 +224,8 @@ def _singular(owner: str) -> str:
 
 
 def build_sparse_projection(
-    E: sp.csr_matrix,
-    C: sp.csr_matrix,
+    E: Any,
+    C: Any,
     d_r: np.ndarray,
     d_c: np.ndarray,
 ) -> SparseProjection:
