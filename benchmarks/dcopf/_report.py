@@ -19,6 +19,13 @@ def _fmt(x: float) -> str:
     return f"{x:.2g}" if abs(x) < 1e-2 or abs(x) >= 1e3 else f"{x:.3g}"
 
 
+def _osqp(r: dict) -> str:
+    """OSQP's median, with the solves that hit its iteration cap."""
+    text = "-" if r["osqp_ms"] is None else f"{r['osqp_ms']['median']:.1f}"
+    failed = r.get("osqp_failed", 0)
+    return text + (f" ({failed} failed)" if failed else "")
+
+
 def table(records: list[dict]) -> str:
     """The projection records as one Markdown table."""
     head = (
@@ -41,7 +48,7 @@ def table(records: list[dict]) -> str:
             f"{_fmt(max(near['violation_max'], far['violation_max']))} | "
             f"{_fmt(max(near['normalised_residual_over_eps32'], far['normalised_residual_over_eps32']))} | "  # noqa: E501
             f"{r['per_instance_ms']:.1f} | {r['clarabel_ms']['median']:.1f} | "
-            f"{r['osqp_ms']['median']:.1f} | {r['ratio_to_clarabel']:.2f} |"
+            f"{_osqp(r)} | {r['ratio_to_clarabel']:.2f} |"
         )
     return head + "\n".join(rows) + "\n"
 
@@ -65,9 +72,10 @@ def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
         )
     rs = [r for r in records if r["dtype"] == "float64"]
     for key, label in (("clarabel_ms", "Clarabel"), ("osqp_ms", "OSQP")):
+        rk = [r for r in rs if r[key] is not None]
         ax.plot(
-            [r["dim"] for r in rs],
-            [r[key]["median"] for r in rs],
+            [r["dim"] for r in rk],
+            [r[key]["median"] for r in rk],
             marker="^",
             linestyle="--",
             label=label,
