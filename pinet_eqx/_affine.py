@@ -86,6 +86,12 @@ def _times_transpose(v, M):
     return jax.lax.dot_general(v, M, (((v.ndim - 1,), (1,)), ((), ())))
 
 
+def lifted_rhs(d_r_eq, d_w, q):
+    """The lifted system's right-hand side $b = (D_r q, 0)$, with the equality
+    rows' scaling `d_r_eq` and a zero per auxiliary column (`d_w`)."""
+    return jnp.concatenate([d_r_eq * q, jnp.zeros(d_w.shape, q.dtype)])
+
+
 class NullspaceProjection(AbstractAffineProjection):
     """$\\Pi(s) = N N^\\top s + P^\\top q$, with $N$ orthonormal."""
 
@@ -146,8 +152,7 @@ class RangeProjection(AbstractAffineProjection):
     d_w: Float[Array, " m"]
 
     def particular(self, q):
-        m = self.d_w.shape[0]
-        b = jnp.concatenate([self.d_r_eq * q, jnp.zeros((m,), q.dtype)])
+        b = lifted_rhs(self.d_r_eq, self.d_w, q)
         u = jax.scipy.linalg.solve_triangular(self.R, b, trans="T", lower=False)
         return self.Q @ u
 

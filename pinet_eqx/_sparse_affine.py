@@ -31,7 +31,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from jaxtyping import Array, Float, Int
 
-from ._affine import AbstractAffineProjection
+from ._affine import AbstractAffineProjection, lifted_rhs
 from ._sparse import SparseMatrix
 
 # A level joins the current scan while the padded work stays within this factor
@@ -164,8 +164,7 @@ class SparseProjection(AbstractAffineProjection):
     d_w: Float[Array, " m"]
 
     def particular(self, q):
-        m = self.d_w.shape[0]
-        return jnp.concatenate([self.d_r_eq * q, jnp.zeros((m,), q.dtype)])
+        return lifted_rhs(self.d_r_eq, self.d_w, q)
 
     def _lu_solve(self, b):
         # P_r K P_c = L U, so K^{-1} b = P_c U^{-1} L^{-1} P_r b.

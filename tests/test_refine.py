@@ -18,6 +18,7 @@ from helpers import (
     random_instance,
     random_polytope,
     random_set_spec,
+    slow_except,
     spec_violation,
     to_pinet,
     values_of,
@@ -165,7 +166,7 @@ def test_refined_solution_reports_the_violation_of_its_output():
     np.testing.assert_allclose(sol.primal_residual, violation, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("matrices", ["fixed", "per_instance"])
+@pytest.mark.parametrize("matrices", slow_except(["fixed", "per_instance"], "fixed"))
 @pytest.mark.parametrize("cap", [40, 160])
 def test_polish_certifies_projections_before_the_iteration_converges(cap, matrices):
     """At inference, a polytope is polished: `y_raw` is projected onto the face
@@ -250,7 +251,12 @@ def test_training_polish_gives_the_projection_and_keeps_the_gradient(
 
 
 @pytest.mark.parametrize(
-    "items", [("eq", "soc"), ("eq", "l1"), ("simplex", "box"), ("eq", "ineq", "soc")]
+    "items",
+    slow_except(
+        [("eq", "soc"), ("eq", "l1"), ("simplex", "box"), ("eq", "ineq", "soc")],
+        ("eq", "l1"),
+        ("simplex", "box"),
+    ),
 )
 def test_eliminated_refinement_step_is_the_general_one(items, monkeypatch):
     """With fixed matrices, a cone set's first refinement step eliminates the

@@ -131,6 +131,7 @@ def test_with_settings_reuses_the_factorisation():
     assert proj.n_iter == 50 and not proj.inference
 
 
+@pytest.mark.slow
 def test_with_settings_refine_matches_a_projector_built_with_it():
     """`with_settings(refine=...)` gives the outputs of a projector built with that
     `refine`, in both modes; there is nothing to switch on without a refinement."""

@@ -102,7 +102,7 @@ ADJOINTS = {
 @pytest.mark.parametrize("adjoint", sorted(ADJOINTS))
 @pytest.mark.parametrize(
     "kinds",
-    slow_except(KINDS, ("eq", "ineq", "box"), ("eq", "soc", "box")),
+    slow_except(KINDS, ("eq", "ineq", "box")),
     ids="-".join,
 )
 def test_sparse_matches_dense(kinds, adjoint):
@@ -138,6 +138,7 @@ def test_bcoo_input_equals_scipy():
     np.testing.assert_array_equal(_batched(a, Y), _batched(b, Y))
 
 
+@pytest.mark.slow
 def test_sparse_polytope_against_clarabel():
     """A genuinely sparse polytope, at the defaults in inference mode: the
     projection (cvxpy + Clarabel) to 1e-6, with parameters in the right-hand
@@ -267,6 +268,7 @@ def test_infeasible_instance_flagged_and_finite():
     assert np.all(np.isfinite(bad.y))
 
 
+@pytest.mark.slow
 def test_docs_example_runs():
     """The code of docs/concepts/sparse.md runs as shown."""
     import pathlib
