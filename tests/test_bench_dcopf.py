@@ -19,7 +19,13 @@ def test_projection_record_and_report(tmp_path):
     jax.config.update("jax_enable_x64", True)
     case = load_saved(CASE)
     record = _projection.run(
-        case, "float64", n_accuracy=2, batch=4, n_solver=2, repeats=1
+        case,
+        "float64",
+        n_accuracy=2,
+        batch=4,
+        n_solver=2,
+        repeats=1,
+        affine_form="sparse",
     )
     assert record["affine_form"] == "SparseProjection"
     for side in ("near", "far"):
