@@ -20,8 +20,9 @@ from jaxtyping import Array, Float
 from . import _blocks as blocks
 from ._cones import AbstractCone
 from ._errors import PARAM_BOUNDS_CROSSED
-from ._host_data import dense_piece, host_data, rows_of, size_of
-from ._parameter import Parameter, shape_of
+from ._host_data import host_data, rows_of, size_of
+from ._parameter import Parameter
+from ._segments import Registry, Segments, assemble, assemble_matrix
 from ._sparse import SparseMatrix
 
 
@@ -109,10 +110,6 @@ class InstanceData(eqx.Module):
         return E, C
 
 
-# A vector or matrix assembled at call time: fixed pieces and named parameters.
-_Segments = tuple  # tuple[Float[Array, "..."] | Parameter, ...]
-
-
 class LiftedProblem(eqx.Module):
     """The stacked lifted structure of a list of constraints.
 
@@ -135,13 +132,13 @@ class LiftedProblem(eqx.Module):
     groups: tuple[blocks.Group, ...] = eqx.field(static=True)
     box_index: tuple[int, ...] = eqx.field(static=True)
     per_instance: bool = eqx.field(static=True)
-    E: _Segments
-    C: _Segments
-    q: _Segments
-    ineq_lower: _Segments
-    ineq_upper: _Segments
-    cone_offset: _Segments
-    totals: _Segments
+    E: Segments
+    C: Segments
+    q: Segments
+    ineq_lower: Segments
+    ineq_upper: Segments
+    cone_offset: Segments
+    totals: Segments
     box_lower: Float[Array, " d"]
     box_upper: Float[Array, " d"]
     box_params: tuple  # tuple[(Int[Array, " k"], lower, upper), ...]
@@ -149,7 +146,7 @@ class LiftedProblem(eqx.Module):
     def __init__(self, pieces: LiftedPieces, dim: int, sparse: bool = False):
         cones, self.groups = blocks.layout(list(pieces.cones))
         params: dict[str, tuple[int, ...]] = {}
-        segments = _Registry(params, dim)
+        segments = Registry(params, dim)
         ineq = pieces.ineq
         if sparse:
             E, C, _, _ = host_data(pieces, dim, sparse=True)
@@ -269,21 +266,21 @@ class LiftedProblem(eqx.Module):
                 lb = lb.at[idx].max(values[lo.name])
             if isinstance(up, Parameter):
                 ub = ub.at[idx].min(values[up.name])
-        l_w = _assemble(self.ineq_lower, values, dtype)
-        u_w = _assemble(self.ineq_upper, values, dtype)
-        totals = _assemble(self.totals, values, dtype)
+        l_w = assemble(self.ineq_lower, values, dtype)
+        u_w = assemble(self.ineq_upper, values, dtype)
+        totals = assemble(self.totals, values, dtype)
         if check and self.has_bound_parameters():
             crossed = jnp.any(lb > ub) | jnp.any(l_w > u_w) | jnp.any(totals < 0)
             lb = eqx.error_if(lb, crossed, PARAM_BOUNDS_CROSSED)
         return InstanceData(
-            E=_assemble_matrix(self.E, values, dtype, self.dim),
-            C=_assemble_matrix(self.C, values, dtype, self.dim),
-            q=_assemble(self.q, values, dtype),
+            E=assemble_matrix(self.E, values, dtype, self.dim),
+            C=assemble_matrix(self.C, values, dtype, self.dim),
+            q=assemble(self.q, values, dtype),
             lb_y=lb,
             ub_y=ub,
             lb_w=l_w,
             ub_w=u_w,
-            cone_offset=_assemble(self.cone_offset, values, dtype),
+            cone_offset=assemble(self.cone_offset, values, dtype),
             totals=totals,
         )
 
@@ -340,67 +337,3 @@ def max_abs(x):
     if x.size == 0:
         return jnp.zeros((), x.dtype)
     return jnp.max(jnp.abs(x))
-
-
-class _Registry:
-    """Turns pieces into segments: arrays, or `Parameter`s registered by name with
-    one shape each."""
-
-    def __init__(self, params: dict, dim: int):
-        self.params = params
-        self.dim = dim
-
-    def _register(self, p: Parameter, shape: tuple[int, ...]) -> Parameter:
-        if self.params.setdefault(p.name, shape) != shape:
-            raise ValueError(
-                f"Projector(constraints): Parameter({p.name!r}) is used for data of "
-                f"shape {self.params[p.name]} and {shape}; one name must always "
-                "have one shape."
-            )
-        return p
-
-    def matrices(self, items) -> _Segments:
-        out = []
-        for M in items:
-            if not isinstance(M, Parameter):
-                out.append(jnp.asarray(dense_piece(M)))
-                continue
-            shape = shape_of(M)
-            if shape[-1] != self.dim:
-                raise ValueError(
-                    f"Projector(constraints): matrix Parameter({M.name!r}) has shape "
-                    f"{shape}, but the projector's vectors have size {self.dim}."
-                )
-            out.append(self._register(M, shape))
-        return tuple(out)
-
-    def vectors(self, items) -> _Segments:
-        out = []
-        for v, size in items:
-            if isinstance(v, Parameter):
-                # Scalars keep their declared shape `()`; vectors are `(size,)`.
-                shape = () if v.shape == () else (size,)
-                out.append(self._register(v, shape))
-            else:
-                out.append(jnp.asarray(v))
-        return tuple(out)
-
-
-def _assemble(segments, values, dtype, cols=None) -> Array:
-    """Fixed pieces and `Parameter` values, in `dtype`, stacked: a vector, or
-    a matrix of `cols` columns."""
-    shape = (-1,) if cols is None else (-1, cols)
-    parts = [
-        (values[s.name] if isinstance(s, Parameter) else s.astype(dtype)).reshape(shape)
-        for s in segments
-    ]
-    if not parts:
-        return jnp.zeros((0,) if cols is None else (0, cols), dtype)
-    return jnp.concatenate(parts)
-
-
-def _assemble_matrix(segments, values, dtype, cols: int) -> Array | SparseMatrix:
-    """`_assemble` for a matrix, which may be one `SparseMatrix`."""
-    if len(segments) == 1 and isinstance(segments[0], SparseMatrix):
-        return segments[0].astype(dtype)
-    return _assemble(segments, values, dtype, cols)
