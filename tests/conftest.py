@@ -18,6 +18,7 @@ _SLOW_FILES = (
     "test_motion_planning.py",
     "test_toy_mpc.py",
     "test_save_load.py",
+    "test_flax.py",
 )
 
 
