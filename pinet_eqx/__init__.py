@@ -26,6 +26,7 @@ from ._constraints import (
     SecondOrderCone as SecondOrderCone,
     Simplex as Simplex,
 )
+from ._cvxpy import from_cvxpy as from_cvxpy
 from ._equilibrate import Equilibration as Equilibration, equilibrate as equilibrate
 from ._krylov import (
     BackwardNotConvergedWarning as BackwardNotConvergedWarning,

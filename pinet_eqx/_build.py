@@ -74,6 +74,7 @@ def build(
     shared_y: bool,
     form: str,
     refine: bool,
+    n_aux: int = 0,
 ) -> Built:
     """Lift, equilibrate and factorise, in float64 on the host.
 
@@ -84,11 +85,13 @@ def build(
     - `shared_y`: one column scale for all of $y$ (see `Equilibration.y`).
     - `form`: the `affine_form` (see `Projector`).
     - `refine`: whether the refinement data is built.
+    - `n_aux`: how many of the last coordinates of $y$ are auxiliary.
 
     **Returns:** a `Built`.
     """
     sparse = use_sparse(pieces, dim, form)
-    problem = LiftedProblem(pieces, dim, sparse=sparse)
+    problem = LiftedProblem(pieces, dim, sparse=sparse, n_aux=n_aux)
+    d_out = dim - n_aux
     labels = problem.column_labels(shared_y)
     col_groups, _ = group_labels(labels, labels.size)
     E, C, q, per_instance_rows = host_data(pieces, dim, sparse=sparse)
@@ -102,7 +105,7 @@ def build(
             )
         )
         # "auto" for the fixed factorisation, in float64 on the host.
-        auto_sigma = float(DouglasRachford().step_size(np.asarray(op.d_y)))
+        auto_sigma = float(DouglasRachford().step_size(np.asarray(op.d_y)[:d_out]))
         return Built(problem, op, rows, None, (), auto_sigma)
     op = rows = refinement = None
     dropped: tuple[int, ...] = ()
@@ -118,7 +121,7 @@ def build(
         if q is not None and q.size:
             info.check_consistent(E, q)
         dropped = tuple(int(i) for i in info.dropped_rows)
-        auto_sigma = float(DouglasRachford().step_size(np.asarray(info.d_y)))
+        auto_sigma = float(DouglasRachford().step_size(np.asarray(info.d_y)[:d_out]))
         box = np.asarray(problem.box_index, int)
         if not problem.groups:
             rows = FixedRows.build(E, C, box, refine)

@@ -62,17 +62,24 @@ def prepare(
     sigma,
     groups: tuple = (),
 ) -> Prepared:
-    """Scale one instance's data (user coordinates) into the equilibrated ones."""
+    """Scale one instance's data (user coordinates) into the equilibrated ones.
+
+    `y_raw` may be shorter than $y$: the coordinates after it are auxiliary
+    (`Projector(n_aux=...)`), which the objective ignores, so their prox is the
+    plain projection, as for $w$ ($a = 0$, $c = 1$).
+    """
     d_y = op.d_y
+    d_out = y_raw.shape[0]
     m_box = data.lb_w.shape[0]
     d_w, d_cone = op.d_w[:m_box], op.d_w[m_box:]
-    denom = 1 + 2 * sigma * d_y**2
+    n_free = d_y.shape[0] - d_out + m_box  # auxiliary y, then the box rows of w
+    denom = 1 + 2 * sigma * d_y[:d_out] ** 2
     d_clip = jnp.concatenate([d_y, d_w])
     return Prepared(
         a=jnp.concatenate(
-            [2 * sigma * d_y * y_raw / denom, jnp.zeros(d_w.shape, y_raw.dtype)]
+            [2 * sigma * d_y[:d_out] * y_raw / denom, jnp.zeros(n_free, y_raw.dtype)]
         ),
-        c=jnp.concatenate([1 / denom, jnp.ones(d_w.shape, y_raw.dtype)]),
+        c=jnp.concatenate([1 / denom, jnp.ones(n_free, y_raw.dtype)]),
         part=op.particular(data.q),
         lower=_scale_bound(jnp.concatenate([data.lb_y, data.lb_w]), d_clip),
         upper=_scale_bound(jnp.concatenate([data.ub_y, data.ub_w]), d_clip),

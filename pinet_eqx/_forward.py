@@ -42,15 +42,21 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
     data = problem.data(problem.resolve(params, dtype), dtype, proj.check_inputs)
     if problem.per_instance:
         op = _factorise(proj, problem, data)
-        sigma = jax.lax.stop_gradient(proj.solver.step_size(op.d_y))
+        sigma = jax.lax.stop_gradient(
+            proj.solver.step_size(op.d_y[: y_raw.shape[0]])
+        )
     else:
         op = jax.tree.map(_cast_floating(dtype), fixed_op)
         sigma = proj.sigma
     s0 = _start(proj, y_raw, s0, data, op)
     n_min, n_max, tol = proj.solver.schedule(proj.inference, y_raw.dtype)
+    # Auxiliary coordinates (the last `n_aux` of y) are not in the objective;
+    # the closed-form active-set derivative and the polish assume they all are,
+    # so such sets take the general path (the fixed point) and no polish.
+    polyhedral = not problem.groups and problem.n_aux == 0
     # Where the refinement is on, polyhedral sets are polished at inference
     # (`polish="auto"`), and in training mode too with `polish=True`.
-    polish = not problem.groups and (
+    polish = polyhedral and (
         proj.polish is True or (proj.polish == "auto" and proj.inference)
     )
     # Sparse sets have no refinement (yet), but are polished all the same.
@@ -62,19 +68,20 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         # would not, in any affordable number).
         n_min, n_max, tol = 0, proj.solver.steps(proj.inference), None
     if problem.n_ineq + problem.n_cone == 0 and problem.n_eq == 0:
-        # Only boxes: the projection is a clip, exact in one step.
-        y = jnp.clip(y_raw, data.lb_y, data.ub_y)
+        # Only boxes: the projection is a clip, exact in one step (auxiliary
+        # coordinates, unconstrained, stay at zero).
+        y = jnp.clip(_padded(y_raw, proj.problem.n_aux), data.lb_y, data.ub_y)
         if not diagnostics:
-            return y
+            return y[: y_raw.shape[0]]
         return ProjectionSolution(
-            y=y,
+            y=y[: y_raw.shape[0]],
+            aux=y[y_raw.shape[0] :],
             s=s0,
             n_iter=jnp.asarray(0),
             primal_residual=jax.lax.stop_gradient(problem.violation(y, data)),
             fixed_point_residual=jnp.zeros((), dtype),
             result=RESULTS.successful,
         )
-    polyhedral = not problem.groups
     adjoint, omega = proj.adjoint, proj.solver.omega
     # Derivative rules see the matrices only through a per-instance `op`.
     theta_data = dataclasses.replace(data, E=None, C=None)
@@ -160,8 +167,9 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
             fix = jnp.where(polished, candidate, y_plain)
         # y - y is exactly zero, so the value is exactly `fix`.
         y = (y - y_plain) + jax.lax.stop_gradient(fix)
+    d_out = y_raw.shape[0]
     if not diagnostics:
-        return y
+        return y[:d_out]
     if viol is None:
         viol = problem.violation(y, data)
     viol, fp = jax.lax.stop_gradient((viol, fp))
@@ -173,7 +181,8 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
         RESULTS.where(infeasible, RESULTS.infeasible, RESULTS.max_steps_reached),
     )
     return ProjectionSolution(
-        y=y,
+        y=y[:d_out],
+        aux=y[d_out:],
         s=s,
         n_iter=jnp.asarray(n_iter),
         primal_residual=viol,
@@ -188,7 +197,8 @@ def _start(proj, y_raw, s0, data: InstanceData, op):
     if s0 is None:
         # y_raw lifted into the internal coordinates: this saves a few
         # iterations over the paper's s0 = 0 and changes no fixed point.
-        s0 = jnp.concatenate([y_raw / op.d_y, (data.C @ y_raw) / op.d_w])
+        y = _padded(y_raw, proj.problem.n_aux)
+        s0 = jnp.concatenate([y / op.d_y, (data.C @ y) / op.d_w])
     else:
         s0 = jnp.asarray(s0, y_raw.dtype)
         if s0.shape != (n,):
@@ -204,6 +214,11 @@ def _start(proj, y_raw, s0, data: InstanceData, op):
         bad = ~jnp.all(jnp.isfinite(jax.lax.stop_gradient(y_raw)))
         s0 = eqx.error_if(s0, bad, NAN_Y_RAW)
     return s0
+
+
+def _padded(y_raw, n_aux: int):
+    """`y_raw` with zeros for the `n_aux` auxiliary coordinates, as long as $y$."""
+    return jnp.concatenate([y_raw, jnp.zeros(n_aux, y_raw.dtype)])
 
 
 def column_groups(proj, problem: LiftedProblem):

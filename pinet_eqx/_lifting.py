@@ -122,9 +122,12 @@ class LiftedProblem(eqx.Module):
     - `dim`: the dimension $d$ of $y$.
     - `sparse`: keep the fixed matrices sparse (`SparseMatrix`, one for $E$ and
         one for $C$) instead of dense.
+    - `n_aux`: the last `n_aux` coordinates of $y$ are auxiliary: the objective
+        ignores them (the paper's lifting with $n \ge d$).
     """
 
     dim: int = eqx.field(static=True)
+    n_aux: int = eqx.field(static=True)
     n_eq: int = eqx.field(static=True)
     n_ineq: int = eqx.field(static=True)
     n_cone: int = eqx.field(static=True)
@@ -143,7 +146,10 @@ class LiftedProblem(eqx.Module):
     box_upper: Float[Array, " d"]
     box_params: tuple  # tuple[(Int[Array, " k"], lower, upper), ...]
 
-    def __init__(self, pieces: LiftedPieces, dim: int, sparse: bool = False):
+    def __init__(
+        self, pieces: LiftedPieces, dim: int, sparse: bool = False, n_aux: int = 0
+    ):
+        self.n_aux = int(n_aux)
         cones, self.groups = blocks.layout(list(pieces.cones))
         params: dict[str, tuple[int, ...]] = {}
         segments = Registry(params, dim)
@@ -204,10 +210,13 @@ class LiftedProblem(eqx.Module):
 
     def column_labels(self, shared_y: bool) -> np.ndarray:
         """Equilibration group labels of the lifted columns $(y, w)$: all of $y$
-        (`shared_y`) or each coordinate alone, each inequality row's $w$ alone,
-        and each cone block as one group (its scaled set must stay a cone)."""
+        (`shared_y`) or each coordinate alone, each auxiliary coordinate and
+        each inequality row's $w$ alone (the objective does not see them), and
+        each cone block as one group (its scaled set must stay a cone)."""
         d, m = self.dim, self.n_ineq
-        y_labels = np.zeros(d, int) if shared_y else np.arange(d)
+        y_labels = np.arange(d)
+        if shared_y:
+            y_labels[: d - self.n_aux] = 0
         cone_labels = [
             np.full(g.size, d + m + i)
             for i, g in enumerate(g for g in self.groups for _ in range(g.count))

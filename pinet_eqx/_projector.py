@@ -110,6 +110,17 @@ class Projector(eqx.Module):
         give exact outputs; `False` never, which saves its solve (a tenth to a
         fifth of a polytope's inference time) where the iteration is trusted to
         reach `tol_test` anyway. `refine=False` turns it off too.
+    - `n_aux`: the number of auxiliary coordinates: the constraints are on
+        $(y, v) \in \mathbb{R}^{d + n_{aux}}$ and the objective ignores $v$,
+        so that $\mathcal{C} = \{y : \exists v,\ (y, v) \in \mathcal{C}'\}$
+        (the paper's lifting, $n \ge d$; `from_cvxpy` uses it for the
+        variables cvxpy introduces). `y_raw` and the output then have $d$
+        entries; `solve` returns $v$ as `aux`. Such sets are differentiated
+        at the fixed point (no closed-form active set, no polish).
+    - `parameter_map`: a callable that maps the call's keyword values to
+        those of the constraints' `Parameter`s (how `from_cvxpy` evaluates
+        cvxpy's affine map from its parameters to the cone data); it must
+        have a `parameters` attribute, the `(name, shape)` pairs it takes.
     - `unroll`, `n_iter_bwd`, `bwd_rtol`, `bwd_atol`, `bwd_failure`,
         `equilibrate_iters`, `equilibrate_tol`, `equilibrate_mode`,
         `equilibrate_y`: deprecated aliases (with a `DeprecationWarning`) for
@@ -128,6 +139,7 @@ class Projector(eqx.Module):
     check_inputs: bool = eqx.field(static=True)
     refine_always: bool = eqx.field(static=True)
     polish: bool | Literal["auto"] = eqx.field(static=True)
+    parameter_map: eqx.Module | None
     inference: bool
 
     def __init__(
@@ -150,9 +162,17 @@ class Projector(eqx.Module):
         inference: bool = False,
         refine: bool | Literal["auto"] = "auto",
         polish: bool | Literal["auto"] = "auto",
+        n_aux: int = 0,
+        parameter_map: eqx.Module | None = None,
         **deprecated,
     ):
         pieces, dim = lift(constraints, dim)
+        if not isinstance(n_aux, int) or not 0 <= n_aux < dim:
+            raise ValueError(
+                f"Projector(n_aux={n_aux!r}): must be an int in [0, {dim}) (the "
+                f"constraints are on {dim} coordinates, the last n_aux of them "
+                "auxiliary)."
+            )
         shorthands = dict(
             sigma=sigma, omega=omega, n_iter=n_iter, n_iter_test=n_iter_test, tol=tol
         )
@@ -187,6 +207,7 @@ class Projector(eqx.Module):
             shared_y=shared_y,
             form=affine_form,
             refine=refine is not False,
+            n_aux=n_aux,
         )
         self.auto_sigma = built.auto_sigma
         # Everything built here is frozen: optimisers never see it (see `_frozen`).
@@ -194,6 +215,7 @@ class Projector(eqx.Module):
             (built.problem, built.op, built.rows, built.refinement)
         )
         self.dropped_equality_rows = built.dropped
+        self.parameter_map = freeze(parameter_map)
         self.check_inputs = bool(check_inputs)
         # "auto" refines at inference only: it costs compile time (two more solves
         # per call), and training does not need rounding-level feasibility.
@@ -207,12 +229,20 @@ class Projector(eqx.Module):
 
     @property
     def dim(self) -> int:
-        """The dimension $d$ of the projected vectors."""
-        return self.problem.dim
+        """The dimension $d$ of the projected vectors (auxiliary coordinates
+        not counted)."""
+        return self.problem.dim - self.problem.n_aux
+
+    @property
+    def n_aux(self) -> int:
+        """The number of auxiliary coordinates (see `n_aux`)."""
+        return self.problem.n_aux
 
     @property
     def parameters(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
         """The per-instance `Parameter`s, as sorted `(name, shape)` pairs."""
+        if self.parameter_map is not None:
+            return self.parameter_map.parameters
         return self.problem.parameters
 
     @property
@@ -359,13 +389,14 @@ class Projector(eqx.Module):
 
         **Arguments:**
 
-        - `y`: a point, shape `(d,)`.
+        - `y`: a point, shape `(d,)`; with auxiliary coordinates, the point and
+            its auxiliary part, `concatenate([solution.y, solution.aux])`.
         - `**params`: one value per `Parameter` name.
 
         **Returns:** a scalar.
         """
-        y = self._check_y(y, "y")
-        return per_instance(self._violation, y, params)
+        y = self._check_y(y, "y", self.problem.dim)
+        return per_instance(self._violation, y, self._mapped(params))
 
     def _violation(self, y, params: dict):
         problem = thaw(self.problem)
@@ -374,24 +405,35 @@ class Projector(eqx.Module):
 
     @full_precision
     def _solve(self, y_raw, s0, params: dict, diagnostics: bool):
-        y_raw = self._check_y(y_raw, "y_raw")
+        y_raw = self._check_y(y_raw, "y_raw", self.dim)
         run = functools.partial(forward.solve, self, diagnostics=diagnostics)
-        return per_instance(run, y_raw, s0, params)
+        return per_instance(run, y_raw, s0, self._mapped(params))
 
     # ---------------------------------------------------------- internals
 
-    def _check_y(self, y, argname):
+    def _mapped(self, params: dict) -> dict:
+        """The constraints' parameter values: `params`, through `parameter_map`."""
+        if self.parameter_map is None:
+            return params
+        return thaw(self.parameter_map)(params)
+
+    def _check_y(self, y, argname, dim: int):
         y = jnp.asarray(y)
         if not jnp.issubdtype(y.dtype, jnp.floating):
             y = y.astype(jnp.result_type(float))
-        if y.shape != (self.dim,):
+        if y.shape != (dim,):
             hint = (
                 " To project a batch, use `jax.vmap(proj)(Y, **params)`."
-                if y.ndim == 2 and y.shape[-1] == self.dim
+                if y.ndim == 2 and y.shape[-1] == dim
                 else ""
             )
+            if self.n_aux and dim == self.problem.dim:
+                hint += (
+                    f" This projector has {self.n_aux} auxiliary coordinates: pass "
+                    "`concatenate([solution.y, solution.aux])`."
+                )
             raise ValueError(
-                f"Projector: `{argname}` must have shape ({self.dim},) (one instance),"
+                f"Projector: `{argname}` must have shape ({dim},) (one instance),"
                 f" got {y.shape}.{hint}"
             )
         return y

@@ -46,9 +46,14 @@ class ProjectionSolution(eqx.Module):
         `Projector`'s `refine`); otherwise `RESULTS.infeasible` when the
         iterates certify that the constraint set is empty, else
         `RESULTS.max_steps_reached`.
+    - `aux`: the auxiliary coordinates that go with `y` (those of
+        `Projector(n_aux=...)`, or the variables that `from_cvxpy`'s
+        canonicalisation introduced), shape `(n_aux,)`; empty without them.
+        `Projector.violation` of `concatenate([y, aux])` is `primal_residual`.
     """
 
     y: Float[Array, " d"]
+    aux: Float[Array, " n_aux"]
     s: Float[Array, " n"]
     n_iter: Int[Array, ""]
     primal_residual: Float[Array, ""]
