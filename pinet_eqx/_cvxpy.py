@@ -319,19 +319,66 @@ class _Builder:
         return rows[~empty]
 
     def _nonneg(self, rows) -> list:
-        """$a^\\top x + b \\ge 0$ rows: a `Box` bound where the row has one
-        fixed coefficient (with `native`), an `AffineInequality` otherwise."""
+        """$a^\top x + b \ge 0$ rows: a `Box` bound where the row has one
+        fixed coefficient (with `native`), else an `AffineInequality`, with
+        two rows that are negatives of each other (a two-sided constraint,
+        which cvxpy splits) joined into one two-sided row."""
         single = np.zeros(rows.size, bool)
         if self.native and rows.size:
             nnz = np.count_nonzero(self.A0[rows], axis=1)
             single = (nnz == 1) & ~self.row_param[rows]
-        sets = []
         general = rows[~single]
-        if general.size:
-            sets.append(
-                AffineInequality(self._matrix(general), lower=self._offset(general, -1))
+        varying = general[self.row_param[general]]
+        sets = []
+        if varying.size:
+            lower = self._offset(varying, -1.0)
+            sets.append(AffineInequality(self._matrix(varying), lower=lower))
+        sets += self._two_sided(general[~self.row_param[general]])
+        return sets + self._boxes(rows[single])
+
+    def _two_sided(self, rows) -> list:
+        """Fixed rows as $\ell \le c^\top x \le u$: a row $a = s c$ ($s > 0$,
+        $c$ scaled to a largest entry of 1, first nonzero positive) gives
+        $\ell = -b/s$, its negative $a = -s c$ gives $u = b/s$."""
+        A = self.A0[rows]
+        big = np.max(np.abs(A), axis=1) if rows.size else np.zeros(0)
+        first = A[np.arange(rows.size), np.argmax(A != 0, axis=1)]
+        s = np.sign(first) * big
+        keys = A / s[:, None]
+        lower_of, upper_of, order, seen = {}, {}, [], set()
+        spill = []  # rows whose side is taken already: a set of their own
+        # (+ 0.0 turns -0.0 into 0.0, whose bytes differ.)
+        for i, key in enumerate(map(bytes, np.round(keys, 12) + 0.0)):
+            side = lower_of if s[i] > 0 else upper_of
+            if key in side:
+                spill.append(i)
+                continue
+            side[key] = i
+            if key not in seen:
+                seen.add(key)
+                order.append(key)
+        sets = []
+        groups: dict[tuple, list] = {}
+        for key in order:
+            lo, up = lower_of.get(key), upper_of.get(key)
+            flags = tuple(
+                None if i is None else bool(self.b_param[rows[i]]) for i in (lo, up)
             )
-        sets += self._boxes(rows[single])
+            groups.setdefault(flags, []).append((lo, up))
+        for (lo_flag, up_flag), pairs in groups.items():
+            ref = np.array([lo if lo is not None else up for lo, up in pairs])
+            C = np.zeros((len(pairs), self.layout.dim))
+            C[:, self.layout.col_of] = keys[ref]
+            kw = {}
+            if lo_flag is not None:
+                i = np.array([lo for lo, _ in pairs])
+                kw["lower"] = self._offset(rows[i], -1.0 / s[i])
+            if up_flag is not None:
+                i = np.array([up for _, up in pairs])
+                kw["upper"] = self._offset(rows[i], -1.0 / s[i])
+            sets.append(AffineInequality(sp.csr_matrix(C) if self.sparse else C, **kw))
+        if spill:
+            sets += self._two_sided(rows[np.array(spill)])
         return sets
 
     def _boxes(self, rows) -> list[Box]:

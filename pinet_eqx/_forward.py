@@ -42,9 +42,7 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
     data = problem.data(problem.resolve(params, dtype), dtype, proj.check_inputs)
     if problem.per_instance:
         op = _factorise(proj, problem, data)
-        sigma = jax.lax.stop_gradient(
-            proj.solver.step_size(op.d_y[: y_raw.shape[0]])
-        )
+        sigma = jax.lax.stop_gradient(proj.solver.step_size(op.d_y[: y_raw.shape[0]]))
     else:
         op = jax.tree.map(_cast_floating(dtype), fixed_op)
         sigma = proj.sigma

@@ -123,7 +123,7 @@ class LiftedProblem(eqx.Module):
     - `sparse`: keep the fixed matrices sparse (`SparseMatrix`, one for $E$ and
         one for $C$) instead of dense.
     - `n_aux`: the last `n_aux` coordinates of $y$ are auxiliary: the objective
-        ignores them (the paper's lifting with $n \ge d$).
+        ignores them (the paper's lifting with $n \\ge d$).
     """
 
     dim: int = eqx.field(static=True)

@@ -111,9 +111,9 @@ class Projector(eqx.Module):
         fifth of a polytope's inference time) where the iteration is trusted to
         reach `tol_test` anyway. `refine=False` turns it off too.
     - `n_aux`: the number of auxiliary coordinates: the constraints are on
-        $(y, v) \in \mathbb{R}^{d + n_{aux}}$ and the objective ignores $v$,
-        so that $\mathcal{C} = \{y : \exists v,\ (y, v) \in \mathcal{C}'\}$
-        (the paper's lifting, $n \ge d$; `from_cvxpy` uses it for the
+        $(y, v) \\in \\mathbb{R}^{d + n_{aux}}$ and the objective ignores $v$,
+        so that $\\mathcal{C} = \\{y : \\exists v,\\ (y, v) \\in \\mathcal{C}'\\}$
+        (the paper's lifting, $n \\ge d$; `from_cvxpy` uses it for the
         variables cvxpy introduces). `y_raw` and the output then have $d$
         entries; `solve` returns $v$ as `aux`. Such sets are differentiated
         at the fixed point (no closed-form active set, no polish).

@@ -68,7 +68,7 @@ def clarabel_project(y_raw, poly: Polytope, **overrides):
     if fin_ub.any():
         cons.append(y[np.flatnonzero(fin_ub)] <= data["ub"][fin_ub])
     prob = cp.Problem(cp.Minimize(cp.sum_squares(y - np.asarray(y_raw))), cons)
-    status = _clarabel_solve(prob)
+    status = clarabel_solve(prob)
     assert status == "optimal", status
     return y.value
 
@@ -289,7 +289,7 @@ def _cvxpy_constraints(y, spec):
     return cons
 
 
-def _clarabel_solve(prob, **settings):
+def clarabel_solve(prob, **settings):
     prob.solve(
         solver="CLARABEL",
         tol_gap_abs=1e-12,
@@ -437,7 +437,7 @@ def clarabel_project_sets(y_raw, spec):
     # "optimal_inaccurate" is accepted because the polish certifies the result.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Solution may be inaccurate")
-        status = _clarabel_solve(prob, max_step_fraction=0.9)
+        status = clarabel_solve(prob, max_step_fraction=0.9)
     assert status in ("optimal", "optimal_inaccurate"), status
     return polish_projection(y.value, y_raw, spec)
 
@@ -447,7 +447,7 @@ def clarabel_is_feasible(spec, d):
     import cvxpy as cp
 
     y = cp.Variable(d)
-    status = _clarabel_solve(cp.Problem(cp.Minimize(0), _cvxpy_constraints(y, spec)))
+    status = clarabel_solve(cp.Problem(cp.Minimize(0), _cvxpy_constraints(y, spec)))
     assert status in ("optimal", "infeasible"), status
     return status == "optimal"
 

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import _clarabel_solve, assert_close
+from helpers import clarabel_solve, assert_close
 
 from examples import motion_planning as mp
 from examples.motion_planning._cli import load_planner, main
@@ -81,7 +81,7 @@ def _qp_cvxpy(cp, start, goal, problem, objective=True):
     cons += [cp.abs(a[1:] - a[:-1]) <= 1.5 * h]
     cons += [v[1:] == v[:-1] + h * a, p[1:] == p[:-1] + h * v[:-1] + h * h / 2 * a]
     prob = cp.Problem(cp.Minimize(cp.sum_squares(a) if objective else 0), cons)
-    status = _clarabel_solve(prob)
+    status = clarabel_solve(prob)
     return status, prob.value, (p.value, v.value, a.value)
 
 

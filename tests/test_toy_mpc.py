@@ -12,7 +12,7 @@ import equinox as eqx
 import jax
 import numpy as np
 import pytest
-from helpers import _clarabel_solve, assert_close
+from helpers import clarabel_solve, assert_close
 
 from examples import toy_mpc
 
@@ -100,7 +100,7 @@ def test_osqp_matches_clarabel(terminal):
         if terminal:
             J = J + cp.sum_squares(x[N] - toy_mpc.TARGET)
         prob = cp.Problem(cp.Minimize(J), cons)
-        assert _clarabel_solve(prob) == "optimal"
+        assert clarabel_solve(prob) == "optimal"
         J_osqp = toy_mpc.cost(y, terminal)
         assert_close(J_osqp, prob.value, 1e-7 * prob.value, what="J*")
         assert_close(y[: 2 * (N + 1)], x.value.ravel(), 1e-4, what="states")

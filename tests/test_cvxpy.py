@@ -1,0 +1,296 @@
+"""`from_cvxpy`: projections onto sets written in cvxpy, against cvxpy + Clarabel.
+
+Each case is a cvxpy problem family with parameters. The ground truth is
+Clarabel (tolerances 1e-12) solving min ||x - y_raw||^2 over the same
+constraints; derivatives are checked against central differences of that
+ground truth, so nothing here compares our code with itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import cvxpy as cp
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import clarabel_solve
+
+import pinet_eqx as pe
+
+
+@dataclasses.dataclass
+class Case:
+    variables: list
+    constraints: list
+    values: dict  # cvxpy Parameter name -> value
+
+    @property
+    def dim(self) -> int:
+        return sum(v.size for v in self.variables)
+
+    def parameters(self) -> dict:
+        problem = cp.Problem(cp.Minimize(0), self.constraints)
+        return {p.name(): p for p in problem.parameters()}
+
+    def project(self, y_raw, values=None, with_status=False):
+        """Clarabel's projection, the variables stacked column-major (and
+        whether Clarabel reached its 1e-12 tolerances)."""
+        values = self.values if values is None else values
+        for name, p in self.parameters().items():
+            p.value = np.asarray(values[name])
+        problem = cp.Problem(cp.Minimize(self.objective(y_raw)), self.constraints)
+        status = clarabel_solve(problem)
+        assert status in ("optimal", "optimal_inaccurate"), status
+        y = np.concatenate([np.ravel(v.value, order="F") for v in self.variables])
+        return (y, status == "optimal") if with_status else y
+
+    def objective(self, y_raw):
+        parts, start = [], 0
+        for v in self.variables:
+            target = np.reshape(y_raw[start : start + v.size], v.shape, order="F")
+            parts.append(cp.sum_squares(v - target))
+            start += v.size
+        return sum(parts)
+
+    def no_worse(self, y, other, y_raw) -> bool:
+        """Whether `y` satisfies the constraints (cvxpy's own residuals, to
+        1e-9) with an objective no larger than `other`'s: then it is at least
+        as close to the projection as `other` is."""
+        y, start = np.asarray(y), 0
+        for v in self.variables:
+            v.value = np.reshape(y[start : start + v.size], v.shape, order="F")
+            start += v.size
+        if any(
+            v not in self.variables for c in self.constraints for v in c.variables()
+        ):
+            return False  # auxiliary variables: cvxpy cannot check y alone
+        feasible = all(np.max(c.violation()) <= 1e-9 for c in self.constraints)
+        return feasible and np.sum((y - y_raw) ** 2) <= np.sum((other - y_raw) ** 2)
+
+
+def _l1_equality_box(rng):
+    x = cp.Variable(6, name="x")
+    b, r = cp.Parameter(2, name="b"), cp.Parameter(name="r", nonneg=True)
+    A = rng.standard_normal((2, 6))
+    cons = [A @ x == b, cp.norm(x, 1) <= r, x >= -1, x <= 2]
+    return Case([x], cons, {"b": A @ (0.1 * rng.standard_normal(6)), "r": 2.0})
+
+
+def _linf_soc(rng):
+    x = cp.Variable(5, name="x")
+    g, s = cp.Parameter(3, name="g"), cp.Parameter(name="s")
+    F, f = rng.standard_normal((3, 5)), rng.standard_normal(5)
+    cons = [cp.norm(F @ x + g, 2) <= f @ x + 3.0, cp.norm(x - 0.2, "inf") <= s]
+    return Case([x], cons, {"g": 0.3 * rng.standard_normal(3), "s": 0.7})
+
+
+def _simplex_l2(rng):
+    x = cp.Variable(5, name="x")
+    total, c = cp.Parameter(name="total"), cp.Parameter(5, name="c")
+    cons = [x >= 0, cp.sum(x) == total, cp.norm(x - c, 2) <= 0.9]
+    return Case([x], cons, {"total": 1.5, "c": rng.uniform(0.1, 0.5, 5)})
+
+
+def _matrix_parameter(rng):
+    x = cp.Variable(5, name="x")
+    A = cp.Parameter((3, 5), name="A")
+    cons = [A @ x <= 1.0, cp.abs(x) <= 2.0]
+    return Case([x], cons, {"A": rng.standard_normal((3, 5))})
+
+
+def _two_variables(rng):
+    x, Y = cp.Variable(3, name="x"), cp.Variable((2, 2), name="Y")
+    z = cp.Variable(name="z")  # not projected: an auxiliary coordinate
+    rad = cp.Parameter(name="rad", nonneg=True)
+    cons = [
+        cp.sum(Y, axis=0) == x[:2],
+        Y >= 0,
+        cp.norm(x, 2) <= rad,
+        x[2] <= z,
+        z <= 0.5,
+    ]
+    return Case([x, Y], cons, {"rad": 1.2})
+
+
+CASES = {
+    "l1_equality_box": _l1_equality_box,
+    "linf_soc": _linf_soc,
+    "simplex_l2": _simplex_l2,
+    "matrix_parameter": _matrix_parameter,
+    "two_variables": _two_variables,
+}
+
+
+def _setup(name, seed=0):
+    rng = np.random.default_rng(seed)
+    case = CASES[name](rng)
+    proj = pe.from_cvxpy(case.constraints, case.variables)
+    return rng, case, proj.with_settings(inference=True)
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("scale", [0.5, 4.0], ids=["near", "far"])
+def test_projection_matches_clarabel(name, scale):
+    rng, case, proj = _setup(name)
+    assert proj.dim == case.dim
+    for _ in range(2):
+        y_raw = scale * rng.standard_normal(case.dim)
+        sol = proj.solve(y_raw, **case.values)
+        expected, accurate = case.project(y_raw, with_status=True)
+        err = np.max(np.abs(sol.y - expected)) / max(1.0, np.max(np.abs(expected)))
+        # Where Clarabel stops short of 1e-12 ("optimal_inaccurate", seen on
+        # simplex_l2 far away), our point must be feasible and at least as good.
+        ok = err <= 1e-6 or (not accurate and case.no_worse(sol.y, expected, y_raw))
+        assert ok, f"{name}: relative error {err:.2e}"
+        assert sol.result == pe.RESULTS.successful
+        full = jnp.concatenate([sol.y, sol.aux])
+        assert proj.violation(full, **case.values) <= 1e-8
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_gradients_match_central_differences(name):
+    """Directional derivatives of w . y with respect to y_raw and to each
+    parameter, against central differences of Clarabel's projection."""
+    rng, case, proj = _setup(name, seed=1)
+    y_raw = 2.0 * rng.standard_normal(case.dim)
+    w = rng.standard_normal(case.dim)
+
+    def loss(y_raw, values):
+        return jnp.dot(w, proj(y_raw, **values))
+
+    values = {k: jnp.asarray(v, float) for k, v in case.values.items()}
+    grads = jax.grad(loss, argnums=(0, 1))(y_raw, values)
+    # Clarabel's points are good to about 1e-9, so a smaller step would
+    # measure its noise; the pieces are smooth at this scale.
+    eps = 1e-3
+
+    def check(what, derivative, plus, minus):
+        fd = (w @ plus - w @ minus) / (2 * eps)
+        err = abs(derivative - fd)
+        assert err <= 1e-4 * max(abs(fd), 1e-3), f"{what}: {derivative} vs {fd}"
+
+    v = rng.standard_normal(case.dim)
+    plus, minus = case.project(y_raw + eps * v), case.project(y_raw - eps * v)
+    check("y_raw", float(grads[0] @ v), plus, minus)
+    for name_p, value in case.values.items():
+        v = rng.standard_normal(np.shape(value))
+        up = {**case.values, name_p: np.asarray(value) + eps * v}
+        down = {**case.values, name_p: np.asarray(value) - eps * v}
+        derivative = float(jnp.sum(grads[1][name_p] * v))
+        check(name_p, derivative, case.project(y_raw, up), case.project(y_raw, down))
+
+
+def test_batched_and_jitted():
+    """A batch under jit and vmap equals one-by-one calls."""
+    rng, case, proj = _setup("l1_equality_box")
+    Y = 2.0 * rng.standard_normal((4, case.dim))
+    B = np.stack([case.values["b"]] * 4)
+    out = jax.jit(jax.vmap(lambda y, b: proj(y, b=b, r=2.0)))(Y, B)
+    for y_raw, y in zip(Y, out):
+        np.testing.assert_allclose(y, case.project(y_raw), atol=1e-7)
+
+
+def test_free_variable_passes_through():
+    """A requested variable that no constraint mentions is returned as given."""
+    x, u = cp.Variable(3, name="x"), cp.Variable(2, name="u")
+    proj = pe.from_cvxpy([cp.sum(x) == 1.0], [x, u])
+    y = proj.with_settings(inference=True)(jnp.array([1.0, 2.0, 3.0, -4.0, 5.0]))
+    np.testing.assert_allclose(y, [-2 / 3, 1 / 3, 4 / 3, -4.0, 5.0], atol=1e-9)
+
+
+def test_bounds_become_native_boxes():
+    """Rows on one coordinate map to `Box` bounds, unless `native_sets=False`."""
+    x = cp.Variable(4, name="x")
+    lo = cp.Parameter(4, name="lo")
+    cons = [x >= lo, x <= 2.0, cp.sum(x) <= 1.0]
+    native = pe.from_cvxpy(cons, x)
+    rows = pe.from_cvxpy(cons, x, native_sets=False)
+    # Without native sets, x >= lo and x <= 2 are one two-sided row each.
+    assert native.problem.n_ineq == 1 and rows.problem.n_ineq == 5
+    y_raw = np.array([3.0, -2.0, 0.5, 1.0])
+    case = Case([x], cons, {"lo": -np.ones(4)})
+    for proj in (native, rows):
+        y = proj.with_settings(inference=True)(y_raw, **case.values)
+        np.testing.assert_allclose(y, case.project(y_raw), atol=1e-8)
+
+
+def test_large_sparse_data_takes_the_sparse_path():
+    """Sparse cvxpy data on a large set keeps the sparse affine form."""
+    n = 600
+    x = cp.Variable(n, name="x")
+    b = cp.Parameter(n - 1, name="b")
+    rng = np.random.default_rng(3)
+    cons = [cp.diff(x) <= b, cp.sum(x) == 1.0]
+    case = Case([x], cons, {"b": rng.uniform(0.01, 0.1, n - 1)})
+    proj = pe.from_cvxpy(cons, x)
+    assert proj.problem.sparse
+    y_raw = rng.standard_normal(n)
+    y = proj.with_settings(inference=True)(y_raw, **case.values)
+    np.testing.assert_allclose(y, case.project(y_raw), atol=1e-6)
+
+
+# ------------------------------------------------------------------- errors
+
+_x = cp.Variable(3, name="x")
+_p, _q = cp.Parameter(name="p"), cp.Parameter(name="q")
+
+
+@pytest.mark.parametrize(
+    "constraints, variables, error, match",
+    [
+        ([cp.exp(_x[0]) <= 1.0], _x, ValueError, "constraint 0 .*exponential"),
+        (
+            [cp.sum(_x) == 1, cp.constraints.PowCone3D(_x[0], _x[1], _x[2], 0.3)],
+            _x,
+            ValueError,
+            "constraint 1 .*power",
+        ),
+        ([cp.Variable((2, 2), symmetric=True) >> 0], _x, ValueError, "semidefinite"),
+        ([_p * _q * _x[0] <= 1.0], _x, ValueError, "constraint 0 .*not DPP"),
+        ([_x[0] * _x[1] <= 1.0], _x, ValueError, "not DCP"),
+        ([cp.sum(cp.Variable(2, integer=True)) <= 1], _x, ValueError, "integer"),
+        ([cp.sum(cp.Variable(2, boolean=True)) <= 1], _x, ValueError, "boolean"),
+        ([], _x, ValueError, "empty"),
+        (["x <= 1"], _x, TypeError, r"constraints\[0\] is a str"),
+        ([cp.sum(_x) <= 1], [_x, _x], ValueError, "listed twice"),
+        ([cp.sum(_x) <= 1], [_x, 3], TypeError, r"variables\[1\]"),
+        (
+            [cp.sum(_x) <= cp.Parameter(name="y_raw")],
+            _x,
+            ValueError,
+            "cannot be passed as a keyword",
+        ),
+        ([cp.sum(_x) <= _p, _x[0] >= cp.Parameter(name="p")], _x, ValueError, "named"),
+    ],
+    ids=[
+        "exponential",
+        "power",
+        "psd",
+        "non_dpp",
+        "non_dcp",
+        "integer",
+        "boolean",
+        "empty",
+        "not_a_constraint",
+        "duplicate_variable",
+        "not_a_variable",
+        "reserved_name",
+        "duplicate_parameter",
+    ],
+)
+def test_unsupported_constructs_raise(constraints, variables, error, match):
+    with pytest.raises(error, match=match):
+        pe.from_cvxpy(constraints, variables)
+
+
+def test_wrong_parameters_raise():
+    _, case, proj = _setup("l1_equality_box")
+    y_raw = jnp.zeros(case.dim)
+    with pytest.raises(TypeError, match=r"missing \['r'\]"):
+        proj(y_raw, b=case.values["b"])
+    with pytest.raises(ValueError, match="parameter `b` must have shape"):
+        proj(y_raw, b=jnp.zeros(3), r=1.0)
+    with pytest.raises(ValueError, match="auxiliary coordinates"):
+        proj.violation(y_raw, **case.values)
