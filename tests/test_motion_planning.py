@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import clarabel_solve, assert_close
+from helpers import assert_close, clarabel_solve
 
 from examples import motion_planning as mp
 from examples.motion_planning._cli import load_planner, main

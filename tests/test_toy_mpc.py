@@ -12,7 +12,7 @@ import equinox as eqx
 import jax
 import numpy as np
 import pytest
-from helpers import clarabel_solve, assert_close
+from helpers import assert_close, clarabel_solve
 
 from examples import toy_mpc
 
