@@ -294,3 +294,16 @@ def test_wrong_parameters_raise():
         proj(y_raw, b=jnp.zeros(3), r=1.0)
     with pytest.raises(ValueError, match="auxiliary coordinates"):
         proj.violation(y_raw, **case.values)
+
+
+@pytest.mark.slow
+def test_docs_page_runs():
+    """The code of docs/concepts/cvxpy.md runs as shown (cvxpylayers: the
+    `bench` extra, so the slow tier)."""
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).parents[1] / "docs" / "concepts" / "cvxpy.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert len(blocks) == 2
+    exec(compile("".join(blocks), str(page), "exec"), {})
