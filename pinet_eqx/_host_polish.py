@@ -98,10 +98,16 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
         rows(lb_w, m).astype(np.float64), rows(ub_w, m).astype(np.float64),
         group, factor, k,
     )  # fmt: skip
-    # The iterate's row flags are not used (see `_rounds`): only y's.
-    flags = np.zeros((n, d + k), bool)
-    hi_y, lo_y = flags.copy(), flags.copy()
-    hi_y[:, :d], lo_y[:, :d] = rows(hi, d + m)[:, :d], rows(lo, d + m)[:, :d]
+    # The iterate's flags, its rows' carried over to the merged rows (a
+    # negative factor swaps the sides).
+    hi_y, lo_y = np.zeros((n, d + k), bool), np.zeros((n, d + k), bool)
+    hi_all, lo_all = rows(hi, d + m), rows(lo, d + m)
+    hi_y[:, :d], lo_y[:, :d] = hi_all[:, :d], lo_all[:, :d]
+    neg = factor < 0
+    row_hi = np.where(neg, lo_all[:, d:], hi_all[:, d:])
+    row_lo = np.where(neg, hi_all[:, d:], lo_all[:, d:])
+    np.logical_or.at(hi_y[:, d:].T, group, row_hi.T)
+    np.logical_or.at(lo_y[:, d:].T, group, row_lo.T)
     args = [
         rows(y_raw, d).astype(np.float64),
         rows(q, m_eq).astype(np.float64),
@@ -121,11 +127,21 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
 
 def _active_set_method(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
     """The active-set rounds for one instance (float64): from the iterate's
-    face, moving every misplaced row at once; should they not settle, from the
-    empty face; and then one row at a time (slow, but it does not cycle)."""
+    bounded coordinates, moving every misplaced row at once; should they not
+    settle, from the iterate's whole face (rows too); then from the empty
+    face; and then one row at a time (slow, but it does not cycle)."""
+    d = r.shape[0]
+    hi_y, lo_y = hi.copy(), lo.copy()
+    # Rows not seeded first: before convergence the iterate flags many nearly
+    # parallel rows (lines of one corridor), whose face lies far from the
+    # projection, and the rounds then wander; rows join once violated
+    # (measured: see RESULTS). Where most rows bind (a chain of two-sided
+    # differences, say), that takes too many rounds: the whole face is next.
+    hi_y[d:] = lo_y[d:] = False
     none = np.zeros_like(hi)
-    attempts = ((hi, lo, False, _MAX_ROUNDS // 2), (none, none, False, _MAX_ROUNDS))
-    attempts += ((none, none, True, _SINGLE_ROUNDS),)
+    half = _MAX_ROUNDS // 2
+    attempts = ((hi_y, lo_y, False, half), (hi, lo, False, half))
+    attempts += ((none, none, False, _MAX_ROUNDS), (none, none, True, _SINGLE_ROUNDS))
     y = r
     for up, down, single, rounds in attempts:
         y, fail = _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, up, down, single, rounds)
@@ -139,11 +155,6 @@ def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, single, max_rounds):
     `single`, one row moves per round (the most misplaced)."""
     d = r.shape[0]
     hi, lo = hi.copy(), lo.copy()
-    # The iterate's bounded coordinates seed the face; its inequality rows do
-    # not: before convergence it flags many nearly parallel rows (lines of one
-    # corridor), whose face lies far from the projection, and the rounds then
-    # wander. Rows join the face once violated (measured: see RESULTS).
-    hi[d:] = lo[d:] = False
     upper = np.concatenate([ub_y, ub_w])
     lower = np.concatenate([lb_y, lb_w])
     # A flag only counts where its bound is finite.
