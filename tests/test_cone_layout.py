@@ -81,6 +81,7 @@ def test_grouped_ruiz_host_and_traced_agree():
         pe.equilibrate(M, column_groups=groups[:-1])
 
 
+@pytest.mark.slow  # 5000 iterations per instance at 1e-12: 25 s of the fast tier
 def test_per_instance_scaling_is_applied_per_instance():
     """Two instances whose matrices differ by a column scaling of 10 get
     equilibration scalings that differ by the same factor, and both project

@@ -208,6 +208,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # two processes starting JAX: 25 s of the fast tier
 def test_two_processes_train_like_one(tmp_path):
     """Two processes on loopback, two virtual CPU devices each, train three
     Adam steps of a `HardConstrainedNet` with the batch split across all four
