@@ -190,6 +190,48 @@ def test_batched_and_jitted():
         np.testing.assert_allclose(y, case.project(y_raw), atol=1e-7)
 
 
+def test_trains_in_a_hard_constrained_net_and_pickles():
+    """A `from_cvxpy` projector is a `Projector`: it pickles, and in a
+    `HardConstrainedNet` trained with adamw its data (the parameter map too)
+    stay bit-identical while the outputs stay feasible."""
+    import pickle
+
+    import equinox as eqx
+    import optax
+
+    x, b = cp.Variable(4, name="x"), cp.Parameter(name="b")
+    proj = pe.from_cvxpy([cp.sum(x) == b, cp.norm(x, 1) <= 3.0], x)
+    y_raw = jnp.arange(4.0)
+    np.testing.assert_array_equal(
+        pickle.loads(pickle.dumps(proj))(y_raw, b=1.0), proj(y_raw, b=1.0)
+    )
+
+    net = pe.HardConstrainedNet(eqx.nn.MLP(1, 4, 8, 1, key=jax.random.key(0)), proj)
+    params, static = eqx.partition(net, pe.trainable_filter(net))
+    opt = optax.adamw(1e-2, weight_decay=0.1)
+    state = opt.init(params)
+    X = jnp.linspace(0.0, 1.0, 8)[:, None]
+
+    @jax.jit
+    def step(params, state):
+        def loss(params):
+            model = eqx.combine(params, static)
+            return jnp.mean(jax.vmap(lambda x: jnp.sum(model(x, b=x[0]) ** 2))(X))
+
+        updates, state = opt.update(jax.grad(loss)(params), state, params)
+        return eqx.apply_updates(params, updates), state
+
+    for _ in range(3):
+        params, state = step(params, state)
+    trained = eqx.combine(params, static)
+    for before, after in zip(jax.tree.leaves(proj), jax.tree.leaves(trained.projector)):
+        np.testing.assert_array_equal(before, after)
+    Y = jax.vmap(lambda x: trained.projector.with_settings(inference=True)(
+        trained.raw(x), b=x[0]))(X)  # fmt: skip
+    np.testing.assert_allclose(Y.sum(axis=1), X[:, 0], atol=1e-9)
+    assert np.all(np.abs(Y).sum(axis=1) <= 3.0 + 1e-9)
+
+
 def test_free_variable_passes_through():
     """A requested variable that no constraint mentions is returned as given."""
     x, u = cp.Variable(3, name="x"), cp.Variable(2, name="u")
