@@ -245,8 +245,10 @@ class _Builder:
         m, n = self.m, layout.n_cols
         self.A0 = const[: m * n].reshape((m, n), order="F")
         self.b0 = const[m * n :]
-        self.row_param = depends[: m * n].reshape((m, n), order="F").any(axis=1)
-        self.b_param = depends[m * n :]
+        self.row_param: np.ndarray = np.asarray(
+            depends[: m * n].reshape((m, n), order="F").any(axis=1)
+        )
+        self.b_param: np.ndarray = np.asarray(depends[m * n :])
         self.dims = prog.cone_dims
         self.targets: list[tuple[str, tuple[int, ...]]] = []
         self.maps: list[sp.csr_matrix] = []
@@ -254,7 +256,9 @@ class _Builder:
 
     # ------------------------------------------------------------ pieces
 
-    def _parameter(self, flat_rows, shape, scale=1.0) -> Parameter:
+    def _parameter(
+        self, flat_rows, shape, scale: float | np.ndarray = 1.0
+    ) -> Parameter:
         """A new `Parameter` whose value is `scale` times the entries
         `flat_rows` of $T\\,[p;\\ 1]$ (-1: zero)."""
         flat_rows = np.asarray(flat_rows)
@@ -283,7 +287,7 @@ class _Builder:
         A[:, self.layout.col_of] = self.A0[rows]
         return sp.csr_matrix(A) if self.sparse else A
 
-    def _offset(self, rows, scale=1.0):
+    def _offset(self, rows, scale: float | np.ndarray = 1.0):
         """$b$ on `rows`, times `scale`: fixed, or a vector `Parameter`."""
         if self.b_param[rows].any():
             flat = self.m * self.layout.n_cols + np.asarray(rows)
@@ -319,7 +323,7 @@ class _Builder:
         return rows[~empty]
 
     def _nonneg(self, rows) -> list:
-        """$a^\top x + b \ge 0$ rows: a `Box` bound where the row has one
+        """$a^\\top x + b \\ge 0$ rows: a `Box` bound where the row has one
         fixed coefficient (with `native`), else an `AffineInequality`, with
         two rows that are negatives of each other (a two-sided constraint,
         which cvxpy splits) joined into one two-sided row."""
@@ -337,9 +341,9 @@ class _Builder:
         return sets + self._boxes(rows[single])
 
     def _two_sided(self, rows) -> list:
-        """Fixed rows as $\ell \le c^\top x \le u$: a row $a = s c$ ($s > 0$,
+        """Fixed rows as $\\ell \\le c^\\top x \\le u$: a row $a = s c$ ($s > 0$,
         $c$ scaled to a largest entry of 1, first nonzero positive) gives
-        $\ell = -b/s$, its negative $a = -s c$ gives $u = b/s$."""
+        $\\ell = -b/s$, its negative $a = -s c$ gives $u = b/s$."""
         A = self.A0[rows]
         big = np.max(np.abs(A), axis=1) if rows.size else np.zeros(0)
         first = A[np.arange(rows.size), np.argmax(A != 0, axis=1)]
@@ -418,12 +422,12 @@ class _Builder:
             self.targets[-1] = (name, (d,))
             f = Parameter(name)
         else:
-            f = np.asarray(f.todense() if sp.issparse(f) else f).ravel()
+            f = sp.csr_matrix(f).toarray().ravel()
             f = f if np.any(f) else None
         b = self._offset(head)
         if isinstance(b, Parameter):
             name, _ = self.targets[-1]
             self.targets[-1] = (name, ())
         else:
-            b = float(b[0])
+            b = np.asarray(b).reshape(())
         return SecondOrderCone(self._matrix(tail), a=self._offset(tail), f=f, b=b)

@@ -196,6 +196,7 @@ def _start(proj, y_raw, s0, data: InstanceData, op):
         # y_raw lifted into the internal coordinates: this saves a few
         # iterations over the paper's s0 = 0 and changes no fixed point.
         y = _padded(y_raw, proj.problem.n_aux)
+        assert data.C is not None  # as assembled by `LiftedProblem.data`
         s0 = jnp.concatenate([y / op.d_y, (data.C @ y) / op.d_w])
     else:
         s0 = jnp.asarray(s0, y_raw.dtype)

@@ -63,7 +63,7 @@ class AffineParameterMap(eqx.Module):
                 f"expects exactly {sorted(expected) or 'no parameters'} as keyword "
                 "arguments (the names of its cvxpy Parameters)."
             )
-        flat = [None] * len(self.sources)
+        flat: dict[int, Array] = {}
         dtype = jnp.result_type(float, *(jnp.asarray(v) for v in values.values()))
         for i, (name, shape, _) in enumerate(self.sources):
             v = jnp.asarray(values[name])

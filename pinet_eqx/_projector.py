@@ -24,6 +24,7 @@ from ._face import SparseRows
 from ._frozen import freeze, thaw
 from ._lifting import LiftedProblem
 from ._mesh import per_instance
+from ._parameter_map import AffineParameterMap
 from ._precision import full_precision
 from ._residual import RowResidual
 from ._solution import ProjectionSolution
@@ -117,10 +118,10 @@ class Projector(eqx.Module):
         variables cvxpy introduces). `y_raw` and the output then have $d$
         entries; `solve` returns $v$ as `aux`. Such sets are differentiated
         at the fixed point (no closed-form active set, no polish).
-    - `parameter_map`: a callable that maps the call's keyword values to
-        those of the constraints' `Parameter`s (how `from_cvxpy` evaluates
-        cvxpy's affine map from its parameters to the cone data); it must
-        have a `parameters` attribute, the `(name, shape)` pairs it takes.
+    - `parameter_map`: how `from_cvxpy` passes cvxpy's parameters: an
+        affine map, evaluated in JAX at each call, from the call's keyword
+        values to those of the constraints' `Parameter`s (built by
+        `from_cvxpy`; `None` passes the values through).
     - `unroll`, `n_iter_bwd`, `bwd_rtol`, `bwd_atol`, `bwd_failure`,
         `equilibrate_iters`, `equilibrate_tol`, `equilibrate_mode`,
         `equilibrate_y`: deprecated aliases (with a `DeprecationWarning`) for
@@ -139,7 +140,7 @@ class Projector(eqx.Module):
     check_inputs: bool = eqx.field(static=True)
     refine_always: bool = eqx.field(static=True)
     polish: bool | Literal["auto"] = eqx.field(static=True)
-    parameter_map: eqx.Module | None
+    parameter_map: AffineParameterMap | None
     inference: bool
 
     def __init__(
@@ -163,7 +164,7 @@ class Projector(eqx.Module):
         refine: bool | Literal["auto"] = "auto",
         polish: bool | Literal["auto"] = "auto",
         n_aux: int = 0,
-        parameter_map: eqx.Module | None = None,
+        parameter_map: AffineParameterMap | None = None,
         **deprecated,
     ):
         pieces, dim = lift(constraints, dim)
