@@ -232,6 +232,32 @@ def test_trains_in_a_hard_constrained_net_and_pickles():
     assert np.all(np.abs(Y).sum(axis=1) <= 3.0 + 1e-9)
 
 
+@pytest.mark.parametrize(
+    "make, cone_rows, ineq_rows",
+    [
+        (lambda x, r: [cp.norm(x - 1, 1) <= r], 4, 0),  # L1NormCone, 1 + 3
+        (lambda x, r: [cp.norm(2 * x + 1, "inf") <= r + x[0]], 4, 0),  # LInf
+        (lambda x, r: [cp.abs(x) <= 2.0, cp.sum(x) <= r], 0, 4),  # two-sided rows
+    ],
+    ids=["l1", "linf", "abs"],
+)
+def test_norm_epigraphs_become_native_sets(make, cone_rows, ineq_rows):
+    """cvxpy's epigraph variables of l1 and l-infinity norms are eliminated
+    into native norm cones (or two-sided rows); `native_sets=False` keeps
+    them as auxiliary coordinates. Both project as Clarabel does."""
+    x, r = cp.Variable(3, name="x"), cp.Parameter(name="r")
+    case = Case([x], make(x, r), {"r": 1.0})
+    native = pe.from_cvxpy(case.constraints, x)
+    rows = pe.from_cvxpy(case.constraints, x, native_sets=False)
+    assert native.n_aux == 0 and rows.n_aux >= 1
+    assert native.problem.n_cone == cone_rows
+    assert native.problem.n_ineq == ineq_rows
+    y_raw = np.array([3.3, -2.4, 0.5])
+    for proj in (native, rows):
+        y = proj.with_settings(inference=True)(y_raw, **case.values)
+        np.testing.assert_allclose(y, case.project(y_raw), atol=1e-8)
+
+
 def test_free_variable_passes_through():
     """A requested variable that no constraint mentions is returned as given."""
     x, u = cp.Variable(3, name="x"), cp.Variable(2, name="u")
@@ -343,18 +369,6 @@ def test_wrong_parameters_raise():
         proj(y_raw, b=case.values["b"])
     with pytest.raises(ValueError, match="parameter `b` must have shape"):
         proj(y_raw, b=jnp.zeros(3), r=1.0)
+    _, case, proj = _setup("two_variables")  # z is auxiliary
     with pytest.raises(ValueError, match="auxiliary coordinates"):
-        proj.violation(y_raw, **case.values)
-
-
-@pytest.mark.slow
-def test_docs_page_runs():
-    """The code of docs/concepts/cvxpy.md runs as shown (cvxpylayers: the
-    `bench` extra, so the slow tier)."""
-    import pathlib
-    import re
-
-    page = pathlib.Path(__file__).parents[1] / "docs" / "concepts" / "cvxpy.md"
-    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
-    assert len(blocks) == 2
-    exec(compile("".join(blocks), str(page), "exec"), {})
+        proj.violation(jnp.zeros(case.dim), **case.values)

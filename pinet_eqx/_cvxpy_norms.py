@@ -1,0 +1,116 @@
+"""Norm epigraphs in cvxpy's cone program, recognised so that they become
+native $\\ell_1$ and $\\ell_\\infty$ norm cones instead of auxiliary variables.
+
+cvxpy writes $\\|u\\|_1 \\le \\beta$ (with $u = W x + h$) as nonnegative rows
+$c_j t_j \\pm u_j \\ge 0$ and $\\beta - \\kappa \\sum_j t_j \\ge 0$, with new
+variables $t$; and $\\|u\\|_\\infty \\le \\beta$ with one $t$: $c_j t \\pm u_j
+\\ge 0$ and $\\beta - \\kappa t \\ge 0$. Eliminating $t$ gives the same set in
+$x$: $\\|\\mathrm{diag}(1/c)\\,u\\| \\le \\beta / \\kappa$. A native cone keeps
+the projector's closed-form derivative and polish for polyhedral sets, and
+saves the auxiliary coordinates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class NormEpigraph:
+    """$\\|\\mathrm{diag}(1/c)\\,(W x + h)\\| \\le (f^\\top x + r)/\\kappa$.
+
+    `kind` is `"l1"` or `"linf"`; `pairs` the rows $c_j t + u_j \\ge 0$ (one
+    per entry of $u$: its $x$ part is $W_j$ and its offset $h_j$); `scale`
+    the $c_j$; `budget` the row $f^\\top x + r - \\kappa \\sum t \\ge 0$ and
+    `kappa` its $\\kappa$; `columns` the eliminated $t$.
+    """
+
+    kind: str
+    pairs: np.ndarray
+    scale: np.ndarray
+    budget: int
+    kappa: float
+    columns: np.ndarray
+
+
+def find_norm_epigraphs(A, b0, rows, candidates, fixed) -> list[NormEpigraph]:
+    """The norm epigraphs among the nonnegative `rows` of the cone program.
+
+    **Arguments:**
+
+    - `A`, `b0`: the constant matrix and offset of the rows $A x + b \\ge 0$.
+    - `rows`: the nonnegative rows.
+    - `candidates`: boolean mask of the columns that may be eliminated (not
+        requested, in no other cone, in no parameter-dependent row).
+    - `fixed`: boolean mask of the rows whose coefficients are fixed.
+
+    **Returns:** a list of `NormEpigraph`s on disjoint columns and rows.
+    """
+    sub = A[rows]
+    cand = np.flatnonzero(candidates)
+    budget_of, pairs_of, scale_of = {}, {}, {}
+    for t in cand:
+        col = sub[:, t]
+        pos, neg = np.flatnonzero(col > 0), np.flatnonzero(col < 0)
+        if neg.size != 1 or pos.size == 0 or pos.size % 2:
+            continue
+        # Positive rows: t's only candidate, fixed, in pairs of opposite u.
+        if np.any(np.count_nonzero(sub[pos][:, cand], axis=1) != 1):
+            continue
+        if not fixed[rows[pos]].all() or not fixed[rows[neg[0]]]:
+            continue
+        pairs = _pairs(sub, b0[rows], pos, t)
+        if pairs is None:
+            continue
+        budget_of[t] = int(neg[0])
+        pairs_of[t] = pairs
+        scale_of[t] = col[pairs]
+    by_budget: dict[int, list[int]] = {}
+    for t, r in budget_of.items():
+        by_budget.setdefault(r, []).append(t)
+    out = []
+    for r, ts in by_budget.items():
+        coef = sub[r, cand]
+        # The budget row's candidates are exactly these t, with one coefficient.
+        if set(cand[coef != 0]) != set(ts) or np.ptp(sub[r, ts]) != 0:
+            continue
+        if len(ts) == 1:
+            kind, pairs = "linf", pairs_of[ts[0]]
+            scale = scale_of[ts[0]]
+        elif all(pairs_of[t].size == 1 for t in ts):
+            kind = "l1"
+            pairs = np.array([pairs_of[t][0] for t in ts])
+            scale = np.array([scale_of[t][0] for t in ts])
+        else:
+            continue
+        out.append(
+            NormEpigraph(
+                kind=kind,
+                pairs=rows[pairs],
+                scale=scale,
+                budget=int(rows[r]),
+                kappa=float(-sub[r, ts[0]]),
+                columns=np.asarray(ts),
+            )
+        )
+    return out
+
+
+def _pairs(sub, b, pos, t) -> np.ndarray | None:
+    """One row of each pair among `pos` (rows $c t + u \\ge 0$ and $c t - u
+    \\ge 0$), or `None` if they do not pair up."""
+    rest = np.concatenate([sub[pos], b[pos, None]], axis=1)
+    rest[:, t] = 0.0
+    keys = {}
+    for i, row in zip(pos, rest):
+        keys.setdefault(bytes(np.round(row, 12) + 0.0), []).append(i)
+    first = []
+    for i, row in zip(pos, rest):
+        partner = keys.get(bytes(np.round(-row, 12) + 0.0), [])
+        if len(partner) != 1 or sub[partner[0], t] != sub[i, t]:
+            return None
+        if i < partner[0]:
+            first.append(i)
+    return np.asarray(first) if 2 * len(first) == pos.size else None
