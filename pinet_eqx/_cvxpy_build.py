@@ -24,7 +24,12 @@ from ._constraints import (
     LInfNormCone,
     SecondOrderCone,
 )
-from ._cvxpy_norms import NormEpigraph, find_norm_epigraphs
+from ._cvxpy_norms import (
+    ConeHead,
+    NormEpigraph,
+    find_cone_heads,
+    find_norm_epigraphs,
+)
 from ._parameter import Parameter
 
 
@@ -80,27 +85,34 @@ class ConeProgramBuilder:
         self.row_param: np.ndarray = np.asarray(entry_param.any(axis=1))
         self.b_param: np.ndarray = np.asarray(depends[m * n :])
         self.dims = prog.cone_dims
-        self.norms = self._norm_epigraphs(prog, variables, entry_param)
+        self.norms, self.heads = self._eliminations(prog, variables, entry_param)
         dropped = [c for ep in self.norms for c in ep.columns]
+        dropped += [h.column for h in self.heads.values()]
         self.layout = _Layout(prog, variables, np.asarray(dropped, int))
         self.targets: list[tuple[str, tuple[int, ...]]] = []
         self.maps: list[sp.csr_matrix] = []
         self.sparse = self.layout.dim + m >= SPARSE_MIN_SIZE
 
-    def _norm_epigraphs(self, prog, variables, entry_param) -> list[NormEpigraph]:
+    def _eliminations(self, prog, variables, entry_param):
+        """The norm epigraphs and second-order heads whose variables are
+        eliminated (none without `native`)."""
         if not self.native:
-            return []
+            return [], {}
         z, nn = self.dims.zero, self.dims.nonneg
         candidates = np.ones(prog.x.size, bool)
         for v in variables:
             start = prog.var_id_to_col.get(v.id)
             if start is not None:
                 candidates[start : start + v.size] = False
-        other = np.r_[np.arange(z), np.arange(z + nn, self.m)]  # zero and SOC
-        candidates &= ~np.any(self.A0[other] != 0, axis=0)
         candidates &= ~entry_param.any(axis=0)
-        rows = z + np.arange(nn)
-        return find_norm_epigraphs(self.A0, self.b0, rows, candidates, ~self.row_param)
+        candidates &= ~np.any(self.A0[:z] != 0, axis=0)
+        rows, fixed = z + np.arange(nn), ~self.row_param
+        starts = z + nn + np.cumsum([0] + list(self.dims.soc))
+        blocks = [np.arange(a, b) for a, b in zip(starts[:-1], starts[1:])]
+        heads = find_cone_heads(self.A0, self.b0, blocks, rows, candidates, fixed)
+        in_soc = np.any(self.A0[z + nn :] != 0, axis=0)
+        norms = find_norm_epigraphs(self.A0, self.b0, rows, candidates & ~in_soc, fixed)
+        return norms, {h.block: h for h in heads}
 
     # ------------------------------------------------------------ pieces
 
@@ -166,15 +178,15 @@ class ConeProgramBuilder:
         if zero.size:
             sets.append(Equality(self._matrix(zero), self._offset(zero, -1.0)))
         nonneg = z + np.arange(nn)
-        if self.norms:
-            dropped = ~self.layout.keep
-            used = np.any(self.A0[nonneg][:, dropped] != 0, axis=1)
-            nonneg = nonneg[~used]
-            sets += [self._norm(ep) for ep in self.norms]
+        # Rows on eliminated columns went into norm cones and cone heads.
+        used = np.any(self.A0[nonneg][:, ~self.layout.keep] != 0, axis=1)
+        nonneg = nonneg[~used]
+        sets += [self._norm(ep) for ep in self.norms]
         sets += self._nonneg(self._nonempty(nonneg))
         start = z + nn
-        for size in self.dims.soc:
-            sets.append(self._soc(np.arange(start, start + size)))
+        for k, size in enumerate(self.dims.soc):
+            rows = np.arange(start, start + size)
+            sets.append(self._soc(rows, self.heads.get(k)))
             start += size
         return sets
 
@@ -281,9 +293,18 @@ class ConeProgramBuilder:
                     r, j, a = r[rest], j[rest], a[rest]
         return boxes
 
-    def _soc(self, rows) -> SecondOrderCone:
+    def _soc(self, rows, head: ConeHead | None = None) -> SecondOrderCone:
         """$\\|A x + a\\|_2 \\le f^\\top x + b$ from the block $(f^\\top x + b,
         A x + a)$."""
+        if head is not None:
+            # The head c t, with f^T x + r - kappa t >= 0: c (f^T x + r) / kappa.
+            budget, ratio = np.array([head.budget]), head.scale / head.kappa
+            return SecondOrderCone(
+                self._matrix(rows[1:]),
+                a=self._offset(rows[1:]),
+                f=self._vector(self._fixed(budget, ratio)),
+                b=self._scalar(self._offset(budget, ratio)),
+            )
         head, tail = rows[:1], rows[1:]
         f = self._matrix(head)
         if isinstance(f, Parameter):

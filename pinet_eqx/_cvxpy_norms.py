@@ -114,3 +114,57 @@ def _pairs(sub, b, pos, t) -> np.ndarray | None:
         if i < partner[0]:
             first.append(i)
     return np.asarray(first) if 2 * len(first) == pos.size else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ConeHead:
+    """A second-order block whose head is $c\\,t$ for a variable $t$ bounded
+    only by the row $f^\\top x + r - \\kappa t \\ge 0$ (cvxpy's
+    $\\|u\\|_2 \\le f^\\top x + r$): the block's head becomes $(c/\\kappa)
+    (f^\\top x + r)$, and $t$ is eliminated."""
+
+    block: int
+    head: int
+    budget: int
+    scale: float
+    kappa: float
+    column: int
+
+
+def find_cone_heads(A, b0, blocks, rows, candidates, fixed) -> list[ConeHead]:
+    """The second-order `blocks` (arrays of rows) with an eliminable head.
+
+    `rows` are the nonnegative rows; `candidates` the columns that may be
+    eliminated (not requested, in no zero row, in no parameter-dependent
+    row); `fixed` the rows whose coefficients are fixed.
+    """
+    out = []
+    soc_rows = np.concatenate(blocks) if blocks else np.zeros(0, int)
+    for k, block in enumerate(blocks):
+        head = block[0]
+        nz = np.flatnonzero(A[head])
+        if nz.size != 1 or b0[head] != 0 or not fixed[head]:
+            continue
+        t = nz[0]
+        if not candidates[t] or A[head, t] <= 0:
+            continue
+        if np.count_nonzero(A[soc_rows, t]) != 1:
+            continue  # t is in another block, or elsewhere in this one
+        col = A[rows, t]
+        neg = np.flatnonzero(col < 0)
+        if neg.size != 1 or np.count_nonzero(col) != 1 or not fixed[rows[neg[0]]]:
+            continue
+        budget = int(rows[neg[0]])
+        if np.count_nonzero(A[budget, candidates]) != 1:
+            continue  # other eliminable columns in the budget row
+        out.append(
+            ConeHead(
+                block=k,
+                head=int(head),
+                budget=budget,
+                scale=float(A[head, t]),
+                kappa=float(-A[budget, t]),
+                column=int(t),
+            )
+        )
+    return out

@@ -238,15 +238,16 @@ def test_trains_in_a_hard_constrained_net_and_pickles():
         (lambda x, r: [cp.norm(x - 1, 1) <= r], 4, 0),  # L1NormCone, 1 + 3
         (lambda x, r: [cp.norm(2 * x + 1, "inf") <= r + x[0]], 4, 0),  # LInf
         (lambda x, r: [cp.abs(x) <= 2.0, cp.sum(x) <= r], 0, 4),  # two-sided rows
+        (lambda x, r: [cp.norm(x + 1, 2) <= r + x[0]], 4, 0),  # SOC head
     ],
-    ids=["l1", "linf", "abs"],
+    ids=["l1", "linf", "abs", "soc_head"],
 )
 def test_norm_epigraphs_become_native_sets(make, cone_rows, ineq_rows):
-    """cvxpy's epigraph variables of l1 and l-infinity norms are eliminated
-    into native norm cones (or two-sided rows); `native_sets=False` keeps
-    them as auxiliary coordinates. Both project as Clarabel does."""
+    """cvxpy's epigraph variables of l1, l-infinity and l2 norms are
+    eliminated into native norm cones (or two-sided rows); `native_sets=False`
+    keeps them as auxiliary coordinates. Both project as Clarabel does."""
     x, r = cp.Variable(3, name="x"), cp.Parameter(name="r")
-    case = Case([x], make(x, r), {"r": 1.0})
+    case = Case([x], make(x, r), {"r": 3.0})
     native = pe.from_cvxpy(case.constraints, x)
     rows = pe.from_cvxpy(case.constraints, x, native_sets=False)
     assert native.n_aux == 0 and rows.n_aux >= 1
