@@ -1,0 +1,117 @@
+"""Command line of the cvxpy front-end benchmark; see the package docstring.
+
+    python -m benchmarks.cvxpy [--batch 64] [--repeats 20] [--out results/cvxpy]
+    python -m benchmarks.cvxpy --quick --out /tmp/cvxpy     # smoke run
+
+Writes `OUT/results.json` (every number, the machine and the command) and
+`OUT/results.md` (the tables), and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import pathlib
+import sys
+
+DEFAULT_OUT = pathlib.Path("results") / "cvxpy"
+PARTS = ("speed", "overhead", "native_sets", "partial_sums")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.cvxpy",
+        description="pe.from_cvxpy against cvxpylayers (target A) and against "
+        "hand-built sets (target B), issue 31.",
+    )
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument(
+        "--repeats", type=int, default=20, help="timed repeats of every call"
+    )
+    parser.add_argument(
+        "--dc3-size", choices=("small", "tiny"), default="small", help="target B"
+    )
+    parser.add_argument(
+        "--only", choices=PARTS, action="append", help="run only these parts"
+    )
+    parser.add_argument(
+        "--no-clarabel",
+        action="store_true",
+        help="target A without the Clarabel variant of cvxpylayers",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: batch 4, 2 repeats, DC3 tiny, no Clarabel cvxpylayers; "
+        "without --only, targets A and B only",
+    )
+    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
+    return parser
+
+
+def source_digest() -> str:
+    """SHA-256 (first 12 hex digits) of the library's source files: which
+    state of `pinet_eqx/` produced the numbers, uncommitted edits included."""
+    root = pathlib.Path(__file__).resolve().parents[2] / "pinet_eqx"
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main(argv=None) -> dict:
+    args = _parser().parse_args(argv)
+    if args.batch < 1 or args.repeats < 1:
+        raise SystemExit("--batch and --repeats must be at least 1.")
+    parts = args.only or list(PARTS)
+    if args.quick:
+        args.batch, args.repeats, args.dc3_size = 4, 2, "tiny"
+        args.no_clarabel = True
+        parts = args.only or ["speed", "overhead"]
+
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+
+    from .._common.provenance import command_line, machine
+    from . import _overhead, _partial_sums, _report, _speed
+
+    record = {
+        "command": command_line("python -m benchmarks.cvxpy", argv),
+        "machine": machine(),
+        "pinet_eqx_source": source_digest(),
+        "dtype": "float64",
+        "quick": args.quick,
+    }
+    if "speed" in parts:
+        record["speed"] = _speed.measure(
+            args.batch, args.repeats, clarabel=not args.no_clarabel, log=_log
+        )
+    if "overhead" in parts:
+        record["overhead"] = _overhead.measure_dc3(
+            args.dc3_size, args.batch, args.repeats, log=_log
+        )
+    if "native_sets" in parts:
+        record["native_sets"] = _overhead.measure_native_sets(
+            args.batch, args.repeats, log=_log
+        )
+    if "partial_sums" in parts:
+        record["partial_sums"] = _partial_sums.measure(args.batch, log=_log)
+    record["machine_after"] = {"load_avg": machine()["load_avg"]}
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(record, indent=1))
+    table = _report.markdown(record)
+    (args.out / "results.md").write_text(table)
+    print(table)
+    _log(f"wrote {args.out / 'results.json'} and {args.out / 'results.md'}")
+    return record
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""The Markdown tables of a `python -m benchmarks.cvxpy` record.
+
+Times are milliseconds: the steady-state median with its interquartile range
+in parentheses and its min-max in brackets; first calls (compilation included
+for ours) are seconds.
+"""
+
+from __future__ import annotations
+
+from .._common.provenance import describe
+from ._overhead import TARGET_RATIO as TARGET_B
+from ._speed import TARGET_RATIO as TARGET_A
+
+KINDS = ("forward", "forward_backward")
+LAYER_NAMES = {
+    "ours_train": "ours, training mode (defaults)",
+    "ours_inference": "ours, inference mode",
+    "cvxpylayers": "cvxpylayers (defaults: diffcp + SCS)",
+    "cvxpylayers_clarabel": "cvxpylayers (diffcp + Clarabel)",
+}
+
+
+def _ms(s: dict) -> str:
+    f = 1e3
+    return (
+        f"{f * s['median']:.2f} ({f * s['lq']:.2f}-{f * s['uq']:.2f}) "
+        f"[{f * s['min']:.2f}-{f * s['max']:.2f}]"
+    )
+
+
+def _build(s: dict) -> str:
+    return f"{s['cold']:.2f} / {s['warm']:.3f}"
+
+
+def _met(ratio: float, target: float) -> str:
+    return f"{ratio:.3f} ({'met' if ratio <= target else 'NOT met'})"
+
+
+def markdown(record: dict) -> str:
+    """All tables of `record` (the parts it holds)."""
+    m = record["machine"]
+    lines = [
+        f"`{record['command']}`",
+        "",
+        f"Machine: {describe(m)} (pinet_eqx sources "
+        f"{record['pinet_eqx_source']}). Load average (1 min) at start "
+        f"{m['load_avg'][0]:.2f}, at end {record['machine_after']['load_avg'][0]:.2f}. "
+        f"All timings in {record['dtype']} (`jax_enable_x64`). Times: median "
+        "(IQR) [min-max] in ms over the repeats after one warm-up call; first "
+        "call in s (ours: tracing and compilation included).",
+        "",
+    ]
+    if "speed" in record:
+        lines += _speed(record["speed"])
+    if "overhead" in record:
+        lines += _pairs(
+            record["overhead"],
+            "Target B: from_cvxpy vs hand-built, DC3 "
+            + record["overhead"]["problem"]["size"],
+            TARGET_B,
+        )
+    if "native_sets" in record:
+        lines += _pairs(
+            record["native_sets"],
+            "native_sets=False (rows and auxiliary coordinates as cvxpy gives "
+            "them) vs default (Box bounds, norm cones), target A's problem",
+            None,
+        )
+    if "partial_sums" in record:
+        lines += _partial_sums(record["partial_sums"])
+    return "\n".join(lines) + "\n"
+
+
+def _speed(r: dict) -> list[str]:
+    t, p = r["timing"], r["problem"]
+    active = ", ".join(f"{k} {v:.0%}" for k, v in p["active_share"].items())
+    lines = [
+        f"### Target A: from_cvxpy vs cvxpylayers (batch {r['batch']}, "
+        f"{r['repeats']} repeats)",
+        "",
+        f"Problem: {p['n_var']} variables; partial sum {p['partial']}. Our "
+        f"projector: {p['n_aux']} auxiliary coordinates, {p['n_eq']} equality rows, "
+        f"{p['n_ineq']} inequality rows, {p['n_cone']} cone coordinates, "
+        f"{p['n_boxed']} boxed coordinates, {p['affine_form']}, "
+        f"{p['n_iter']} training iterations. Active at the projection: {active}.",
+        "",
+        "| layer | build s (cold / warm) | fwd first s | fwd ms | fwd+bwd first s "
+        "| fwd+bwd ms "
+        "| fwd+bwd / cvxpylayers | max abs diff. to Clarabel 1e-10 | obj. - "
+        "Clarabel's (max) | max viol. | grad rel. err "
+        f"vs {r['gradient_error_vs']} (max / median) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    base = t["cvxpylayers/forward_backward"]["median"]
+    setup = r["setup_s"]
+    for name, label in LAYER_NAMES.items():
+        if f"{name}/forward" not in t:
+            continue
+        f, fb = t[f"{name}/forward"], t[f"{name}/forward_backward"]
+        build = setup.get(name, setup["ours"])
+        g = r["gradient_error"].get(name)
+        grad = f"{g['max']:.1e} / {g['median']:.1e}" if g else "(reference)"
+        lines.append(
+            f"| {label} | {_build(build)} | {f['first_s']:.2f} | {_ms(f)} | "
+            f"{fb['first_s']:.2f} | {_ms(fb)} | {fb['median'] / base:.3f} | "
+            f"{_accuracy(r['accuracy_vs_clarabel_1e-10'][name])} | {grad} |"
+        )
+    ratio = r["ratio"]["ours_train/cvxpylayers/forward_backward"]
+    it = r["inference_iterations"]
+    lines += [
+        "",
+        f"Target A (ours in training mode / cvxpylayers at defaults, fwd+bwd, "
+        f"<= {TARGET_A}): {_met(ratio, TARGET_A)}. Inference mode: "
+        f"{r['ratio']['ours_inference/cvxpylayers/forward_backward']:.3f}. "
+        f"Sanity: max abs difference of ours (inference) and cvxpylayers "
+        f"(defaults): {r['sanity_max_abs_ours_inference_vs_cvxpylayers']:.1e}. "
+        "Clarabel's own solutions at tolerances 1e-8 and 1e-10 differ by up to "
+        f"{r['clarabel_1e-8_vs_1e-10']:.1e} (its violation at 1e-10: "
+        f"{r['accuracy_vs_clarabel_1e-10']['ours_train']['ref_violation']:.1e}). "
+        f"Inference iterations: median {it['median']:.0f}, max {it['max']}, "
+        f"{it['successful']}/{r['batch']} successful.",
+        "",
+    ]
+    return lines
+
+
+def _accuracy(a: dict) -> str:
+    return f"{a['max_abs']:.1e} | {a['objective_excess']:.1e} | {a['violation']:.1e}"
+
+
+def _pairs(r: dict, title: str, target: float | None) -> list[str]:
+    t, base, cand = r["timing"], r["baseline"], r["candidate"]
+    lines = [
+        f"### {title} (batch {r['batch']}, {r['repeats']} repeats)",
+        "",
+        "| projector | mode | build s (cold / warm) | fwd first s | fwd ms "
+        "| fwd+bwd first s | fwd+bwd ms | inference iterations (median / max, "
+        "successful) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in (base, cand):
+        s = r["structure"][name]
+        it = r["inference_iterations"][name]
+        for mode in ("train", "inference"):
+            f = t[f"{name}/{mode}/forward"]
+            fb = t[f"{name}/{mode}/forward_backward"]
+            iters = f"{s['n_iter']} (fixed)"
+            if mode == "inference":
+                iters = f"{it['median']:.0f} / {it['max']} ({it['successful']} ok)"
+            lines.append(
+                f"| {name} | {mode} | {_build(r['setup_s'][name])} | "
+                f"{f['first_s']:.2f} | {_ms(f)} | {fb['first_s']:.2f} | {_ms(fb)} | "
+                f"{iters} |"
+            )
+    lines += [
+        "",
+        f"| mode | fwd {cand} / {base} | fwd+bwd {cand} / {base} | max abs "
+        "difference of outputs |",
+        "|---|---:|---:|---:|",
+    ]
+    for mode in ("train", "inference"):
+        cells = []
+        for kind in KINDS:
+            ratio = r["ratio"][f"{mode}/{kind}"]
+            cells.append(_met(ratio, target) if target else f"{ratio:.3f}")
+        lines.append(
+            f"| {mode} | {cells[0]} | {cells[1]} | "
+            f"{r['max_abs_difference'][mode]:.1e} |"
+        )
+    structure = "; ".join(
+        f"{name}: {s['n_eq']} eq. rows, {s['n_ineq']} ineq. rows, {s['n_cone']} cone "
+        f"coords, {s['n_boxed']} boxed, {s['n_aux']} aux., {s['affine_form']}"
+        for name, s in r["structure"].items()
+    )
+    lines += ["", f"Built as: {structure}.", ""]
+    return lines
+
+
+def _partial_sums(r: dict) -> list[str]:
+    lines = [
+        "### Partial-sum forms: accuracy of from_cvxpy at defaults (no timing)",
+        "",
+        "| form | aux. coords | training: max abs diff. / obj. - Clarabel's / "
+        "max viol. | inference: the same | inference iterations (median / max) "
+        "| successful |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for s in r.values():
+        it = s["inference_iterations"]
+        lines.append(
+            f"| {s['description']} | {s['structure']['n_aux']} | "
+            f"{_accuracy(s['train']).replace(' |', ' /')} | "
+            f"{_accuracy(s['inference']).replace(' |', ' /')} | "
+            f"{it['median']:.0f} / {it['max']} | {it['successful']}/{s['batch']} |"
+        )
+    return [*lines, ""]
