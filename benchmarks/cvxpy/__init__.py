@@ -36,7 +36,7 @@ Run from the repository root:
 Modules: `_problems` (the problems, their instances and reference solutions),
 `_calls` (the timed calls and the first-call timing), `_inspect` (structure,
 iterations and comparisons), `_speed`, `_overhead`, `_partial_sums` (the
-measurements) and `_report` (the Markdown tables). `_accuracy` (accuracy
-families against Clarabel and central differences, `_accuracy.run()`) is not
-part of this command.
+measurements), `_accuracy` (the accuracy target: five families against
+Clarabel and derivatives against central differences, the `accuracy` part)
+and `_report` (the Markdown tables).
 """

@@ -16,7 +16,7 @@ import pathlib
 import sys
 
 DEFAULT_OUT = pathlib.Path("results") / "cvxpy"
-PARTS = ("speed", "overhead", "native_sets", "partial_sums")
+PARTS = ("speed", "overhead", "native_sets", "partial_sums", "accuracy")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,7 +79,7 @@ def main(argv=None) -> dict:
     jax.config.update("jax_enable_x64", True)
 
     from .._common.provenance import command_line, machine
-    from . import _overhead, _partial_sums, _report, _speed
+    from . import _accuracy, _overhead, _partial_sums, _report, _speed
 
     record = {
         "command": command_line("python -m benchmarks.cvxpy", argv),
@@ -102,6 +102,11 @@ def main(argv=None) -> dict:
         )
     if "partial_sums" in parts:
         record["partial_sums"] = _partial_sums.measure(args.batch, log=_log)
+    if "accuracy" in parts:
+        n = 4 if args.quick else 32
+        record["accuracy"] = _accuracy.run(
+            n_instances=n, n_gradients=1 if args.quick else 4
+        )
     record["machine_after"] = {"load_avg": machine()["load_avg"]}
 
     args.out.mkdir(parents=True, exist_ok=True)
