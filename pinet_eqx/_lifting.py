@@ -21,7 +21,7 @@ from . import _blocks as blocks
 from ._cones import AbstractCone
 from ._errors import PARAM_BOUNDS_CROSSED
 from ._host_data import host_data, rows_of, size_of
-from ._parameter import Parameter
+from ._parameter import Parameter, check_values
 from ._segments import Registry, Segments, assemble, assemble_matrix
 from ._sparse import SparseMatrix
 
@@ -235,32 +235,8 @@ class LiftedProblem(eqx.Module):
 
         **Returns:** the values by name, cast to `dtype`.
         """
-        expected = dict(self.parameters)
-        missing = sorted(set(expected) - set(params))
-        unknown = sorted(set(params) - set(expected))
-        if missing or unknown:
-            parts = [f"missing {missing}"] * bool(missing)
-            parts += [f"unknown {unknown}"] * bool(unknown)
-            raise TypeError(
-                f"Projector: parameter mismatch ({'; '.join(parts)}). This projector "
-                f"expects exactly {sorted(expected) or 'no parameters'} as keyword "
-                "arguments."
-            )
-        values = {}
-        for name, shape in expected.items():
-            v = jnp.asarray(params[name])
-            if v.shape != shape:
-                hint = (
-                    " To batch, vmap over instances instead of passing a batch."
-                    if v.ndim == len(shape) + 1 and v.shape[1:] == shape
-                    else ""
-                )
-                raise ValueError(
-                    f"Projector: parameter `{name}` must have shape {shape} for one "
-                    f"instance, got {v.shape}.{hint}"
-                )
-            values[name] = v.astype(dtype)
-        return values
+        values = check_values(self.parameters, params)
+        return {name: v.astype(dtype) for name, v in values.items()}
 
     def data(self, values: dict, dtype, check: bool) -> InstanceData:
         """Assemble one instance's `InstanceData` from the resolved `values`.

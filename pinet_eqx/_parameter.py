@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
 
 # Keyword names that `Projector.__call__`/`solve` and `HardConstrainedNet.__call__`
@@ -74,3 +75,35 @@ def shape_of(value) -> tuple[int, ...]:
         assert value.shape is not None
         return value.shape
     return np.shape(value)
+
+
+def check_values(parameters, values: dict, note: str = "") -> dict:
+    """`values` as JAX arrays, checked against the declared `parameters` (the
+    `(name, shape)` pairs): exactly those names, each of its shape for one
+    instance. `note` ends the message of a name mismatch."""
+    expected = dict(parameters)
+    missing = sorted(set(expected) - set(values))
+    unknown = sorted(set(values) - set(expected))
+    if missing or unknown:
+        parts = [f"missing {missing}"] * bool(missing)
+        parts += [f"unknown {unknown}"] * bool(unknown)
+        raise TypeError(
+            f"Projector: parameter mismatch ({'; '.join(parts)}). This projector "
+            f"expects exactly {sorted(expected) or 'no parameters'} as keyword "
+            f"arguments{note}."
+        )
+    out = {}
+    for name, shape in expected.items():
+        v = jnp.asarray(values[name])
+        if v.shape != shape:
+            hint = (
+                " To batch, vmap over instances instead of passing a batch."
+                if v.ndim == len(shape) + 1 and v.shape[1:] == shape
+                else ""
+            )
+            raise ValueError(
+                f"Projector: parameter `{name}` must have shape {shape} for one "
+                f"instance, got {v.shape}.{hint}"
+            )
+        out[name] = v
+    return out

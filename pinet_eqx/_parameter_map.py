@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from jaxtyping import Array
 
+from ._parameter import check_values
 from ._sparse import SparseMatrix
 
 
@@ -52,31 +53,13 @@ class AffineParameterMap(eqx.Module):
     def __call__(self, values: dict) -> dict[str, Array]:
         """The targets' values from the caller's `values` (checked by name and
         shape, one instance)."""
-        expected = dict(self.parameters)
-        missing = sorted(set(expected) - set(values))
-        unknown = sorted(set(values) - set(expected))
-        if missing or unknown:
-            parts = [f"missing {missing}"] * bool(missing)
-            parts += [f"unknown {unknown}"] * bool(unknown)
-            raise TypeError(
-                f"Projector: parameter mismatch ({'; '.join(parts)}). This projector "
-                f"expects exactly {sorted(expected) or 'no parameters'} as keyword "
-                "arguments (the names of its cvxpy Parameters)."
-            )
+        values = check_values(
+            self.parameters, values, " (the names of its cvxpy Parameters)"
+        )
         flat: dict[int, Array] = {}
-        dtype = jnp.result_type(float, *(jnp.asarray(v) for v in values.values()))
-        for i, (name, shape, _) in enumerate(self.sources):
-            v = jnp.asarray(values[name])
-            if v.shape != shape:
-                hint = (
-                    " To batch, vmap over instances instead of passing a batch."
-                    if v.shape[1:] == shape
-                    else ""
-                )
-                raise ValueError(
-                    f"Projector: parameter `{name}` must have shape {shape} for one "
-                    f"instance, got {v.shape}.{hint}"
-                )
+        dtype = jnp.result_type(float, *values.values())
+        for i, (name, _, _) in enumerate(self.sources):
+            v = values[name]
             # Column-major, as cvxpy flattens parameters.
             flat[i] = jnp.transpose(v).reshape(-1).astype(dtype)
         used = [i for i, (_, _, o) in enumerate(self.sources) if o >= 0]

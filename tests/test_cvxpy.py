@@ -190,21 +190,30 @@ def test_batched_and_jitted():
         np.testing.assert_allclose(y, case.project(y_raw), atol=1e-7)
 
 
-def test_trains_in_a_hard_constrained_net_and_pickles():
-    """A `from_cvxpy` projector is a `Projector`: it pickles, and in a
-    `HardConstrainedNet` trained with adamw its data (the parameter map too)
-    stay bit-identical while the outputs stay feasible."""
+def _small_projector():
+    x, b = cp.Variable(4, name="x"), cp.Parameter(name="b")
+    return pe.from_cvxpy([cp.sum(x) == b, cp.norm(x, 1) <= 3.0], x)
+
+
+def test_pickles():
     import pickle
 
-    import equinox as eqx
-    import optax
-
-    x, b = cp.Variable(4, name="x"), cp.Parameter(name="b")
-    proj = pe.from_cvxpy([cp.sum(x) == b, cp.norm(x, 1) <= 3.0], x)
+    proj = _small_projector()
     y_raw = jnp.arange(4.0)
     np.testing.assert_array_equal(
         pickle.loads(pickle.dumps(proj))(y_raw, b=1.0), proj(y_raw, b=1.0)
     )
+
+
+@pytest.mark.slow  # compiles a training step: 20 s
+def test_trains_in_a_hard_constrained_net():
+    """A `from_cvxpy` projector is a `Projector`: in a `HardConstrainedNet`
+    trained with adamw its data (the parameter map too) stay bit-identical
+    while the outputs stay feasible."""
+    import equinox as eqx
+    import optax
+
+    proj = _small_projector()
 
     net = pe.HardConstrainedNet(eqx.nn.MLP(1, 4, 8, 1, key=jax.random.key(0)), proj)
     params, static = eqx.partition(net, pe.trainable_filter(net))
