@@ -5,7 +5,7 @@ b]) = T\\,[p;\\ 1]$ (column-major). Zero rows become an `Equality`,
 nonnegative rows `AffineInequality` rows (a row and its negative joined into
 one two-sided row), `Box` bounds (rows on one coordinate) or, where they are
 the epigraph of an $\\ell_1$ or $\\ell_\\infty$ norm, an `L1NormCone` or
-`LInfNormCone` (`_cvxpy_norms`); second-order blocks become
+`LInfNormCone` (`_cvxpy_eliminate`); second-order blocks become
 `SecondOrderCone`s. Data that depend on $p$ become `Parameter`s whose values
 are rows of $T\\,[p;\\ 1]$, collected in `targets` and `maps`.
 """
@@ -24,11 +24,12 @@ from ._constraints import (
     LInfNormCone,
     SecondOrderCone,
 )
-from ._cvxpy_norms import (
+from ._cvxpy_eliminate import (
     ConeHead,
     NormEpigraph,
     find_cone_heads,
     find_norm_epigraphs,
+    substitute_defined,
 )
 from ._parameter import Parameter
 
@@ -70,41 +71,59 @@ class ConeProgramBuilder:
     """
 
     def __init__(self, prog, variables, native_sets: bool):
-        self.T = tensor = sp.csr_matrix(prog.A)
         self.native = native_sets
+        self.dims = prog.cone_dims
         n = prog.x.size
-        rows, cols = tensor.get_shape()
+        rows, cols = prog.A.shape
         self.m = m = rows // (n + 1)
         self.n_params = cols - 1
-        # Which flattened entries depend on a parameter, and the constant data.
-        depends = np.asarray(abs(tensor[:, : self.n_params]).sum(axis=1)).ravel() > 0
-        const = np.asarray(tensor[:, self.n_params].todense()).ravel()
-        self.A0 = const[: m * n].reshape((m, n), order="F")
-        self.b0 = const[m * n :]
-        entry_param = depends[: m * n].reshape((m, n), order="F")
-        self.row_param: np.ndarray = np.asarray(entry_param.any(axis=1))
-        self.b_param: np.ndarray = np.asarray(depends[m * n :])
-        self.dims = prog.cone_dims
-        self.norms, self.heads = self._eliminations(prog, variables, entry_param)
+        self._read(sp.csr_matrix(prog.A), n)
+        defined = np.zeros(0, int)
+        if native_sets:
+            # Variables that equalities define are substituted first.
+            fixed_cols = ~self.entry_param.any(axis=0)
+            free = self._not_requested(prog, variables) & fixed_cols
+            T, defined = substitute_defined(self.T, m, n, self.dims.zero, free)
+            self._read(T, n)
+        self.norms, self.heads = self._eliminations(prog, variables)
         dropped = [c for ep in self.norms for c in ep.columns]
-        dropped += [h.column for h in self.heads.values()]
+        dropped += [h.column for h in self.heads.values()] + list(defined)
         self.layout = _Layout(prog, variables, np.asarray(dropped, int))
         self.targets: list[tuple[str, tuple[int, ...]]] = []
         self.maps: list[sp.csr_matrix] = []
         self.sparse = self.layout.dim + m >= SPARSE_MIN_SIZE
 
-    def _eliminations(self, prog, variables, entry_param):
+    def _read(self, T, n: int) -> None:
+        """Take the tensor `T`: its constant data, and which entries depend on
+        a parameter."""
+        m = self.m
+        self.T = T
+        depends = np.asarray(abs(T[:, : self.n_params]).sum(axis=1)).ravel() > 0
+        const = np.asarray(T[:, self.n_params].todense()).ravel()
+        self.A0 = const[: m * n].reshape((m, n), order="F")
+        self.b0 = const[m * n :]
+        self.entry_param = depends[: m * n].reshape((m, n), order="F")
+        self.row_param: np.ndarray = np.asarray(self.entry_param.any(axis=1))
+        self.b_param: np.ndarray = np.asarray(depends[m * n :])
+
+    @staticmethod
+    def _not_requested(prog, variables) -> np.ndarray:
+        """Mask of cvxpy's columns that are not the projected variables'."""
+        mask = np.ones(prog.x.size, bool)
+        for v in variables:
+            start = prog.var_id_to_col.get(v.id)
+            if start is not None:
+                mask[start : start + v.size] = False
+        return mask
+
+    def _eliminations(self, prog, variables):
         """The norm epigraphs and second-order heads whose variables are
         eliminated (none without `native`)."""
         if not self.native:
             return [], {}
         z, nn = self.dims.zero, self.dims.nonneg
-        candidates = np.ones(prog.x.size, bool)
-        for v in variables:
-            start = prog.var_id_to_col.get(v.id)
-            if start is not None:
-                candidates[start : start + v.size] = False
-        candidates &= ~entry_param.any(axis=0)
+        candidates = self._not_requested(prog, variables)
+        candidates &= ~self.entry_param.any(axis=0)
         candidates &= ~np.any(self.A0[:z] != 0, axis=0)
         rows, fixed = z + np.arange(nn), ~self.row_param
         starts = z + nn + np.cumsum([0] + list(self.dims.soc))

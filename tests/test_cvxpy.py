@@ -268,6 +268,19 @@ def test_norm_epigraphs_become_native_sets(make, cone_rows, ineq_rows):
         np.testing.assert_allclose(y, case.project(y_raw), atol=1e-8)
 
 
+def test_variables_that_equalities_define_are_substituted():
+    """cvxpy's cumsum adds variables tied to x by a chain of equalities; they
+    are substituted (no auxiliary coordinate), as a hand-written matrix would
+    be, and the projection is Clarabel's."""
+    x, u = cp.Variable(6, name="x"), cp.Parameter(name="u")
+    case = Case([x], [cp.cumsum(x)[:4] <= u, cp.norm(x, 2) <= 2.0], {"u": 0.3})
+    proj = pe.from_cvxpy(case.constraints, x)
+    assert proj.n_aux == 0 and proj.problem.n_eq == 0
+    y_raw = np.array([1.0, 0.4, -0.2, 0.9, -1.5, 0.7])
+    y = proj.with_settings(inference=True)(y_raw, **case.values)
+    np.testing.assert_allclose(y, case.project(y_raw), atol=1e-7)
+
+
 def test_free_variable_passes_through():
     """A requested variable that no constraint mentions is returned as given."""
     x, u = cp.Variable(3, name="x"), cp.Variable(2, name="u")

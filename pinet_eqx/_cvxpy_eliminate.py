@@ -1,5 +1,7 @@
-"""Norm epigraphs in cvxpy's cone program, recognised so that they become
-native $\\ell_1$ and $\\ell_\\infty$ norm cones instead of auxiliary variables.
+"""Variables of cvxpy's cone program that can be eliminated, so that they do
+not become auxiliary coordinates: norm epigraphs (native $\\ell_1$ and
+$\\ell_\\infty$ norm cones), second-order heads, and variables that
+equalities define (`substitute_defined`).
 
 cvxpy writes $\\|u\\|_1 \\le \\beta$ (with $u = W x + h$) as nonnegative rows
 $c_j t_j \\pm u_j \\ge 0$ and $\\beta - \\kappa \\sum_j t_j \\ge 0$, with new
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import scipy.sparse as sp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,3 +171,49 @@ def find_cone_heads(A, b0, blocks, rows, candidates, fixed) -> list[ConeHead]:
             )
         )
     return out
+
+
+def substitute_defined(T, m: int, n: int, z: int, candidates) -> tuple:
+    """Eliminate variables that zero rows define: `(T', columns)`.
+
+    With $U$ the `candidates` (fixed coefficients wherever they appear) that
+    appear in the zero rows $R$ (the first `z` rows), and $K = A_{R,U}$ square
+    and well conditioned, $u = -K^{-1}(A_{R,\\bar U} x + b_R)$. Each other row
+    $i$ then reads $(A_{i,\\bar U} - C_i A_{R,\\bar U})\\,x + b_i - C_i b_R$
+    with $C = A_{\\cdot,U} K^{-1}$, which is a linear map $S$ of the rows of
+    the tensor $T$ (offsets that depend on parameters included); the rows $R$
+    and the columns $U$ are emptied. cvxpy introduces such variables for
+    `cumsum` and other atoms, and as auxiliary coordinates they slow the
+    iteration down; returns `(T, empty)` where the conditions do not hold.
+    """
+    const = np.asarray(T[:, -1].todense()).ravel()
+    A = const[: m * n].reshape((m, n), order="F")
+    U = np.flatnonzero(candidates & np.any(A[:z] != 0, axis=0))
+    none = (T, np.zeros(0, int))
+    if U.size == 0:
+        return none
+    R = np.flatnonzero(np.any(A[:z][:, U] != 0, axis=1))
+    if R.size != U.size:
+        return none
+    K = A[np.ix_(R, U)]
+    if np.linalg.cond(K) > 1e8:
+        return none
+    others = np.setdiff1d(np.flatnonzero(np.any(A[:, U] != 0, axis=1)), R)
+    C = np.linalg.solve(K.T, A[np.ix_(others, U)].T).T  # A_{i,U} K^{-1}
+    keep_cols = np.setdiff1d(np.arange(n + 1), U)  # x's columns and the offset
+    i_idx, r_idx = np.nonzero(C)
+    rows, cols, vals = [], [], []
+    for j in keep_cols:
+        rows.append(j * m + others[i_idx])
+        cols.append(j * m + R[r_idx])
+        vals.append(-C[i_idx, r_idx])
+    size = m * (n + 1)
+    S = sp.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+        shape=(size, size),
+    )
+    keep = np.ones(size)
+    keep[(U[:, None] * m + np.arange(m)[None, :]).ravel()] = 0.0  # columns U
+    keep[(np.arange(n + 1)[:, None] * m + R[None, :]).ravel()] = 0.0  # rows R
+    S = sp.diags(keep) @ (sp.identity(size, format="csr") + S)
+    return sp.csr_matrix(S @ T), U
