@@ -105,9 +105,18 @@ def families(seed: int = 0) -> dict[str, Family]:
         {"M": rng.standard_normal((10, 20))},
     )
     x, Y = cp.Variable(6, name="x"), cp.Variable((3, 4), name="Y")
-    z = cp.Variable(name="z")
     rad = cp.Parameter(name="rad", nonneg=True)
     out["two_variables"] = Family(
+        [x, Y],
+        [cp.sum(Y, axis=0) == x[:4], Y >= 0, Y <= 0.5, cp.norm(x, 2) <= rad],
+        {"rad": 1.5},
+    )
+    # The same with a quadratic constraint through an unprojected variable z:
+    # two auxiliary coordinates remain (z, and cvxpy's for sum_squares).
+    x, Y = cp.Variable(6, name="x"), cp.Variable((3, 4), name="Y")
+    z = cp.Variable(name="z")
+    rad = cp.Parameter(name="rad", nonneg=True)
+    out["two_variables_aux"] = Family(
         [x, Y],
         [
             cp.sum(Y, axis=0) == x[:4],
