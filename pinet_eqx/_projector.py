@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Literal, cast
@@ -13,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from . import _compat, _forward as forward
+from . import _compat, _forward as forward, _settings
 from ._active_set import FixedRows
 from ._adjoint import AbstractAdjoint, ImplicitAdjoint, check_adjoint
 from ._affine import AbstractAffineProjection
@@ -29,12 +27,6 @@ from ._precision import full_precision
 from ._residual import RowResidual
 from ._solution import ProjectionSolution
 from ._solver import DouglasRachford, solver_from_keywords
-
-# Settings that `with_settings` changes on the `DouglasRachford` solver.
-_SOLVER_FIELDS = frozenset(f.name for f in dataclasses.fields(DouglasRachford))
-_OTHER_SETTINGS = frozenset(
-    {"adjoint", "check_inputs", "inference", "polish", "refine"}
-)
 
 
 class Projector(eqx.Module):
@@ -294,55 +286,7 @@ class Projector(eqx.Module):
 
         **Returns:** a new `Projector`.
         """
-        valid = _SOLVER_FIELDS | _OTHER_SETTINGS
-        unknown = sorted(set(settings) - valid - set(_compat.ADJOINT_KEYWORDS))
-        if unknown:
-            raise TypeError(
-                f"Projector.with_settings: unknown setting(s) {unknown}; valid "
-                f"settings are {sorted(valid)}. Constraint data and equilibration "
-                "need a new Projector."
-            )
-        solver = dataclasses.replace(
-            self.solver, **{k: v for k, v in settings.items() if k in _SOLVER_FIELDS}
-        )
-        adjoint = _compat.adjoint(
-            settings.get("adjoint", self.adjoint), "adjoint" in settings, settings
-        )
-        check_adjoint(adjoint, solver.tol)
-        new = copy.copy(self)
-        changes: dict[str, object] = dict(solver=solver, adjoint=adjoint)
-        for k in ("check_inputs", "inference"):
-            if k in settings:
-                changes[k] = bool(settings[k])
-        if "refine" in settings:
-            changes.update(self._refine_settings(settings["refine"]))
-        if "polish" in settings:
-            changes["polish"] = check_polish(
-                settings["polish"], "Projector.with_settings"
-            )
-        for k, v in changes.items():
-            # Modules are frozen dataclasses; this is a fresh shallow copy, so
-            # setting its fields changes nothing other references can see.
-            object.__setattr__(new, k, v)
-        return new
-
-    def _refine_settings(self, refine) -> dict[str, object]:
-        """The fields that `with_settings(refine=refine)` changes."""
-        if refine not in (True, False, "auto"):
-            raise ValueError(
-                f"Projector.with_settings(refine={refine!r}): must be True, False "
-                "or 'auto'."
-            )
-        if refine is False:
-            return dict(refinement=None, refine_always=False, polish=False)
-        if self.refinement is None:
-            raise ValueError(
-                f"Projector.with_settings(refine={refine!r}): this projector has no "
-                "refinement to switch on (it was built with refine=False, or has "
-                "no constraint rows to refine); build a new Projector(..., "
-                f"refine={refine!r})."
-            )
-        return dict(refine_always=refine is True)
+        return _settings.with_settings(self, settings)
 
     # -------------------------------------------------------------- calls
 
