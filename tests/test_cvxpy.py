@@ -8,66 +8,14 @@ ground truth, so nothing here compares our code with itself.
 
 from __future__ import annotations
 
-import dataclasses
-
 import cvxpy as cp
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import clarabel_solve
 
 import pinet_eqx as pe
-
-
-@dataclasses.dataclass
-class Case:
-    variables: list
-    constraints: list
-    values: dict  # cvxpy Parameter name -> value
-
-    @property
-    def dim(self) -> int:
-        return sum(v.size for v in self.variables)
-
-    def parameters(self) -> dict:
-        problem = cp.Problem(cp.Minimize(0), self.constraints)
-        return {p.name(): p for p in problem.parameters()}
-
-    def project(self, y_raw, values=None, with_status=False):
-        """Clarabel's projection, the variables stacked column-major (and
-        whether Clarabel reached its 1e-12 tolerances)."""
-        values = self.values if values is None else values
-        for name, p in self.parameters().items():
-            p.value = np.asarray(values[name])
-        problem = cp.Problem(cp.Minimize(self.objective(y_raw)), self.constraints)
-        status = clarabel_solve(problem)
-        assert status in ("optimal", "optimal_inaccurate"), status
-        y = np.concatenate([np.ravel(v.value, order="F") for v in self.variables])
-        return (y, status == "optimal") if with_status else y
-
-    def objective(self, y_raw):
-        parts, start = [], 0
-        for v in self.variables:
-            target = np.reshape(y_raw[start : start + v.size], v.shape, order="F")
-            parts.append(cp.sum_squares(v - target))
-            start += v.size
-        return sum(parts)
-
-    def no_worse(self, y, other, y_raw) -> bool:
-        """Whether `y` satisfies the constraints (cvxpy's own residuals, to
-        1e-9) with an objective no larger than `other`'s: then it is at least
-        as close to the projection as `other` is."""
-        y, start = np.asarray(y), 0
-        for v in self.variables:
-            v.value = np.reshape(y[start : start + v.size], v.shape, order="F")
-            start += v.size
-        if any(
-            v not in self.variables for c in self.constraints for v in c.variables()
-        ):
-            return False  # auxiliary variables: cvxpy cannot check y alone
-        feasible = all(np.max(c.violation()) <= 1e-9 for c in self.constraints)
-        return feasible and np.sum((y - y_raw) ** 2) <= np.sum((other - y_raw) ** 2)
+from benchmarks.cvxpy._accuracy import Family
 
 
 def _l1_equality_box(rng):
@@ -75,7 +23,7 @@ def _l1_equality_box(rng):
     b, r = cp.Parameter(2, name="b"), cp.Parameter(name="r", nonneg=True)
     A = rng.standard_normal((2, 6))
     cons = [A @ x == b, cp.norm(x, 1) <= r, x >= -1, x <= 2]
-    return Case([x], cons, {"b": A @ (0.1 * rng.standard_normal(6)), "r": 2.0})
+    return Family([x], cons, {"b": A @ (0.1 * rng.standard_normal(6)), "r": 2.0})
 
 
 def _linf_soc(rng):
@@ -83,21 +31,21 @@ def _linf_soc(rng):
     g, s = cp.Parameter(3, name="g"), cp.Parameter(name="s")
     F, f = rng.standard_normal((3, 5)), rng.standard_normal(5)
     cons = [cp.norm(F @ x + g, 2) <= f @ x + 3.0, cp.norm(x - 0.2, "inf") <= s]
-    return Case([x], cons, {"g": 0.3 * rng.standard_normal(3), "s": 0.7})
+    return Family([x], cons, {"g": 0.3 * rng.standard_normal(3), "s": 0.7})
 
 
 def _simplex_l2(rng):
     x = cp.Variable(5, name="x")
     total, c = cp.Parameter(name="total"), cp.Parameter(5, name="c")
     cons = [x >= 0, cp.sum(x) == total, cp.norm(x - c, 2) <= 0.9]
-    return Case([x], cons, {"total": 1.5, "c": rng.uniform(0.1, 0.5, 5)})
+    return Family([x], cons, {"total": 1.5, "c": rng.uniform(0.1, 0.5, 5)})
 
 
 def _matrix_parameter(rng):
     x = cp.Variable(5, name="x")
     A = cp.Parameter((3, 5), name="A")
     cons = [A @ x <= 1.0, cp.abs(x) <= 2.0]
-    return Case([x], cons, {"A": rng.standard_normal((3, 5))})
+    return Family([x], cons, {"A": rng.standard_normal((3, 5))})
 
 
 def _two_variables(rng):
@@ -111,7 +59,7 @@ def _two_variables(rng):
         x[2] <= z,
         z <= 0.5,
     ]
-    return Case([x, Y], cons, {"rad": 1.2})
+    return Family([x, Y], cons, {"rad": 1.2})
 
 
 CASES = {
@@ -256,7 +204,7 @@ def test_norm_epigraphs_become_native_sets(make, cone_rows, ineq_rows):
     eliminated into native norm cones (or two-sided rows); `native_sets=False`
     keeps them as auxiliary coordinates. Both project as Clarabel does."""
     x, r = cp.Variable(3, name="x"), cp.Parameter(name="r")
-    case = Case([x], make(x, r), {"r": 3.0})
+    case = Family([x], make(x, r), {"r": 3.0})
     native = pe.from_cvxpy(case.constraints, x)
     rows = pe.from_cvxpy(case.constraints, x, native_sets=False)
     assert native.n_aux == 0 and rows.n_aux >= 1
@@ -273,7 +221,7 @@ def test_variables_that_equalities_define_are_substituted():
     are substituted (no auxiliary coordinate), as a hand-written matrix would
     be, and the projection is Clarabel's."""
     x, u = cp.Variable(6, name="x"), cp.Parameter(name="u")
-    case = Case([x], [cp.cumsum(x)[:4] <= u, cp.norm(x, 2) <= 2.0], {"u": 0.3})
+    case = Family([x], [cp.cumsum(x)[:4] <= u, cp.norm(x, 2) <= 2.0], {"u": 0.3})
     proj = pe.from_cvxpy(case.constraints, x)
     assert proj.n_aux == 0 and proj.problem.n_eq == 0
     y_raw = np.array([1.0, 0.4, -0.2, 0.9, -1.5, 0.7])
@@ -299,7 +247,7 @@ def test_bounds_become_native_boxes():
     # Without native sets, x >= lo and x <= 2 are one two-sided row each.
     assert native.problem.n_ineq == 1 and rows.problem.n_ineq == 5
     y_raw = np.array([3.0, -2.0, 0.5, 1.0])
-    case = Case([x], cons, {"lo": -np.ones(4)})
+    case = Family([x], cons, {"lo": -np.ones(4)})
     for proj in (native, rows):
         y = proj.with_settings(inference=True)(y_raw, **case.values)
         np.testing.assert_allclose(y, case.project(y_raw), atol=1e-8)
@@ -310,7 +258,7 @@ def _sparse_case(n):
     b = cp.Parameter(n - 1, name="b")
     rng = np.random.default_rng(3)
     cons = [cp.diff(x) <= b, cp.diff(x) >= -b, cp.sum(x) == 1.0]
-    return rng, Case([x], cons, {"b": rng.uniform(0.01, 0.1, n - 1)})
+    return rng, Family([x], cons, {"b": rng.uniform(0.01, 0.1, n - 1)})
 
 
 def test_large_sparse_data_takes_the_sparse_path():

@@ -254,7 +254,6 @@ def test_training_polish_gives_the_projection_and_keeps_the_gradient(
     "items",
     slow_except(
         [("eq", "soc"), ("eq", "l1"), ("simplex", "box"), ("eq", "ineq", "soc")],
-        ("eq", "l1"),
         ("simplex", "box"),
     ),
 )
