@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from . import _host_polish as host_polish
+from ._host_solve import masked_solve
 from ._lifting import InstanceData
 from ._rowsolve import solve_masked, unit_rows
 from ._sparse import SparseMatrix
@@ -89,8 +90,16 @@ class FreeRows(eqx.Module):
         return self.free * _rmv(self.M, self.scale * z)
 
     def solve(self, active, rhs, solver):
-        """$\\zeta$ of the masked system of the active rows (see `solve_rows`)."""
-        return solve_masked(eqx.Partial(_free_gram, self), active, rhs, solver)
+        """$\\zeta$ of the masked system of the active rows (see `solve_rows`):
+        by `solver` for dense rows, directly on the host for sparse ones
+        (`_host_solve.masked_solve`; `solver` is then unused), whose faces
+        defeat conjugate gradients on badly scaled sets."""
+        direct = None
+        if isinstance(self.M, SparseMatrix):
+            assert self.free is not None  # sparse rows are never formed
+            direct = eqx.Partial(masked_solve, self.M, self.free, active)
+        apply_gram = eqx.Partial(_free_gram, self)
+        return solve_masked(apply_gram, active, rhs, solver, direct)
 
 
 def _free_gram(rows: FreeRows, v):

@@ -27,15 +27,13 @@ from typing import Any
 import jax
 import numpy as np
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
+
+from ._host_solve import GramSolver
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
 _MAX_ROUNDS = 30
 # Rounds of the last resort, which moves one row per round.
 _SINGLE_ROUNDS = 400
-# Regularisation of M M^T (rows of unit length), removed again by refinement
-# steps: nearly dependent active rows then still give a usable solve.
-_REGULARISATION = 1e-12
 
 
 def polish(E, C, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
@@ -229,23 +227,13 @@ def _face(
     used = np.flatnonzero(norms > 0)
     M, h, norms = M[used], h[used], norms[used]
     M = sp.diags(1 / norms) @ M
-    K: Any = sp.csc_matrix(M @ M.T)
-    try:
-        lu = spla.splu(
-            K + _REGULARISATION * sp.identity(K.shape[0], format="csc"),
-            permc_spec="MMD_AT_PLUS_A",
-            diag_pivot_thresh=0.0,
-            options=dict(SymmetricMode=True),
-        )
-    except RuntimeError:
+    gram = GramSolver(M)
+    if not gram.ok:
         return None, None
-    rhs = M @ r[free] - h / norms
-    lam = lu.solve(rhs)
-    for _ in range(3):  # iterative refinement removes the shift's error
-        lam = lam + lu.solve(rhs - K @ lam)
+    lam = gram.solve(M @ r[free] - h / norms)
     y_free = r[free] - M.T @ lam
-    for _ in range(2):  # and refinement on the point, against the rows' residual
-        step = lu.solve(M @ y_free - h / norms)
+    for _ in range(2):  # refinement on the point, against the rows' residual
+        step = gram.lu_solve(M @ y_free - h / norms)
         y_free = y_free - M.T @ step
         lam = lam + step
     lam = _scatter(A.shape[0], used, lam / norms)

@@ -28,10 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 from jaxtyping import Array, Float, Int
 
 from ._affine import AbstractAffineProjection, lifted_rhs
+from ._host_solve import gram_lu
 from ._sparse import SparseMatrix
 
 # A level joins the current scan while the padded work stays within this factor
@@ -196,14 +196,8 @@ def lifted_sparse(E: Any, C: Any) -> Any:
 def factorise(M: Any, owner: str):
     """SuperLU of $K = M M^\\top$: `(L, U, perm_r, perm_c)`, or a `ValueError`
     explaining a singular $K$ (dependent rows)."""
-    K = sp.csc_matrix(M @ M.T)
     try:
-        lu = spla.splu(
-            K,
-            permc_spec="MMD_AT_PLUS_A",
-            diag_pivot_thresh=0.0,
-            options=dict(SymmetricMode=True),
-        )
+        lu = gram_lu(M)
     except RuntimeError as e:  # "Factor is exactly singular"
         raise ValueError(_singular(owner)) from e
     d = np.abs(lu.U.diagonal())

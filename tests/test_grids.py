@@ -101,6 +101,41 @@ def test_grid_gradient_in_loads():
     assert_close(jnp.dot(grad, v), fd, 1e-6, rtol=1e-5, what="d/d loads")
 
 
+@pytest.mark.parametrize("scale", [0.1, 1.0])
+def test_grid_gradients_match_clarabel_at_the_defaults(scale):
+    """At the defaults (training mode, 50 iterations), the sparse active-set
+    derivative of case118 (its faces solved directly on the host) against
+    central differences of Clarabel's projection, float64: along a direction of
+    y_raw and one of the loads, near the set and far from it."""
+    case = grid("case118")
+    proj = grid_projector(case)
+    rng = np.random.default_rng(1)
+    p_d = _loads(case, rng, 1)[0]
+    center = clarabel_project(np.zeros(case.dim), as_polytope(case, p_d))
+    y_raw = center + scale * np.std(center) * rng.normal(size=case.dim)
+    w = rng.normal(size=case.dim)
+    q0 = case.q(np.zeros(case.n_bus))
+    Q = np.stack([case.q(e) - q0 for e in np.eye(case.n_bus)], axis=1)  # q affine
+
+    @jax.jit
+    @jax.grad
+    def grads(y_and_p):
+        y, p = y_and_p
+        return jnp.dot(w, proj(y, q=jnp.asarray(Q) @ p + q0))
+
+    g_y, g_p = grads((jnp.asarray(y_raw), jnp.asarray(p_d)))
+
+    def clarabel(y, p):
+        return w @ clarabel_project(y, as_polytope(case, p))
+
+    v_y = rng.normal(size=case.dim)
+    v_p = np.mean(np.abs(p_d)) * rng.normal(size=case.n_bus)
+    fd_y = central_difference(lambda t: clarabel(y_raw + t, p_d), 0.0, v_y, 1e-4)
+    fd_p = central_difference(lambda t: clarabel(y_raw, p_d + t), 0.0, v_p, 1e-4)
+    assert_close(jnp.dot(g_y, v_y), fd_y, 0.0, rtol=1e-5, what="d/d y_raw")
+    assert_close(jnp.dot(g_p, v_p), fd_p, 0.0, rtol=1e-5, what="d/d loads")
+
+
 def test_auto_form_keeps_small_grids_dense():
     """`affine_form="auto"` keeps a small sparse problem in a dense form and
     gives the same projection as the sparse form."""

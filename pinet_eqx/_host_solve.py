@@ -1,0 +1,128 @@
+"""Direct sparse solves with the Gram matrix of constraint rows, on the host.
+
+Badly scaled sparse sets (power grids: susceptances of $10^4$ beside line
+limits of 1) defeat conjugate gradients on their row systems, where a sparse
+LU factorisation of $K = M M^\\top$ in float64 (SuperLU, with a minimum-degree
+ordering of $K$) is cheap: a few times the rows' nonzeros. Three users share it:
+the factorisation of the sparse affine projection (`_sparse_affine`), the
+polish of sparse polyhedral sets (`_host_polish`), and the active-set
+derivative of those sets (`masked_solve`), whose faces change with the
+instance and are factorised per call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+# Regularisation of a face's M M^T (rows of unit length), removed again by
+# refinement steps: nearly dependent active rows then still give a usable solve.
+_REGULARISATION = 1e-12
+# Refinement steps against the unshifted K (see `GramSolver.solve`).
+_REFINE_STEPS = 3
+
+
+def gram_lu(M: Any, shift: float = 0.0) -> Any:
+    """SuperLU of $M M^\\top + \\mathrm{shift}\\, I$ (`scipy.sparse.linalg.splu`);
+    raises SuperLU's `RuntimeError` where it is exactly singular."""
+    K: Any = sp.csc_matrix(M @ M.T)
+    if shift:
+        K = K + shift * sp.identity(K.shape[0], format="csc")
+    return spla.splu(
+        K,
+        permc_spec="MMD_AT_PLUS_A",
+        diag_pivot_thresh=0.0,
+        options=dict(SymmetricMode=True),
+    )
+
+
+class GramSolver:
+    """Solves with $K = M M^\\top$ for rows $M$ of unit length (float64, host),
+    through the LU of $K + 10^{-12} I$ and `_REFINE_STEPS` steps of iterative
+    refinement against $K$ itself, which remove the shift's error.
+
+    `lu_solve` applies the shifted factor alone; `ok` is `False` where even
+    the shifted $K$ is singular (`solve` then returns NaN)."""
+
+    def __init__(self, M: Any):
+        self.K = sp.csr_matrix(M @ M.T)
+        try:
+            self._lu = gram_lu(M, _REGULARISATION)
+        except RuntimeError:
+            self._lu = None
+
+    @property
+    def ok(self) -> bool:
+        return self._lu is not None
+
+    def lu_solve(self, rhs: np.ndarray) -> np.ndarray:
+        if self._lu is None:
+            return np.full_like(rhs, np.nan)
+        return self._lu.solve(rhs)
+
+    def solve(self, rhs: np.ndarray) -> np.ndarray:
+        x = self.lu_solve(rhs)
+        for _ in range(_REFINE_STEPS):
+            x = x + self.lu_solve(rhs - self.K @ x)
+        return x
+
+
+def masked_solve(M, free, active, b):
+    """$x$ with $x_a = (M_s M_s^\\top)^{-1} b_a$ on the `active` rows and $x = b$
+    on the others, $M_s$ the active rows of `M` over the `free` coordinates,
+    scaled to unit length: the masked active-row system of `_rowsolve`, solved
+    directly on the host (one factorisation per instance and call).
+
+    **Arguments:**
+
+    - `M`: the stacked rows, a `SparseMatrix` (fixed: not batched).
+    - `free`: 1 on the free coordinates of $y$, 0 on the pinned ones.
+    - `active`: the rows in the system (boolean).
+    - `b`: the right-hand side, zero on the inactive rows.
+
+    **Returns:** $x$, in the dtype of `b`. It runs through `jax.pure_callback`
+    (one call per batch), so it works under `jit` and `vmap` on every backend;
+    it is meant as the `solve` of a `jax.lax.custom_linear_solve`, which
+    supplies its derivatives.
+    """
+    out = jax.ShapeDtypeStruct(b.shape, b.dtype)
+    return jax.pure_callback(
+        lambda *a: _host_masked(M.shape, *a),
+        out,
+        M.rows,
+        M.cols,
+        M.values,
+        free,
+        active,
+        b,
+        vmap_method="expand_dims",
+    )
+
+
+def _host_masked(shape, rows, cols, values, free, active, b):
+    m, d = shape
+    M = sp.csr_matrix(
+        (np.asarray(values, np.float64).ravel(), (rows.ravel(), cols.ravel())), shape
+    )
+    batch = np.broadcast_shapes(b.shape[:-1], free.shape[:-1], active.shape[:-1])
+    n = int(np.prod(batch)) if batch else 1
+
+    def per_instance(a, size):
+        return np.broadcast_to(np.asarray(a), batch + (size,)).reshape(n, size)
+
+    frees = per_instance(free, d) > 0
+    actives = per_instance(active, m)
+    bs = per_instance(b, m).astype(np.float64)
+    x = bs.copy()
+    for i in range(n):
+        A = M[np.flatnonzero(actives[i])][:, np.flatnonzero(frees[i])]
+        norms = np.sqrt(np.asarray(A.multiply(A).sum(axis=1)).ravel())
+        used = np.flatnonzero(actives[i])[norms > 0]
+        A = sp.diags(1 / norms[norms > 0]) @ A[np.flatnonzero(norms > 0)]
+        if used.size:
+            x[i, used] = GramSolver(A).solve(bs[i, used])
+    return x.reshape(batch + (m,)).astype(b.dtype)
