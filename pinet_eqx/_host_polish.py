@@ -10,7 +10,8 @@ pinned to a bound), $y_F = r_F - M^\\top \\lambda$ with $M M^\\top \\lambda =
 M r_F - h$, by a sparse LU of $M M^\\top$ in float64. Rows whose multiplier
 has the wrong sign leave the face, violated rows and coordinates join it, and
 the face is solved again (a primal-dual active-set method; rows are released
-before any are added; should that cycle, one row moves per round). When no row
+before any are added; should that cycle, as it can far from the set,
+Goldfarb and Idnani's dual method, `_host_dual`, finds the face). When no row
 changes, the point satisfies the KKT conditions in float64: it is the
 projection, and in float32 it is returned rounded, the rounding of $y$ itself.
 
@@ -28,12 +29,11 @@ import jax
 import numpy as np
 import scipy.sparse as sp
 
+from ._host_dual import working_face
 from ._host_solve import GramSolver
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
 _MAX_ROUNDS = 30
-# Rounds of the last resort, which moves one row per round.
-_SINGLE_ROUNDS = 400
 
 
 def polish(E, C, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
@@ -127,7 +127,8 @@ def _active_set_method(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
     """The active-set rounds for one instance (float64): from the iterate's
     bounded coordinates, moving every misplaced row at once; should they not
     settle, from the iterate's whole face (rows too); then from the empty
-    face; and then one row at a time (slow, but it does not cycle)."""
+    face; and last from the face that Goldfarb and Idnani's dual method finds
+    (`_host_dual`: one row per step, so slow, but it cannot cycle)."""
     d = r.shape[0]
     hi_y, lo_y = hi.copy(), lo.copy()
     # Rows not seeded first: before convergence the iterate flags many nearly
@@ -138,19 +139,24 @@ def _active_set_method(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
     hi_y[d:] = lo_y[d:] = False
     none = np.zeros_like(hi)
     half = _MAX_ROUNDS // 2
-    attempts = ((hi_y, lo_y, False, half), (hi, lo, False, half))
-    attempts += ((none, none, False, _MAX_ROUNDS), (none, none, True, _SINGLE_ROUNDS))
+    attempts = ((hi_y, lo_y, half), (hi, lo, half), (none, none, _MAX_ROUNDS))
     y = r
-    for up, down, single, rounds in attempts:
-        y, fail = _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, up, down, single, rounds)
+    for up, down, rounds in attempts:
+        y, fail = _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, up, down, rounds)
+        if not fail:
+            return y, 0.0
+    # Far from the set the rounds, moving many rows at once, can cycle.
+    lower, upper = np.concatenate([lb_y, lb_w]), np.concatenate([ub_y, ub_w])
+    flags = working_face(E, C, r, q, lower, upper)
+    if flags is not None:
+        y, fail = _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, *flags, half)
         if not fail:
             return y, 0.0
     return y, 1.0
 
 
-def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, single, max_rounds):
-    """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`; with
-    `single`, one row moves per round (the most misplaced)."""
+def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds):
+    """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`."""
     d = r.shape[0]
     hi, lo = hi.copy(), lo.copy()
     upper = np.concatenate([ub_y, ub_w])
@@ -158,9 +164,6 @@ def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, single, max_rounds):
     # A flag only counts where its bound is finite.
     hi &= np.isfinite(upper)
     lo &= np.isfinite(lower) & ~hi
-    row_norms = np.concatenate(
-        [np.ones(d), np.sqrt(np.asarray(C.multiply(C).sum(axis=1)).ravel())]
-    )
     y = r
     for _ in range(max_rounds):
         y, mult = _face(E, C, r, q, hi, lo, upper, lower, d)
@@ -186,23 +189,9 @@ def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, single, max_rounds):
             # Release before adding: adding rows to a face that still holds
             # wrongly signed ones can cycle.
             add_hi[:] = add_lo[:] = False
-            if single:
-                release = _only_largest(release, np.where(off, np.inf, np.abs(mult)))
-        elif single:
-            excess = np.where(add_hi, value - upper, lower - value) / row_norms
-            add = _only_largest(add_hi | add_lo, excess)
-            add_hi &= add
-            add_lo &= add
         hi = (hi & ~release) | add_hi
         lo = (lo & ~release) | add_lo
     return y, 1.0
-
-
-def _only_largest(mask, score) -> np.ndarray:
-    """`mask` reduced to its entry of largest `score`."""
-    out = np.zeros_like(mask)
-    out[np.argmax(np.where(mask, score, -np.inf))] = True
-    return out
 
 
 def _face(

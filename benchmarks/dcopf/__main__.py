@@ -4,13 +4,16 @@
     python -m benchmarks.dcopf projection --case case9241pegase --dtype float32 \\
         --accuracy 4 --batch 256
     python -m benchmarks.dcopf train --case case1354pegase
+    python -m benchmarks.dcopf baselines --case case1354pegase --layer reference
     python -m benchmarks.dcopf report
 
 `projection` writes `OUT/projection/{case}-{dtype}.json` (see `_projection`):
 construction time and memory, accuracy against Clarabel near and far from the
 set, and inference throughput at batch 256 against Clarabel and OSQP. Run one
 case per process, so that its peak memory is its own. `train` writes
-`OUT/train/{case}.json` (see `_train`). `report` writes `OUT/dcopf.md` and the
+`OUT/train/{case}.json` (see `_train`). `baselines` writes
+`OUT/baselines/{case}-{layer}.json`: one training step of cvxpylayers or of the
+reference, where they fit (see `_baselines`). `report` writes `OUT/dcopf.md` and the
 figure `OUT/dcopf_time.png` from them. OUT defaults to `results/dcopf`.
 Loads follow the issue's conventions (`_data.sample_loads`); the slack
 generator keeps the power-flow data's 1e7 per-unit bound
@@ -47,6 +50,10 @@ def _parser():
     train.add_argument("--steps", type=int, default=300)
     train.add_argument("--batch", type=int, default=64)
     train.add_argument("--seed", type=int, default=0)
+    base = sub.add_parser("baselines", help="cvxpylayers or the reference, one step")
+    base.add_argument("--case", required=True)
+    base.add_argument("--layer", choices=("cvxpylayers", "reference"), required=True)
+    base.add_argument("--batch", type=int, default=8)
     sub.add_parser("report", help="Markdown table and figure from the JSON files")
     return parser
 
@@ -80,6 +87,18 @@ def main(argv=None) -> int:
             seed=args.seed,
         )
         path = args.out / "train" / f"{args.case}.json"
+    elif args.command == "baselines":
+        import jax
+
+        from ._baselines import run as run_baseline
+        from ._data import load_case
+
+        # cvxpylayers runs in float64; the reference is given float32 data.
+        jax.config.update("jax_enable_x64", True)
+        record = run_baseline(
+            load_case(args.case, slack_limits="ppc"), args.layer, batch=args.batch
+        )
+        path = args.out / "baselines" / f"{args.case}-{args.layer}.json"
     else:
         from ._report import report
 
