@@ -3,8 +3,10 @@ method, which cannot cycle.
 
 For the projection $\\min_y \\tfrac12 \\|y - r\\|^2$ subject to $E y = q$ and
 bounds on the rows of $B = [I; C]$ (each bound a constraint of its own), it
-starts at the projection onto $\\{E y = q\\}$ and adds violated constraints one
-at a time, the most violated first. Each is approached along the direction
+starts at the projection onto a face where every multiplier has its sign (the
+equalities alone, or, here, the iterate's bounded coordinates less those with
+the wrong sign) and adds violated constraints one at a time, the most violated
+first. Each is approached along the direction
 that keeps the working set's constraints tight, with a step that stops where
 a working multiplier reaches zero (that constraint leaves, and the step goes
 on) or where the new constraint becomes tight (it joins). Every multiplier
@@ -36,17 +38,24 @@ _TINY = 1e-12
 
 
 def working_face(
-    E: Any, C: Any, r, q, lower, upper, max_changes: int = _MAX_CHANGES
+    E: Any, C: Any, r, q, lower, upper, hi, lo, max_changes: int = _MAX_CHANGES
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The flags `(hi, lo)` of the constraints binding at the projection of `r`
     (coordinates of $y$, then the rows of `C`: `_host_polish`'s layout), or
     `None` where the method fails (an infeasible set, or `max_changes`).
+
+    It starts from the face of the flags `hi`, `lo` given, less the
+    constraints whose multipliers have the wrong sign there (released until
+    none has): a face where every multiplier has its sign, as the method
+    requires, and one that already holds most of the binding constraints when
+    the flags come from a nearby point.
 
     **Arguments:**
 
     - `E`, `C`: the equality and inequality rows (`scipy.sparse`, float64).
     - `r`: the point projected; `q` the equality right-hand side.
     - `lower`, `upper`: the bounds of $[y; C y]$, infinite where absent.
+    - `hi`, `lo`: the starting flags (upper and lower bounds).
     - `max_changes`: the most working-set changes.
     """
     d = r.shape[0]
@@ -55,41 +64,51 @@ def working_face(
     nb = np.where(nb > 0, nb, 1.0)
     Bn: Any = sp.diags(1 / nb) @ B  # rows of unit length
     ne = np.sqrt(np.asarray(E.multiply(E).sum(axis=1)).ravel())
-    En: Any = sp.diags(1 / np.where(ne > 0, ne, 1.0)) @ E
-    qn = q / np.where(ne > 0, ne, 1.0)
+    ne = np.where(ne > 0, ne, 1.0)
+    En: Any = sp.diags(1 / ne) @ E
+    qn = q / ne
     lo_n, up_n = lower / nb, upper / nb
     m_eq = En.shape[0]
-    gram = GramSolver(En)
-    if not gram.ok:
-        return None
-    u = gram.solve(En @ r - qn)  # the equalities' multipliers, then the working set's
-    x = r - En.T @ u
-    work: list[tuple[int, int]] = []  # (row of B, +1 for its upper bound, -1 lower)
+    # The working set: rows of B, with +1 for an upper bound and -1 a lower.
+    hi = hi & np.isfinite(upper)
+    lo = lo & np.isfinite(lower) & ~hi
+    work = np.flatnonzero(hi | lo)
+    sign = np.where(hi[work], 1.0, -1.0)
 
-    def rows() -> Any:
-        signed = [s * Bn[i] for i, s in work]
-        return sp.vstack([En, *signed]).tocsr() if signed else En
+    def face(work, sign):
+        """The working rows, their factorisation and right-hand side."""
+        N = sp.vstack([En, sp.diags(sign) @ Bn[work]]).tocsr()
+        bound = np.where(sign > 0, up_n[work], -lo_n[work])
+        return N, GramSolver(N), np.concatenate([qn, bound])
 
-    N = En
+    while True:  # release wrongly signed constraints until none is left
+        N, gram, b = face(work, sign)
+        if not gram.ok:
+            return None
+        u = gram.solve(N @ r - b)  # the multipliers: equalities, then the rest
+        wrong = u[m_eq:] < 0
+        if not wrong.any():
+            break
+        work, sign = work[~wrong], sign[~wrong]
+    x = r - N.T @ u
     changes = 0
     while True:
         value = Bn @ x
         tol = 1e-9 * (1.0 + np.abs(value))
         over = np.where(np.isfinite(up_n), value - up_n, -np.inf)
         under = np.where(np.isfinite(lo_n), lo_n - value, -np.inf)
-        for i, _ in work:
-            over[i] = under[i] = -np.inf
+        over[work] = under[work] = -np.inf
         excess = np.maximum(over, under)
         p = int(np.argmax(excess))
         if excess[p] <= tol[p]:
             break
-        sign = 1 if over[p] >= under[p] else -1
-        n_p = sign * Bn[p].toarray().ravel()
+        s_p = 1.0 if over[p] >= under[p] else -1.0
+        n_p = s_p * Bn[p].toarray().ravel()
         slack = float(excess[p])  # how far the new constraint is violated
         u_p = 0.0
         while True:
             changes += 1
-            if changes > max_changes or not gram.ok:
+            if changes > max_changes:
                 return None
             w = gram.solve(N @ n_p)
             z = n_p - N.T @ w
@@ -107,17 +126,18 @@ def working_face(
             u_p += t
             slack -= t * curvature
             if full <= partial:
-                work.append((p, sign))
+                work, sign = np.append(work, p), np.append(sign, s_p)
                 u = np.append(u, u_p)
             else:
                 k = int(leaving[np.argmin(ratios)])
-                del work[k]
+                work, sign = np.delete(work, k), np.delete(sign, k)
                 u = np.delete(u, m_eq + k)
-            N = rows()
-            gram = GramSolver(N)
+            N, gram, _ = face(work, sign)
+            if not gram.ok:
+                return None
             if full <= partial:
                 break
-    hi, lo = np.zeros(B.shape[0], bool), np.zeros(B.shape[0], bool)
-    for i, s in work:
-        (hi if s > 0 else lo)[i] = True
-    return hi, lo
+    out_hi, out_lo = np.zeros(B.shape[0], bool), np.zeros(B.shape[0], bool)
+    out_hi[work[sign > 0]] = True
+    out_lo[work[sign < 0]] = True
+    return out_hi, out_lo

@@ -147,7 +147,7 @@ def _active_set_method(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
             return y, 0.0
     # Far from the set the rounds, moving many rows at once, can cycle.
     lower, upper = np.concatenate([lb_y, lb_w]), np.concatenate([ub_y, ub_w])
-    flags = working_face(E, C, r, q, lower, upper)
+    flags = working_face(E, C, r, q, lower, upper, hi_y, lo_y)
     if flags is not None:
         y, fail = _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, *flags, half)
         if not fail:
