@@ -132,11 +132,15 @@ def working_face(
                 k = int(leaving[np.argmin(ratios)])
                 work, sign = np.delete(work, k), np.delete(sign, k)
                 u = np.delete(u, m_eq + k)
-            N, gram, _ = face(work, sign)
+            N, gram, b = face(work, sign)
             if not gram.ok:
                 return None
             if full <= partial:
                 break
+        # The steps accumulate rounding, and on badly conditioned faces more:
+        # x and u restart from the face's own projection at each addition.
+        u = gram.solve(N @ r - b)
+        x = r - N.T @ u
     out_hi, out_lo = np.zeros(B.shape[0], bool), np.zeros(B.shape[0], bool)
     out_hi[work[sign > 0]] = True
     out_lo[work[sign < 0]] = True
