@@ -106,6 +106,10 @@ def train(
         features(p_test), jnp.asarray(case.q(p_test), jnp.float32)
     )
     ys = np.asarray(sol.y, np.float64)
+    # How far the trained network's raw outputs land from the set, in units of
+    # the spread of the base-case dispatch (the suite's near ones are 0.1).
+    raw = np.asarray(jax.vmap(model.backbone)(features(p_test)), np.float64)
+    distance = np.linalg.norm(raw - ys, axis=1) / (spread * np.sqrt(case.dim))
     gaps, resid = [], []
     for i in range(n_test):
         _, opt_cost, _ = dcopf_clarabel(case, p_test[i])
@@ -129,6 +133,8 @@ def train(
         normalised_residual_over_eps32_max=float(
             np.max(resid) / np.finfo(np.float32).eps
         ),
+        raw_distance_in_spreads_median=float(np.median(distance)),
+        raw_distance_in_spreads_max=float(np.max(distance)),
         test_successful=float(np.mean(np.asarray(sol.result == pe.RESULTS.successful))),
         cost_constant_on_set=bool(
             np.all(case.cost_quad == 0) and np.ptp(case.cost_lin) == 0
