@@ -141,6 +141,7 @@ def test_autotune_in_float32_keeps_the_dtype():
     assert result.projector(Y[0]).dtype == jnp.float32
 
 
+@pytest.mark.slow  # 11 s; the other autotune tests stay in the fast tier
 def test_inference_after_autotune_is_no_worse_than_the_defaults():
     """Autotune tunes for the training budget; inference keeps at least the
     defaults' accuracy. Without the refinement (which would take both to the

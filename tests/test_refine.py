@@ -167,7 +167,7 @@ def test_refined_solution_reports_the_violation_of_its_output():
 
 
 @pytest.mark.parametrize("matrices", slow_except(["fixed", "per_instance"], "fixed"))
-@pytest.mark.parametrize("cap", [40, 160])
+@pytest.mark.parametrize("cap", [pytest.param(40, marks=pytest.mark.slow), 160])
 def test_polish_certifies_projections_before_the_iteration_converges(cap, matrices):
     """At inference, a polytope is polished: `y_raw` is projected onto the face
     of the iterate's active set, and the instance is reported successful where
@@ -205,7 +205,7 @@ def test_polish_certifies_projections_before_the_iteration_converges(cap, matric
     "matrices, settings",
     [
         ("fixed", {}),
-        ("per_instance", {}),
+        pytest.param("per_instance", {}, marks=pytest.mark.slow),
         ("fixed", {"adjoint": pe.UnrolledAdjoint()}),
         ("fixed", {"refine": True}),
     ],

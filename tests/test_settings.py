@@ -55,7 +55,7 @@ def test_inference_runs_the_inference_count():
     assert int(sol.n_iter) == 5
 
 
-@pytest.mark.parametrize("scale", [0.1, 30.0])
+@pytest.mark.parametrize("scale", [pytest.param(0.1, marks=pytest.mark.slow), 30.0])
 def test_inference_iterates_to_tol_test(scale):
     """By default, inference runs `n_iter_test` iterations, then each instance
     above `tol_test` goes on (in steps of 5) up to `n_iter_test_max`; `result` is
