@@ -23,6 +23,7 @@ from ._equilibrate import Equilibration, _group_rms, equilibrate_sparse, group_l
 from ._errors import BAD_DIM, EMPTY_CONSTRAINTS, NO_DIM, NOT_A_CONSTRAINT
 from ._face import SparseRows
 from ._host_data import host_data, host_rhs_low
+from ._host_solve import row_norms
 from ._lifting import LiftedPieces, LiftedProblem
 from ._residual import RowResidual
 from ._solver import DouglasRachford
@@ -147,7 +148,7 @@ def _sparse_op(E, C, equilibration: Equilibration | None, col_groups):
     m = C.shape[0]
     if equilibration is None or m_eq + m == 0:
         return build_sparse_projection(E, C, np.ones(m_eq + m), np.ones(d + m))
-    norms = np.sqrt(np.asarray(C.multiply(C).sum(axis=1)).ravel())
+    norms = row_norms(C)
     norms = np.where(norms > 0, norms, 1.0)
     n_groups = int(col_groups.max()) + 1 if col_groups.size else 0
     norms = _group_rms(np, np.concatenate([np.ones(d), norms]), col_groups, n_groups)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ._host_solve import GramSolver
+from ._host_solve import GramSolver, row_norms
 
 # Changes of the working set before giving up (each one sparse LU).
 _MAX_CHANGES = 3000
@@ -60,10 +60,10 @@ def working_face(
     """
     d = r.shape[0]
     B: Any = sp.vstack([sp.identity(d, format="csr"), sp.csr_matrix(C)]).tocsr()
-    nb = np.sqrt(np.asarray(B.multiply(B).sum(axis=1)).ravel())
+    nb = row_norms(B)
     nb = np.where(nb > 0, nb, 1.0)
     Bn: Any = sp.diags(1 / nb) @ B  # rows of unit length
-    ne = np.sqrt(np.asarray(E.multiply(E).sum(axis=1)).ravel())
+    ne = row_norms(E)
     ne = np.where(ne > 0, ne, 1.0)
     En: Any = sp.diags(1 / ne) @ E
     qn = q / ne

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._host_dual import working_face
-from ._host_solve import GramSolver
+from ._host_solve import GramSolver, row_norms
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
 _MAX_ROUNDS = 30
@@ -210,7 +210,7 @@ def _face(
     M = A[:, free].tocsr()
     # Rows scaled to unit length (Jacobi): grid rows span four orders of
     # magnitude, whose squares M M^T would otherwise carry.
-    norms = np.sqrt(np.asarray(M.multiply(M).sum(axis=1)).ravel())
+    norms = row_norms(M)
     # A row on pinned coordinates only is fixed by them: it leaves the solve
     # (multiplier 0), and the rounds release or satisfy it.
     used = np.flatnonzero(norms > 0)

@@ -26,14 +26,20 @@ _REGULARISATION = 1e-12
 _REFINE_STEPS = 3
 
 
-def gram_lu(M: Any, shift: float = 0.0) -> Any:
-    """SuperLU of $M M^\\top + \\mathrm{shift}\\, I$ (`scipy.sparse.linalg.splu`);
-    raises SuperLU's `RuntimeError` where it is exactly singular."""
-    K: Any = sp.csc_matrix(M @ M.T)
-    if shift:
-        K = K + shift * sp.identity(K.shape[0], format="csc")
+def row_norms(M: Any) -> np.ndarray:
+    """The Euclidean norm of each row of the sparse `M`."""
+    return np.sqrt(np.asarray(M.multiply(M).sum(axis=1)).ravel())
+
+
+def gram_lu(M: Any) -> Any:
+    """SuperLU of $M M^\\top$ (`scipy.sparse.linalg.splu`); raises SuperLU's
+    `RuntimeError` where it is exactly singular."""
+    return _splu(M @ M.T)
+
+
+def _splu(K: Any) -> Any:
     return spla.splu(
-        K,
+        sp.csc_matrix(K),
         permc_spec="MMD_AT_PLUS_A",
         diag_pivot_thresh=0.0,
         options=dict(SymmetricMode=True),
@@ -49,9 +55,10 @@ class GramSolver:
     the shifted $K$ is singular (`solve` then returns NaN)."""
 
     def __init__(self, M: Any):
-        self.K = sp.csr_matrix(M @ M.T)
+        self.K: Any = sp.csr_matrix(M @ M.T)
         try:
-            self._lu = gram_lu(M, _REGULARISATION)
+            shift = _REGULARISATION * sp.identity(M.shape[0], format="csr")
+            self._lu = _splu(self.K + shift)
         except RuntimeError:
             self._lu = None
 
@@ -119,9 +126,10 @@ def _host_masked(shape, rows, cols, values, free, active, b):
     bs = per_instance(b, m).astype(np.float64)
     x = bs.copy()
     for i in range(n):
-        A = M[np.flatnonzero(actives[i])][:, np.flatnonzero(frees[i])]
-        norms = np.sqrt(np.asarray(A.multiply(A).sum(axis=1)).ravel())
-        used = np.flatnonzero(actives[i])[norms > 0]
+        rows_i = np.flatnonzero(actives[i])
+        A = M[rows_i][:, np.flatnonzero(frees[i])]
+        norms = row_norms(A)
+        used = rows_i[norms > 0]
         A = sp.diags(1 / norms[norms > 0]) @ A[np.flatnonzero(norms > 0)]
         if used.size:
             x[i, used] = GramSolver(A).solve(bs[i, used])

@@ -102,14 +102,16 @@ def train(
 
     model = eqx.nn.inference_mode(eqx.combine(params, static))
     p_test = sample_loads(case, n_test, rng)
-    sol = jax.jit(jax.vmap(lambda x, q: model.projector.solve(model.backbone(x), q=q)))(
-        features(p_test), jnp.asarray(case.q(p_test), jnp.float32)
+    raw = jax.jit(jax.vmap(model.backbone))(features(p_test))
+    sol = jax.jit(jax.vmap(lambda y, q: model.projector.solve(y, q=q)))(
+        raw, jnp.asarray(case.q(p_test), jnp.float32)
     )
     ys = np.asarray(sol.y, np.float64)
     # How far the trained network's raw outputs land from the set, in units of
     # the spread of the base-case dispatch (the suite's near ones are 0.1).
-    raw = np.asarray(jax.vmap(model.backbone)(features(p_test)), np.float64)
-    distance = np.linalg.norm(raw - ys, axis=1) / (spread * np.sqrt(case.dim))
+    distance = np.linalg.norm(np.asarray(raw, np.float64) - ys, axis=1) / (
+        spread * np.sqrt(case.dim)
+    )
     gaps, resid = [], []
     for i in range(n_test):
         _, opt_cost, _ = dcopf_clarabel(case, p_test[i])
