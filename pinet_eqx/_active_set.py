@@ -209,6 +209,30 @@ def _project_jvp(primals, tangents, *, forward, fixed, cfg):
     (t_in,) = tangents
     out = project(inputs, forward=forward, fixed=fixed, cfg=cfg)
     y, (_, _, _, hi, lo) = out
+    return out, (_face_jvp(inputs, t_in, y, hi, lo, fixed, cfg), (None,) * 5)
+
+
+@eqx.filter_custom_jvp
+def on_face(inputs: Inputs, *, value, flags, fixed: FixedRows | SparseRows | None, cfg):
+    """`value`, differentiated as the projection of $y_{raw}$ onto the face of
+    `flags` (`(hi, lo)`, as `activity` returns them) is: for a point that is
+    that projection, such as a polished one whose face differs from the
+    iterate's (`_host_polish`). Arguments as for `project`."""
+    del inputs, flags, fixed, cfg
+    return value
+
+
+@on_face.def_jvp
+def _on_face_jvp(primals, tangents, *, value, flags, fixed, cfg):
+    (inputs,) = primals
+    (t_in,) = tangents
+    hi, lo = flags
+    return value, _face_jvp(inputs, t_in, value, hi, lo, fixed, cfg)
+
+
+def _face_jvp(inputs: Inputs, t_in: Inputs, y, hi, lo, fixed, cfg):
+    """The tangent of the projection $y$ of `inputs` onto the face of the
+    flags `hi`, `lo`, along `t_in` (see `project`)."""
     solver, box = cfg[3], np.asarray(cfg[4], np.int32)
     # Symbolic-zero tangents (data that is not differentiated) become zeros.
     t = jax.tree.map(_zeros_if_none, t_in, inputs, is_leaf=lambda x: x is None)
@@ -218,7 +242,7 @@ def _project_jvp(primals, tangents, *, forward, fixed, cfg):
     else:
         moving = t_in.data.E is not None or t_in.data.C is not None
         dy, _ = _general_tangent(inputs, t, y, hi | lo, dh, box, moving, solver)
-    return out, (dy, (None,) * 5)
+    return dy
 
 
 def _pinned(hi, lo, data: InstanceData, box):
@@ -341,12 +365,15 @@ def polish(
     $\\lambda_i \\ge 0$ on a row pinned to its upper bound, $\\le 0$ on the
     lower one (the KKT conditions; the caller checks feasibility).
 
-    **Returns:** `(y, wrong_sign)`: the point, and the largest multiplier of
-    the wrong sign (0 if none), in the units of $y$ (rows scaled to unit
-    length, in $\\ker E$ for fixed matrices).
+    **Returns:** `(y, wrong_sign, hi, lo)`: the point, the largest multiplier
+    of the wrong sign (0 if none), in the units of $y$ (rows scaled to unit
+    length, in $\\ker E$ for fixed matrices), and the flags of its face: those
+    given, except for sparse rows, whose polish moves to another face where
+    the iterate's is not optimal (`SparseRows.polish`).
     """
     if isinstance(fixed, SparseRows):
         return fixed.polish(y_raw, data, hi, lo)
+    flags = (hi, lo)
     box = np.asarray(box, np.int32)
     hi, lo, bound = _pinned(hi, lo, data, box)
     if fixed is not None:
@@ -360,7 +387,7 @@ def polish(
         zeta = zeta[data.q.shape[0] :]
     # The solve leaves zeta = 0 on the rows it leaves out.
     wrong = jnp.where(hi, -zeta, jnp.where(lo, zeta, 0.0))
-    return y, jnp.max(wrong, initial=0.0)
+    return y, jnp.max(wrong, initial=0.0), *flags
 
 
 def clip_rows(y, w, data: InstanceData, hi, lo, box):

@@ -47,7 +47,11 @@ def face_tangent(M, m_eq, r, dq, active, dh, box, solver, lam_dM=None):
     on_box = active[m:]
     pinned = jnp.zeros(d, bool).at[box].set(on_box)
     # The pinned coordinates' tangent (their bounds').
-    y_pinned = jnp.zeros(d, dtype).at[box].set(jnp.where(on_box, dh[m:], 0.0))
+    y_pinned = (
+        jnp.zeros(d, dtype)
+        .at[box]
+        .set(jnp.where(on_box, dh[m:], 0.0), unique_indices=True)
+    )
     rows = free_rows(M, pinned)
     rows_active = jnp.concatenate([jnp.ones(m_eq, bool), active[:m]]) & rows.usable
     dh = jnp.concatenate([dq, dh[:m]])
@@ -144,9 +148,10 @@ class SparseRows(eqx.Module):
         return face_tangent(M, self.m_eq, dy_raw, dq, active, dh, box, solver)
 
     def polish(self, y_raw, data: InstanceData, hi, lo):
-        """`polish`'s `(y, wrong_sign)`, by the host's active-set method
-        (`_host_polish`): conjugate gradients stall on the faces of badly
-        scaled sparse sets, where a direct solve does not."""
+        """`polish`'s `(y, wrong_sign, hi, lo)`, by the host's active-set
+        method (`_host_polish`): conjugate gradients stall on the faces of
+        badly scaled sparse sets, where a direct solve does not. Its face (the
+        flags `hi`, `lo` returned) may differ from the iterate's."""
         assert data.E is not None and data.C is not None  # as built by `data()`
         return host_polish.polish(
             data.E, data.C, y_raw, data.q, data.lb_y, data.ub_y, data.lb_w,

@@ -9,6 +9,7 @@ onto the active rows in inference mode, and report the status.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 import equinox as eqx
 import jax
@@ -84,6 +85,7 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
     # Derivative rules see the matrices only through a per-instance `op`.
     theta_data = dataclasses.replace(data, E=None, C=None)
     flags = None  # the active set, where the iteration reports it
+    inputs = None  # the differentiated data, on the active-set path
     y = None
     if isinstance(adjoint, UnrolledAdjoint):
         # A fixed count, which reverse mode can unroll (inference mode too: its
@@ -138,9 +140,10 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
     if refining or (finishing and polish):
         # The derivative of the unrefined map is kept (stop_gradient): the
         # refinement's correction is at rounding level, and a polished point's
-        # own derivative is the face's, the active-set derivative the iterate
-        # carries. y is as stored so that y - y_plain below is exactly zero
-        # (see `_residual.stored`).
+        # own derivative is its face's: the iterate's (dense sets), or the one
+        # the host's polish ends on (sparse sets, `on_face` below). y is as
+        # stored so that y - y_plain below is exactly zero (see
+        # `_residual.stored`).
         y = stored(y)
         y_plain = jax.lax.stop_gradient(y)
         pre = None
@@ -157,14 +160,25 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
                 y_raw if polish else None, status_tol,
             )  # fmt: skip
         else:
-            # Training mode without the refinement: the polished point where
-            # it is the projection.
-            candidate, polished, _ = _polish(
+            # Without the refinement (sparse sets; training mode with
+            # `polish=True`): the polished point where it is the projection.
+            candidate, polished, _, face = _polish(
                 problem, rows, y_raw, data, flags, status_tol
             )
             fix = jnp.where(polished, candidate, y_plain)
+            if inputs is not None:
+                # Its derivative is its face's, which the host's polish
+                # (`_host_polish`) may have moved away from the iterate's.
+                face = jax.tree.map(partial(jnp.where, polished), face, tuple(flags))
+                y_plain = y = _active_set.on_face(
+                    inputs,
+                    value=fix,
+                    flags=jax.lax.stop_gradient(tuple(face)),
+                    fixed=rows,
+                    cfg=cfg,
+                )
         # y - y is exactly zero, so the value is exactly `fix`.
-        y = (y - y_plain) + jax.lax.stop_gradient(fix)
+        y = (y - jax.lax.stop_gradient(y_plain)) + jax.lax.stop_gradient(fix)
     d_out = y_raw.shape[0]
     if not diagnostics:
         return y[:d_out]

@@ -18,7 +18,8 @@ projection, and in float32 it is returned rounded, the rounding of $y$ itself.
 The solves run on the host through `jax.pure_callback` (one call per batch,
 instances in turn), so they work under `jit` and `vmap` on every backend; on a
 GPU the batch travels to the host and back. No derivative flows through them:
-the polished point keeps the iterate's active-set derivative (see `_refine`).
+they return the flags of the face they end on, whose tangent the caller
+differentiates (`_active_set.on_face`); the iterate's face may differ.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ _MAX_ROUNDS = 30
 
 
 def polish(E, C, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
-    """`(y, wrong_sign)`: the active-set finish of one instance or a batch.
+    """`(y, wrong_sign, hi, lo)`: the active-set finish of one instance or a
+    batch, and the flags of its face.
 
     **Arguments:**
 
@@ -47,14 +49,19 @@ def polish(E, C, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
     - `hi`, `lo`: the iterate's activity flags, $y$'s coordinates then the
         rows of $C$ (see `_active_set.activity`).
 
-    **Returns:** the point, in the dtype of `y_raw`, and 0 where the rounds
+    **Returns:** the point, in the dtype of `y_raw`; 0 where the rounds
     ended in a KKT point, certified in float64 (else `inf`, which fails the
-    caller's sign test).
+    caller's sign test); and the flags of the face the point is the projection
+    onto, in the layout of `hi`, `lo` (of the rows of `C` that are parallel,
+    only one carries a flag: the one whose bound binds; see `_parallel_rows`).
     """
     dtype = y_raw.dtype
+    batch = y_raw.shape[:-1]
     out = (
         jax.ShapeDtypeStruct(y_raw.shape, dtype),
-        jax.ShapeDtypeStruct((), dtype),
+        jax.ShapeDtypeStruct(batch, dtype),
+        jax.ShapeDtypeStruct(batch + hi.shape[-1:], bool),
+        jax.ShapeDtypeStruct(batch + lo.shape[-1:], bool),
     )
     matrices = (E.rows, E.cols, E.values, C.rows, C.cols, C.values)
     shapes = (E.shape, C.shape)
@@ -77,13 +84,14 @@ def polish(E, C, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
 def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
     (m_eq, d), (m, _) = shapes
     dtype = y_raw.dtype
+    per_instance = (y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo)
+    batch = np.broadcast_shapes(*(np.shape(a)[:-1] for a in per_instance))
     E = sp.csr_matrix(
         (np.asarray(ev, np.float64).ravel(), (er.ravel(), ec.ravel())), (m_eq, d)
     )
     C = sp.csr_matrix(
         (np.asarray(cv, np.float64).ravel(), (cr.ravel(), cc.ravel())), (m, d)
     )
-    batch = y_raw.shape[:-1]
     n = int(np.prod(batch)) if batch else 1
 
     def rows(a, size):
@@ -92,10 +100,11 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
 
     C_unique, group, factor = _parallel_rows(C)
     k = C_unique.shape[0]
-    lower_w, upper_w = _merge_bounds(
-        rows(lb_w, m).astype(np.float64), rows(ub_w, m).astype(np.float64),
-        group, factor, k,
-    )  # fmt: skip
+    lb_rows, ub_rows = (
+        rows(lb_w, m).astype(np.float64),
+        rows(ub_w, m).astype(np.float64),
+    )
+    lower_w, upper_w = _merge_bounds(lb_rows, ub_rows, group, factor, k)
     # The iterate's flags, its rows' carried over to the merged rows (a
     # negative factor swaps the sides).
     hi_y, lo_y = np.zeros((n, d + k), bool), np.zeros((n, d + k), bool)
@@ -117,10 +126,23 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
         lo_y,
     ]
     ys, fails = np.empty((n, d)), np.empty(n)
+    hi_out, lo_out = np.zeros((n, d + m), bool), np.zeros((n, d + m), bool)
     for i in range(n):
-        ys[i], fails[i] = _active_set_method(E, C_unique, *(a[i] for a in args))
+        ys[i], fails[i], up, down = _active_set_method(
+            E, C_unique, *(a[i] for a in args)
+        )
+        hi_out[i, :d], lo_out[i, :d] = up[:d], down[:d]
+        hi_out[i, d:], lo_out[i, d:] = _unmerged_flags(
+            up[d:], down[d:], lb_rows[i], ub_rows[i], group, factor,
+            lower_w[i], upper_w[i],
+        )  # fmt: skip
     wrong = np.where(fails > 0, np.inf, 0.0)
-    return ys.reshape(batch + (d,)).astype(dtype), wrong.reshape(batch).astype(dtype)
+    return (
+        ys.reshape(batch + (d,)).astype(dtype),
+        wrong.reshape(batch).astype(dtype),
+        hi_out.reshape(batch + (d + m,)),
+        lo_out.reshape(batch + (d + m,)),
+    )
 
 
 def _active_set_method(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
@@ -128,7 +150,10 @@ def _active_set_method(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
     bounded coordinates, moving every misplaced row at once; should they not
     settle, from the iterate's whole face (rows too); then from the empty
     face; and last from the face that Goldfarb and Idnani's dual method finds
-    (`_host_dual`: one row per step, so slow, but it cannot cycle)."""
+    (`_host_dual`: one row per step, so slow, but it cannot cycle).
+
+    Returns `(y, fail, hi, lo)`: the point, 0 where it is certified (else 1),
+    and the flags of its face (those given, where it failed)."""
     d = r.shape[0]
     hi_y, lo_y = hi.copy(), lo.copy()
     # Rows not seeded first: before convergence the iterate flags many nearly
@@ -142,21 +167,24 @@ def _active_set_method(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
     attempts = ((hi_y, lo_y, half), (hi, lo, half), (none, none, _MAX_ROUNDS))
     y = r
     for up, down, rounds in attempts:
-        y, fail = _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, up, down, rounds)
+        y, fail, up, down = _rounds(
+            E, C, r, q, lb_y, ub_y, lb_w, ub_w, up, down, rounds
+        )
         if not fail:
-            return y, 0.0
+            return y, 0.0, up, down
     # Far from the set the rounds, moving many rows at once, can cycle.
     lower, upper = np.concatenate([lb_y, lb_w]), np.concatenate([ub_y, ub_w])
     flags = working_face(E, C, r, q, lower, upper, hi_y, lo_y)
     if flags is not None:
-        y, fail = _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, *flags, half)
+        y, fail, up, down = _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, *flags, half)
         if not fail:
-            return y, 0.0
-    return y, 1.0
+            return y, 0.0, up, down
+    return y, 1.0, hi, lo
 
 
 def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds):
-    """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`."""
+    """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`:
+    `(y, fail, hi, lo)`, the last face's point and flags."""
     d = r.shape[0]
     hi, lo = hi.copy(), lo.copy()
     upper = np.concatenate([ub_y, ub_w])
@@ -168,7 +196,7 @@ def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds):
     for _ in range(max_rounds):
         y, mult = _face(E, C, r, q, hi, lo, upper, lower, d)
         if y is None or mult is None:
-            return r, 1.0
+            return r, 1.0, hi, lo
         value = np.concatenate([y, C @ y])
         tol = 1e-9 * (1.0 + np.abs(value))
         # Misplaced: a wrongly signed multiplier, or a flagged row off its
@@ -184,14 +212,14 @@ def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds):
         add_hi = ~hi & ~lo & (value > upper + tol)
         add_lo = ~hi & ~lo & (value < lower - tol)
         if not (release.any() or add_hi.any() or add_lo.any()):
-            return y, 0.0
+            return y, 0.0, hi, lo
         if release.any():
             # Release before adding: adding rows to a face that still holds
             # wrongly signed ones can cycle.
             add_hi[:] = add_lo[:] = False
         hi = (hi & ~release) | add_hi
         lo = (lo & ~release) | add_lo
-    return y, 1.0
+    return y, 1.0, hi, lo
 
 
 def _face(
@@ -287,3 +315,25 @@ def _merge_bounds(lower, upper, group, factor, k):
         np.maximum.at(merged_lo[b], group, lo[b])
         np.minimum.at(merged_up[b], group, up[b])
     return merged_lo, merged_up
+
+
+def _unmerged_flags(hi, lo, lower, upper, group, factor, merged_lo, merged_up):
+    """The flags of the merged rows (see `_parallel_rows`) carried back to the
+    rows of `C`, one instance: of each merged row's group, the first row whose
+    own bound (`lower`, `upper`) is the one that binds carries the flag, on
+    the side that `factor`'s sign gives. Its parallel rows stay unflagged:
+    flagged too, they would make the face's rows dependent."""
+    row_lo = np.where(factor > 0, lower, upper) / factor
+    row_up = np.where(factor > 0, upper, lower) / factor
+    out_hi, out_lo = np.zeros(group.shape, bool), np.zeros(group.shape, bool)
+    for flags, bound, merged, same, other in (
+        (hi, row_up, merged_up, out_hi, out_lo),
+        (lo, row_lo, merged_lo, out_lo, out_hi),
+    ):
+        candidates = np.flatnonzero(flags[group] & (bound == merged[group]))
+        _, first = np.unique(group[candidates], return_index=True)
+        chosen = candidates[first]
+        positive = factor[chosen] > 0
+        same[chosen[positive]] = True
+        other[chosen[~positive]] = True
+    return out_hi, out_lo

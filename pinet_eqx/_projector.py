@@ -72,8 +72,9 @@ class Projector(eqx.Module):
         $d \\times d$ or $m \\times m$ array anywhere), or `"auto"` (the cheaper
         of the first two, or `"sparse"` for sparse input on large problems).
         All are exact. Matrices may be given as `scipy.sparse` matrices or
-        `jax.experimental.sparse.BCOO`; the sparse form has no polish and no
-        refinement yet, and takes no matrix `Parameter`s.
+        `jax.experimental.sparse.BCOO`; the sparse form is polished on the
+        host (an active-set method, see `polish`), has no refinement yet, and
+        takes no matrix `Parameter`s.
     - `check_inputs`: check at run time that `y_raw` is finite and that
         parameterised bounds are ordered (`eqx.error_if`).
     - `dim`: the output dimension $d$, only needed when no constraint implies it.
@@ -98,11 +99,11 @@ class Projector(eqx.Module):
     - `polish`: when polyhedral sets are polished, as `refine` describes:
         `"auto"` (default) at inference, before the refinement; `True` in
         training mode too, where the polished point replaces the iterate
-        wherever it is the projection (with the iterate's active-set
-        derivative, which is the face's), so that fewer training iterations
-        give exact outputs; `False` never, which saves its solve (a tenth to a
-        fifth of a polytope's inference time) where the iteration is trusted to
-        reach `tol_test` anyway. `refine=False` turns it off too.
+        wherever it is the projection (with the derivative of its face), so
+        that fewer training iterations give exact outputs; `False` never,
+        which saves its solve (a tenth to a fifth of a polytope's inference
+        time) where the iteration is trusted to reach `tol_test` anyway.
+        `refine=False` turns it off too.
     - `n_aux`: the number of auxiliary coordinates: the constraints are on
         $(y, v) \\in \\mathbb{R}^{d + n_{aux}}$ and the objective ignores $v$,
         so that $\\mathcal{C} = \\{y : \\exists v,\\ (y, v) \\in \\mathcal{C}'\\}$

@@ -162,7 +162,7 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     if y_raw is not None:
         # It must meet its active rows to its solve's accuracy only: the
         # refinement closes that gap (checked on the point returned).
-        candidate, polished, bound = polish(
+        candidate, polished, bound, _ = polish(
             problem, rows, y_raw, data, flags, tol, _POLISH_SLACK
         )
         y = stored(jnp.where(polished, candidate, y))
@@ -226,14 +226,16 @@ def polish(problem, rows, y_raw, data, flags, tol, slack=1.0):
     - `tol`: the tolerance of the optimality conditions.
     - `slack`: the allowance on the active rows, a multiple of the tolerance.
 
-    **Returns:** `(candidate, accepted, bound)`, `bound` the tolerance as raised.
+    **Returns:** `(candidate, accepted, bound, flags)`, `bound` the tolerance
+    as raised and `flags` the `(hi, lo)` of the face `candidate` lies on (the
+    iterate's, except for sparse rows: see `_active_set.polish`).
     """
     y_raw, data, flags = jax.lax.stop_gradient((y_raw, data, flags))
     hi, lo = flags
     d = problem.dim
     # Its multipliers' signs are tested, so its solve runs to full accuracy.
     accurate = ConjugateGradient(rtol=default_rtol(y_raw.dtype), on_failure="ignore")
-    candidate, wrong_sign = _active_set.polish(
+    candidate, wrong_sign, *face = _active_set.polish(
         rows, y_raw, data, hi, lo, problem.box_index, accurate
     )
     bound = dr.resolvable_tol(tol, jnp.max(jnp.abs(candidate)))
@@ -255,7 +257,7 @@ def polish(problem, rows, y_raw, data, flags, tol, slack=1.0):
             & (problem.violation(candidate, free) <= bound)
             & (problem.violation(candidate, data) <= slack * bound)
         )
-    return candidate, accepted, bound
+    return candidate, accepted, bound, tuple(face)
 
 
 def step(

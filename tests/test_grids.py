@@ -184,3 +184,35 @@ def test_auto_form_keeps_small_grids_dense():
     Y = rng.normal(size=(2, case.dim))
     a, b = _solve(auto, Y, case.q(p_d)), _solve(sparse, Y, case.q(p_d))
     assert_close(a.y, b.y, 1e-7)
+
+
+def test_inference_gradient_is_the_polished_face_s():
+    """In inference mode the sparse polish (`_host_polish`) can end on another
+    face than the iterate's; the derivative is that face's: the gradient in
+    y_raw against central differences of Clarabel's projection (float64,
+    case30, at the spread, where the faces differ on three of these four
+    instances)."""
+    case = grid("case30")
+    proj = grid_projector(case, inference=True)
+    instances = []
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        p_d = _loads(case, rng, 1)[0]
+        center = clarabel_project(np.zeros(case.dim), as_polytope(case, p_d))
+        y_raw = center + np.std(center) * rng.normal(size=case.dim)
+        instances.append((y_raw, p_d, *rng.normal(size=(2, case.dim))))
+    Y, P, W, V = (np.stack(a) for a in zip(*instances))
+
+    @jax.jit
+    @jax.vmap
+    def grads(y, q, w):
+        return jax.grad(lambda y: jnp.dot(w, proj(y, q=q)))(y)
+
+    G = grads(jnp.asarray(Y), jnp.asarray(case.q(P)), jnp.asarray(W))
+    for i in range(4):
+
+        def clarabel(t):
+            return W[i] @ clarabel_project(Y[i] + t, as_polytope(case, P[i]))
+
+        fd = central_difference(clarabel, 0.0, V[i], 1e-5)
+        assert_close(jnp.dot(G[i], V[i]), fd, 1e-9, rtol=1e-5, what=f"instance {i}")
