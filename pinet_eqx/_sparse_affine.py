@@ -104,22 +104,52 @@ class TriangularSolve(eqx.Module):
         return TriangularSolve(chunks=tuple(_chunk(T, diag, c, n) for c in chunks), n=n)
 
     def solve(self, b: Float[Array, " n"]) -> Float[Array, " n"]:
-        """$x = T^{-1} b$."""
-        b = jnp.concatenate([b, jnp.zeros((1,), b.dtype)])
-        x = jnp.zeros_like(b)
+        """$x = T^{-1} b$ (batched by `jax.vmap` as one solve with many
+        right-hand sides: see `_solve`)."""
+        return _solve(self.chunks, b)
 
-        def level(x, lv):
-            acc = jax.ops.segment_sum(
-                lv.nz_val.astype(b.dtype) * x[lv.nz_col],
-                lv.nz_slot,
-                num_segments=lv.rows.shape[0],
-            )
-            new = (b[lv.rows] - acc) * lv.inv_diag.astype(b.dtype)
-            return x.at[lv.rows].set(new), None
 
-        for chunk in self.chunks:
-            x, _ = jax.lax.scan(level, x, chunk)
-        return x[: self.n]
+@jax.custom_batching.custom_vmap
+def _solve(chunks, b):
+    return _solve_one(chunks, b)
+
+
+@_solve.def_vmap
+def _solve_vmap(axis_size, in_batched, chunks, b):
+    # Under `vmap` the right-hand sides become the columns of one matrix, so
+    # that each level gathers and scatters whole rows: on a CPU about twice as
+    # fast as the batched gathers of the default rule (see RESULTS).
+    chunks_batched, b_batched = in_batched
+    if any(jax.tree.leaves(chunks_batched)):  # batched factors: no shortcut
+        axes = jax.tree.map(lambda batched: 0 if batched else None, chunks_batched)
+        plain = jax.vmap(_solve_one, in_axes=(axes, 0 if b_batched else None))
+        return plain(chunks, b), True
+    if not b_batched:
+        return _solve_one(chunks, b), False
+    return _solve_columns(chunks, b.T).T, True
+
+
+def _solve_one(chunks, b):
+    return _solve_columns(chunks, b[:, None])[:, 0]
+
+
+def _solve_columns(chunks, b):
+    """$T^{-1} B$ for the right-hand sides that are the columns of `b`."""
+    b = jnp.concatenate([b, jnp.zeros((1, b.shape[1]), b.dtype)])
+    x = jnp.zeros_like(b)
+
+    def level(x, lv):
+        acc = jax.ops.segment_sum(
+            lv.nz_val.astype(b.dtype)[:, None] * x[lv.nz_col],
+            lv.nz_slot,
+            num_segments=lv.rows.shape[0],
+        )
+        new = (b[lv.rows] - acc) * lv.inv_diag.astype(b.dtype)[:, None]
+        return x.at[lv.rows].set(new), None
+
+    for chunk in chunks:
+        x, _ = jax.lax.scan(level, x, chunk)
+    return x[:-1]
 
 
 def _chunk(T: sp.csr_matrix, diag, levels, n: int) -> _LevelChunk:
