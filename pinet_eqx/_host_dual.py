@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ._host_solve import GramSolver, row_norms
+from ._host_solve import GramSolver, unit_rows
 
 # Changes of the working set before giving up (each one sparse LU).
 _MAX_CHANGES = 3000
@@ -60,12 +60,8 @@ def working_face(
     """
     d = r.shape[0]
     B: Any = sp.vstack([sp.identity(d, format="csr"), sp.csr_matrix(C)]).tocsr()
-    nb = row_norms(B)
-    nb = np.where(nb > 0, nb, 1.0)
-    Bn: Any = sp.diags(1 / nb) @ B  # rows of unit length
-    ne = row_norms(E)
-    ne = np.where(ne > 0, ne, 1.0)
-    En: Any = sp.diags(1 / ne) @ E
+    Bn, nb = unit_rows(B)
+    En, ne = unit_rows(E)
     qn = q / ne
     lo_n, up_n = lower / nb, upper / nb
     m_eq = En.shape[0]
@@ -138,9 +134,14 @@ def working_face(
             if full <= partial:
                 break
         # The steps accumulate rounding, and on badly conditioned faces more:
-        # x and u restart from the face's own projection at each addition.
-        u = gram.solve(N @ r - b)
-        x = r - N.T @ u
+        # x and u restart from the face's own projection at each addition,
+        # unless that gives a multiplier the wrong sign (nearly dependent
+        # working rows, whose multipliers the solve no longer pins down): the
+        # method would then drop rows with zero steps and cycle.
+        restart = gram.solve(N @ r - b)
+        if restart[m_eq:].min(initial=0.0) >= 0:
+            u = restart
+            x = r - N.T @ u
     out_hi, out_lo = np.zeros(B.shape[0], bool), np.zeros(B.shape[0], bool)
     out_hi[work[sign > 0]] = True
     out_lo[work[sign < 0]] = True

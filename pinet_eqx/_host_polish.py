@@ -250,7 +250,7 @@ def _face(
     lam = gram.solve(M @ r[free] - h / norms)
     y_free = r[free] - M.T @ lam
     for _ in range(2):  # refinement on the point, against the rows' residual
-        step = gram.lu_solve(M @ y_free - h / norms)
+        step = gram.solve(M @ y_free - h / norms)
         y_free = y_free - M.T @ step
         lam = lam + step
     lam = _scatter(A.shape[0], used, lam / norms)

@@ -31,6 +31,14 @@ def row_norms(M: Any) -> np.ndarray:
     return np.sqrt(np.asarray(M.multiply(M).sum(axis=1)).ravel())
 
 
+def unit_rows(M: Any) -> tuple[Any, np.ndarray]:
+    """`(M_s, norms)`: the rows of the sparse `M` scaled to unit length, and
+    their norms (1 for a zero row, which stays zero)."""
+    norms = row_norms(M)
+    norms = np.where(norms > 0, norms, 1.0)
+    return sp.csr_matrix(sp.diags(1 / norms) @ M), norms
+
+
 def gram_lu(M: Any) -> Any:
     """SuperLU of $M M^\\top$ (`scipy.sparse.linalg.splu`); raises SuperLU's
     `RuntimeError` where it is exactly singular."""
