@@ -24,6 +24,7 @@ differentiates (`_active_set.on_face`); the iterate's face may differ.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import jax
@@ -86,19 +87,13 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
     dtype = y_raw.dtype
     per_instance = (y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo)
     batch = np.broadcast_shapes(*(np.shape(a)[:-1] for a in per_instance))
-    E = sp.csr_matrix(
-        (np.asarray(ev, np.float64).ravel(), (er.ravel(), ec.ravel())), (m_eq, d)
-    )
-    C = sp.csr_matrix(
-        (np.asarray(cv, np.float64).ravel(), (cr.ravel(), cc.ravel())), (m, d)
-    )
+    E, C_unique, group, factor = _matrices(shapes, er, ec, ev, cr, cc, cv)
     n = int(np.prod(batch)) if batch else 1
 
     def rows(a, size):
         a = np.asarray(a)
         return np.broadcast_to(a, batch + (size,)).reshape(n, size)
 
-    C_unique, group, factor = _parallel_rows(C)
     k = C_unique.shape[0]
     lb_rows, ub_rows = (
         rows(lb_w, m).astype(np.float64),
@@ -143,6 +138,32 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
         hi_out.reshape(batch + (d + m,)),
         lo_out.reshape(batch + (d + m,)),
     )
+
+
+# The host form of the fixed matrices, by their entries (a training run calls
+# the polish with the same matrices at every step).
+_MATRICES: dict[bytes, tuple] = {}
+_MATRICES_KEPT = 4
+
+
+def _matrices(shapes, er, ec, ev, cr, cc, cv) -> tuple:
+    """`(E, C_unique, group, factor)`: $E$ as float64 CSR and $C$'s rows merged
+    up to a factor (`_parallel_rows`), built once per set of matrices."""
+    arrays = [np.ascontiguousarray(a) for a in (er, ec, ev, cr, cc, cv)]
+    digest = hashlib.blake2b(repr(shapes).encode(), digest_size=16)
+    for a in arrays:
+        digest.update(a.dtype.str.encode())
+        digest.update(a.tobytes())
+    key = digest.digest()
+    if key not in _MATRICES:
+        (m_eq, d), (m, _) = shapes
+        er, ec, ev, cr, cc, cv = (a.ravel() for a in arrays)
+        E = sp.csr_matrix((ev.astype(np.float64), (er, ec)), (m_eq, d))
+        C = sp.csr_matrix((cv.astype(np.float64), (cr, cc)), (m, d))
+        if len(_MATRICES) >= _MATRICES_KEPT:
+            _MATRICES.pop(next(iter(_MATRICES)))
+        _MATRICES[key] = (E, *_parallel_rows(C))
+    return _MATRICES[key]
 
 
 def _active_set_method(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
