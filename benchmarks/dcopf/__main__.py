@@ -50,6 +50,13 @@ def _parser():
     train.add_argument("--steps", type=int, default=300)
     train.add_argument("--batch", type=int, default=64)
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument(
+        "--distance-weight",
+        type=float,
+        default=0.0,
+        help="add this times the mean squared distance from the raw output to "
+        "the layer's output, in spreads (0: the paper's recipe, the cost alone)",
+    )
     base = sub.add_parser("baselines", help="cvxpylayers or the reference, one step")
     base.add_argument("--case", required=True)
     base.add_argument("--layer", choices=("cvxpylayers", "reference"), required=True)
@@ -85,8 +92,10 @@ def main(argv=None) -> int:
             steps=args.steps,
             batch=args.batch,
             seed=args.seed,
+            distance_weight=args.distance_weight,
         )
-        path = args.out / "train" / f"{args.case}.json"
+        suffix = f"-distance{args.distance_weight:g}" if args.distance_weight else ""
+        path = args.out / "train" / f"{args.case}{suffix}.json"
     elif args.command == "baselines":
         import jax
 
