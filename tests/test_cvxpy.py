@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import slow_except
 
 import pinet_eqx as pe
 from benchmarks.cvxpy._accuracy import Family
@@ -78,7 +79,10 @@ def _setup(name, seed=0):
     return rng, case, proj.with_settings(inference=True)
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize(
+    "name",
+    slow_except(list(CASES), "l1_equality_box", "matrix_parameter", "two_variables"),
+)
 def test_projection_and_gradients_match_clarabel(name):
     """Projections near and far from the set against Clarabel (1e-6,
     relative), and directional derivatives of w . y with respect to y_raw and
@@ -192,7 +196,9 @@ def test_trains_in_a_hard_constrained_net():
 @pytest.mark.parametrize(
     "make, cone_rows, ineq_rows",
     [
-        (lambda x, r: [cp.norm(x - 1, 1) <= r], 4, 0),  # L1NormCone, 1 + 3
+        pytest.param(  # L1NormCone, 1 + 3
+            lambda x, r: [cp.norm(x - 1, 1) <= r], 4, 0, marks=pytest.mark.slow
+        ),
         (lambda x, r: [cp.norm(2 * x + 1, "inf") <= r + x[0]], 4, 0),  # LInf
         (lambda x, r: [cp.abs(x) <= 2.0, cp.sum(x) <= r], 0, 4),  # two-sided rows
         pytest.param(
