@@ -1,6 +1,7 @@
 """`Projector(refine=...)`: iterative refinement onto the active constraints,
 with residuals computed nearly exactly."""
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from helpers import (
     assert_close,
+    central_difference,
     clarabel_project,
     clarabel_project_sets,
     constraints_of,
@@ -215,9 +217,12 @@ def test_training_polish_gives_the_projection_and_keeps_the_gradient(
 ):
     """With `polish=True`, training mode polishes too: after a few iterations
     the output is the projection (Clarabel) wherever the polish certifies it,
-    the iterate elsewhere, and the gradient is the iterate's, unchanged (for
-    `y_raw` and for a per-instance matrix; the active-set derivative, or the
-    unrolled one). With `refine=True` the polished point is refined too."""
+    the iterate elsewhere. The gradient in `y_raw` is the iterate's, unchanged
+    (the polished point lies on the iterate's face; the active-set derivative,
+    or the unrolled one). A per-instance matrix's gradient also involves the
+    multipliers: the iterate's where it is not certified, the projection's
+    own where it is (against central differences of Clarabel). With
+    `refine=True` the polished point is refined too."""
     rng = np.random.default_rng(12)
     poly = random_polytope(rng, 20, 4, 15)
     Y = jnp.asarray(poly.y_feas + rng.normal(size=(16, 20)))
@@ -245,9 +250,24 @@ def test_training_polish_gives_the_projection_and_keeps_the_gradient(
             np.testing.assert_array_equal(sol.y[i], iterate.y[i])
     # Twenty iterations alone are far from it.
     assert np.max(np.abs(np.asarray(iterate.y) - exact)) > 1e-4
-    grads = [jax.grad(loss, argnums=(0, 1))(Y, params, p) for p in (plain, polished)]
-    for a, b in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    g_plain, g_polished = (
+        jax.grad(loss, argnums=(0, 1))(Y, params, p) for p in (plain, polished)
+    )
+    np.testing.assert_allclose(g_polished[0], g_plain[0], rtol=1e-12, atol=1e-12)
+    if matrices == "per_instance":
+        E_plain, E_polished = g_plain[1]["E"], g_polished[1]["E"]
+        np.testing.assert_allclose(
+            E_polished[~certified], E_plain[~certified], rtol=1e-12, atol=1e-12
+        )
+        i = int(np.flatnonzero(certified)[0])
+        D = rng.normal(size=poly.E.shape)
+
+        def moved(t):
+            shifted = dataclasses.replace(poly, E=poly.E + t * D)
+            return np.asarray(V[i]) @ clarabel_project(np.asarray(Y[i]), shifted)
+
+        fd = central_difference(moved, 0.0, 1.0, 1e-4)
+        assert_close(np.sum(E_polished[i] * D), fd, 1e-7, rtol=1e-5, what="d/dE")
 
 
 @pytest.mark.parametrize(
