@@ -28,114 +28,17 @@ Jacobian vanishes (the implicit derivative of the fixed point, in closed form).
 
 from __future__ import annotations
 
-from typing import cast
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Float
 
 from . import _douglas_rachford as dr
-from ._affine import AbstractAffineProjection, independent_rows
+from ._affine import AbstractAffineProjection
 from ._face import SparseRows, face_tangent
+from ._fixed_rows import FixedRows, fixed_multipliers
 from ._lifting import InstanceData
-from ._rowsolve import row_gram, solve_masked
-
-
-class FixedRows(eqx.Module):
-    """Host-precomputed pieces of the tangent map for fixed matrices.
-
-    Rows are the inequality rows of $C$ followed by the bounded coordinates of
-    $y$, each scaled to unit length in $\\ker E$. `lift`, kept for refinement
-    only, maps the equality residual and the rows' multipliers to the
-    correction in one product (see `refine`). `cone`, for sets with cone or
-    simplex blocks, holds their rows $M$ in $\\ker E$, $M N$, for the first
-    step of their refinement (`_refine.step_eliminated`).
-    """
-
-    N: Float[Array, "d k"]
-    P_y: Float[Array, "m_eq d"]
-    BN: Float[Array, "n_rows k"]
-    BP: Float[Array, "n_rows m_eq"]
-    row_scale: Float[Array, " n_rows"]
-    gram: Float[Array, "n_rows n_rows"] | None
-    usable: Bool[Array, " n_rows"]
-    lift: Float[Array, "m_eq+n_rows d"] | None
-    cone: Float[Array, "n_cone k"] | None = None
-
-    @staticmethod
-    def build(
-        E: np.ndarray,
-        C: np.ndarray,
-        box_index: np.ndarray,
-        refine: bool = False,
-        cone: np.ndarray | None = None,
-    ) -> FixedRows:
-        """Factorise in float64.
-
-        **Arguments:**
-
-        - `E`: the fixed equality matrix, shape `(m_eq, d)`; dependent rows are
-            dropped (their right-hand sides get no gradient).
-        - `C`: the fixed inequality matrix, shape `(m, d)`.
-        - `box_index`: the coordinates of $y$ that have a (fixed or
-            parameterised) finite bound.
-        - `refine`: also build `lift`, for `refine`.
-        - `cone`: the rows $M$ of the cone and simplex blocks, shape
-            `(n_cone, d)`, if any.
-
-        **Returns:** a `FixedRows`.
-        """
-        E = np.asarray(E, np.float64)
-        C = np.asarray(C, np.float64)
-        m_eq, d = E.shape
-        keep = independent_rows(E)
-        r = keep.size
-        P_y = np.zeros((m_eq, d))
-        if r:
-            # scipy-stubs types `qr` as a union over all its modes.
-            Q, R = cast(
-                "tuple[np.ndarray, np.ndarray]", scipy.linalg.qr(E[keep].T, mode="full")
-            )
-            N = Q[:, r:]
-            # E_keep^+ = Q_1 R_1^{-T}: the minimum-norm particular solution
-            # (trans=1, i.e. "T": solve R^T x = b).
-            pinv = Q[:, :r] @ scipy.linalg.solve_triangular(R[:r], np.eye(r), trans=1)
-            P_y[keep] = pinv.T
-        else:
-            N = np.eye(d)
-        B = np.concatenate([C, np.eye(d)[box_index]], axis=0)
-        BN = B @ N
-        norms = np.linalg.norm(BN, axis=1)
-        # A row constant on {E y = q} (zero in ker E) can never be moved by the
-        # projection; it is left out of the system.
-        usable = norms > 1e-12 * max(1.0, norms.max(initial=0.0))
-        scale = np.where(usable, 1 / np.where(usable, norms, 1), 0)
-        BN = scale[:, None] * BN
-        BP = scale[:, None] * (B @ P_y.T)
-        n_rows, k = BN.shape
-        # Two thin products, or one with the Gram matrix: whichever is cheaper.
-        gram = BN @ BN.T if n_rows <= 2 * k else None
-        lift = np.concatenate([P_y, -BN @ N.T]) if refine else None
-        return FixedRows(
-            N=jnp.asarray(N),
-            P_y=jnp.asarray(P_y),
-            BN=jnp.asarray(BN),
-            BP=jnp.asarray(BP),
-            row_scale=jnp.asarray(scale),
-            gram=None if gram is None else jnp.asarray(gram),
-            usable=jnp.asarray(usable),
-            lift=None if lift is None else jnp.asarray(lift),
-            cone=None if cone is None else jnp.asarray(np.asarray(cone) @ N),
-        )
-
-    def tangent(self, active, dy_raw, dq, dh, box, solver):
-        """$(\\dot y, \\zeta)$ of the active face (see `_fixed_tangent`); `box`
-        is implied by how the rows were built."""
-        del box
-        return _fixed_tangent(self, active & self.usable, dy_raw, dq, dh, solver)
 
 
 class Inputs(eqx.Module):
@@ -266,37 +169,6 @@ def _rows(y_part, w_part, box):
     return jnp.concatenate([w_part, y_part[box]])
 
 
-def _fixed_tangent(fixed: FixedRows, active, dy_raw, dq, dh, solver):
-    """$\\dot y = E^+ \\dot q + N (v - B_N^\\top \\zeta)$ with $v = N^\\top \\dot
-    y_{raw}$ and $\\zeta$ from the masked active-row system; returns
-    $(\\dot y, \\zeta)$.
-
-    The map is affine in its arguments' values too: given $y_{raw}$, $q$ and the
-    active rows' bounds it returns the projection of $y_{raw}$ onto the active
-    face and its multipliers (see `polish`)."""
-    dtype = dy_raw.dtype
-    N, BN = fixed.N.astype(dtype), fixed.BN.astype(dtype)
-    y0 = dq @ fixed.P_y.astype(dtype)
-    v = dy_raw @ N
-    # The scaled active rows' residual at the unconstrained tangent y0 + N v.
-    zeta = _fixed_multipliers(fixed, active, dq, dh, solver, BN @ v)
-    return y0 + N @ (v - zeta @ BN), zeta
-
-
-def _fixed_multipliers(fixed: FixedRows, active, dq, dh, solver, moved=0.0):
-    """$\\zeta$ of the masked active-row system for fixed matrices, whose
-    right-hand side is the scaled active rows' residual $B_N v + B_P \\dot q -
-    s \\odot \\dot h$ (`moved` $= B_N v$, zero for a refinement step)."""
-    dtype = dq.dtype
-    BP, scale = fixed.BP.astype(dtype), fixed.row_scale.astype(dtype)
-    rhs = jnp.where(active, moved + BP @ dq - scale * dh, 0.0)
-    if fixed.gram is not None:
-        apply_gram = eqx.Partial(jnp.matmul, fixed.gram.astype(dtype))
-    else:
-        apply_gram = eqx.Partial(row_gram, fixed.BN.astype(dtype))
-    return solve_masked(apply_gram, active, rhs, solver)
-
-
 def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solver):
     """The tangent with per-instance matrices; returns $(\\dot y, \\zeta)$.
 
@@ -306,7 +178,7 @@ def _general_tangent(inputs: Inputs, t: Inputs, y, active, dh, box, moving, solv
     sides moved by $\\dot M y$.
 
     Without `moving` rows the map is affine in its arguments' values too, as
-    `_fixed_tangent` is (see `polish`)."""
+    `_fixed_rows.fixed_tangent` is (see `polish`)."""
     # Only reached without `FixedRows`, i.e. with per-instance (dense) matrices.
     E, C = inputs.data.dense_matrices()
     M = jnp.concatenate([E, C])
@@ -343,9 +215,9 @@ def refine(r, fixed: FixedRows, y, inputs: Inputs, hi, lo, box, solver):
     m_eq = inputs.data.q.shape[0]
     dh, active = clip_rows(y, r[m_eq:], inputs.data, hi, lo, box)
     active = active & fixed.usable
-    # `_fixed_tangent` without a y_raw tangent, delta = E^+ r_E - N B_N^T zeta,
-    # in one product with `lift`.
-    zeta = _fixed_multipliers(fixed, active, r[:m_eq], dh, solver)
+    # `_fixed_rows.fixed_tangent` without a y_raw tangent,
+    # delta = E^+ r_E - N B_N^T zeta, in one product with `lift`.
+    zeta = fixed_multipliers(fixed, active, r[:m_eq], dh, solver)
     return y - jnp.concatenate([r[:m_eq], zeta]) @ fixed.lift.astype(y.dtype)
 
 
@@ -358,8 +230,8 @@ def polish(
     On the face $\\{E y = q,\\ B_a y = h_a\\}$ of the rows flagged active at
     the iterate (`hi`, `lo`, see `activity`), the projection is
     $y_{raw} - E^\\top \\mu - B_a^\\top \\lambda_a$, one solve of the
-    active-row system: the tangent map (`_fixed_tangent` for fixed matrices,
-    `fixed`, else `_general_tangent` with the rows of `data`) applied to the
+    active-row system: the tangent map (`_fixed_rows.fixed_tangent` for fixed
+    matrices, `fixed`, else `_general_tangent` with the rows of `data`) applied to the
     values rather than to tangents. It is the projection onto the whole set
     exactly when it is feasible and every multiplier has the sign of its bound:
     $\\lambda_i \\ge 0$ on a row pinned to its upper bound, $\\le 0$ on the
