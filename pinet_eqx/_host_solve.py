@@ -24,6 +24,9 @@ import scipy.sparse.linalg as spla
 _REGULARISATION = 1e-12
 # Refinement steps against the unshifted K (see `GramSolver.solve`).
 _REFINE_STEPS = 3
+# The shift of `SaddleSolver`'s quasi-definite matrix: its factor's accuracy is
+# M's, not K's, so it can be far smaller than K's (see `SaddleSolver`).
+_SADDLE_SHIFT = 1e-16
 
 
 def row_norms(M: Any) -> np.ndarray:
@@ -86,11 +89,54 @@ class GramSolver:
         return x
 
 
+class SaddleSolver:
+    """Solves with $K = M M^\\top$ for rows $M$ of unit length (float64,
+    host) through the LU of the quasi-definite matrix
+    $\\begin{bmatrix} I & M^\\top \\\\ M & -\\delta I \\end{bmatrix}$,
+    $\\delta = 10^{-16}$, whose solution with right-hand side $(0, -b)$ has
+    $\\zeta = (K + \\delta I)^{-1} b$, and `_REFINE_STEPS` steps of iterative
+    refinement against $K$.
+
+    Its conditioning is that of $M$, not of $K$ (its square), so rows that are
+    nearly, but not exactly, dependent (a bus whose lines are all active, its
+    generators' share of its row small) are still resolved, where
+    `GramSolver`'s shifted $K$ leaves the projection $r - M^\\top \\zeta$
+    visibly off. Exactly dependent rows keep a component of size $\\delta$
+    that $M^\\top$ maps to nothing. Its factor is larger than $K$'s, so it
+    serves where that projection is the result, the derivative, and only in
+    float64: in float32 the rounding of the rows and of the products around
+    the solve is as large as what it removes (see `masked_solve`).
+    """
+
+    def __init__(self, M: Any):
+        k, n = M.shape
+        self._M = sp.csr_matrix(M)
+        self._n = n
+        saddle = sp.bmat(
+            [[sp.identity(n), self._M.T], [self._M, -_SADDLE_SHIFT * sp.identity(k)]]
+        )
+        # Partial pivoting (SuperLU's default, unlike `_splu`): without it the
+        # tiny shift's pivots cost the accuracy this solver exists for.
+        self._lu = spla.splu(sp.csc_matrix(saddle))
+
+    def _shifted(self, rhs: np.ndarray) -> np.ndarray:
+        zeros = np.zeros(self._n, rhs.dtype)
+        return self._lu.solve(np.concatenate([zeros, -rhs]))[self._n :]
+
+    def solve(self, rhs: np.ndarray) -> np.ndarray:
+        x = self._shifted(rhs)
+        for _ in range(_REFINE_STEPS):
+            x = x + self._shifted(rhs - self._M @ (self._M.T @ x))
+        return x
+
+
 def masked_solve(M, free, active, b):
     """$x$ with $x_a = (M_s M_s^\\top)^{-1} b_a$ on the `active` rows and $x = b$
     on the others, $M_s$ the active rows of `M` over the `free` coordinates,
     scaled to unit length: the masked active-row system of `_rowsolve`, solved
-    directly on the host (one factorisation per instance and call).
+    directly on the host, one factorisation per instance and call: a
+    `SaddleSolver` for float64 `b`, a `GramSolver` (cheaper, and as accurate
+    as the float32 rows and products around it) otherwise.
 
     **Arguments:**
 
@@ -133,6 +179,7 @@ def _host_masked(shape, rows, cols, values, free, active, b):
     actives = per_instance(active, m)
     bs = per_instance(b, m).astype(np.float64)
     x = bs.copy()
+    solver = SaddleSolver if b.dtype == np.float64 else GramSolver
     for i in range(n):
         rows_i = np.flatnonzero(actives[i])
         A = M[rows_i][:, np.flatnonzero(frees[i])]
@@ -140,5 +187,5 @@ def _host_masked(shape, rows, cols, values, free, active, b):
         used = rows_i[norms > 0]
         A = sp.diags(1 / norms[norms > 0]) @ A[np.flatnonzero(norms > 0)]
         if used.size:
-            x[i, used] = GramSolver(A).solve(bs[i, used])
+            x[i, used] = solver(A).solve(bs[i, used])
     return x.reshape(batch + (m,)).astype(b.dtype)
