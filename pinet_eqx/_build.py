@@ -102,7 +102,8 @@ def build(
             None
             if problem.groups
             else SparseRows(
-                M=SparseMatrix.from_scipy(sp.vstack([E, C])), m_eq=E.shape[0]
+                M=SparseMatrix.from_scipy(sp.vstack([E, C]), remainder=True),
+                m_eq=E.shape[0],
             )
         )
         # "auto" for the fixed factorisation, in float64 on the host.

@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from . import _host_polish as host_polish
-from ._host_solve import masked_solve
+from ._host_solve import masked_saddle
 from ._lifting import InstanceData
 from ._rowsolve import solve_masked, unit_rows
 from ._sparse import SparseMatrix
@@ -63,9 +64,9 @@ def face_tangent(M, m_eq, r, dq, active, dh, box, solver, lam_dM=None):
         r = r - lam @ dM
         dh = dh - dM @ y
     # M_F y_F = dh - M y_pinned: the pinned coordinates' share moves to the right.
-    rhs = jnp.where(rows_active, rows.mv(r) - rows.scale * (dh - M @ y_pinned), 0.0)
-    zeta = rows.solve(rows_active, rhs, solver)
-    dy = jnp.where(pinned, y_pinned, r - rows.rmv(zeta))
+    s = jnp.where(rows_active, rows.scale * (dh - M @ y_pinned), 0.0)
+    dy, zeta = rows.saddle(rows_active, r, s, solver)
+    dy = jnp.where(pinned, y_pinned, dy)
     # The box rows' multipliers: what stationarity, r - dy = M^T lam + mu on
     # the pinned coordinates, leaves there.
     mu = (r - dy - _rmv(M, rows.scale * zeta))[box]
@@ -94,16 +95,44 @@ class FreeRows(eqx.Module):
         return self.free * _rmv(self.M, self.scale * z)
 
     def solve(self, active, rhs, solver):
-        """$\\zeta$ of the masked system of the active rows (see `solve_rows`):
-        by `solver` for dense rows, directly on the host for sparse ones
-        (`_host_solve.masked_solve`; `solver` is then unused), whose faces
-        defeat conjugate gradients on badly scaled sets."""
-        direct = None
-        if isinstance(self.M, SparseMatrix):
-            assert self.free is not None  # sparse rows are never formed
-            direct = eqx.Partial(masked_solve, self.M, self.free, active)
-        apply_gram = eqx.Partial(_free_gram, self)
-        return solve_masked(apply_gram, active, rhs, solver, direct)
+        """$\\zeta$ of the masked system of the active rows (see `solve_rows`),
+        by `solver`."""
+        return solve_masked(eqx.Partial(_free_gram, self), active, rhs, solver)
+
+    def saddle(self, active, r, s, solver):
+        """`(x, zeta)` with $x + M_s^\\top \\zeta = r$ and $M_s x = s$ on the
+        `active` rows ($\\zeta = 0$ on the others; `s` is zero there): the
+        projection of $r$ onto the face's tangent space, shifted by $s$.
+
+        Dense rows solve $M_s M_s^\\top \\zeta = M_s r - s$ by `solver`.
+        Sparse rows, whose faces defeat conjugate gradients on badly scaled
+        sets, solve the whole system on the host in float64
+        (`_host_solve.masked_saddle`; `solver` is then unused): $x$ is rounded
+        once, so a cotangent in the row space of the equality rows (a cost
+        constant on the set) maps to zero to float64's rounding, which an
+        optimiser such as Adam would otherwise scale to full steps."""
+        if not isinstance(self.M, SparseMatrix):
+            zeta = self.solve(active, jnp.where(active, self.mv(r) - s, 0.0), solver)
+            return r - self.rmv(zeta), zeta
+        assert self.free is not None  # sparse rows are never formed
+
+        d = r.shape[0]
+
+        # One vector (x, zeta): the transposition of `custom_linear_solve`
+        # needs every part of its right-hand side linear, and `s` may be a
+        # constant (no tangent of the bounds).
+        def matvec(v):
+            x, z = v[:d], v[d:]
+            Mx = jnp.where(active, self.mv(x), z)
+            return jnp.concatenate([x + self.rmv(jnp.where(active, z, 0.0)), Mx])
+
+        def solve(_, b):
+            x, z = masked_saddle(self.M, self.free, self.scale, active, b[:d], b[d:])
+            return jnp.concatenate([x, z])
+
+        b = jnp.concatenate([r, s])
+        v = jax.lax.custom_linear_solve(matvec, b, solve, symmetric=True)
+        return v[:d], v[d:]
 
 
 def _free_gram(rows: FreeRows, v):
@@ -132,9 +161,9 @@ class SparseRows(eqx.Module):
     """The tangent map's data for fixed sparse matrices: the stacked rows
     $M = [E; C]$ as a `SparseMatrix` (polyhedral sets, `affine_form="sparse"`).
 
-    The same interface as `FixedRows` (`tangent`), solved as the per-instance
-    map is, by conjugate gradients over the free coordinates (`face_tangent`),
-    with only sparse products.
+    The same interface as `FixedRows` (`tangent`), over the free coordinates
+    as the per-instance map is (`face_tangent`), its face's system solved on
+    the host from the float64 entries (`M.remainder` kept).
     """
 
     M: SparseMatrix

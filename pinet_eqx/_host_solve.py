@@ -3,11 +3,12 @@
 Badly scaled sparse sets (power grids: susceptances of $10^4$ beside line
 limits of 1) defeat conjugate gradients on their row systems, where a sparse
 LU factorisation of $K = M M^\\top$ in float64 (SuperLU, with a minimum-degree
-ordering of $K$) is cheap: a few times the rows' nonzeros. Three users share it:
-the factorisation of the sparse affine projection (`_sparse_affine`), the
-polish of sparse polyhedral sets (`_host_polish`), and the active-set
-derivative of those sets (`masked_solve`), whose faces change with the
-instance and are factorised per call.
+ordering of $K$) is cheap: a few times the rows' nonzeros. Two users share it:
+the factorisation of the sparse affine projection (`_sparse_affine`) and the
+polish of sparse polyhedral sets (`_host_polish`). The active-set derivative
+of those sets solves its faces' saddle-point systems instead
+(`masked_saddle`), factorised per instance and call, whose conditioning is
+the rows', not their Gram matrix's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
@@ -90,22 +92,25 @@ class GramSolver:
 
 
 class SaddleSolver:
-    """Solves with $K = M M^\\top$ for rows $M$ of unit length (float64,
-    host) through the LU of the quasi-definite matrix
-    $\\begin{bmatrix} I & M^\\top \\\\ M & -\\delta I \\end{bmatrix}$,
-    $\\delta = 10^{-16}$, whose solution with right-hand side $(0, -b)$ has
-    $\\zeta = (K + \\delta I)^{-1} b$, and `_REFINE_STEPS` steps of iterative
-    refinement against $K$.
+    """Solves the saddle-point system of rows $M$ (float64, host),
 
-    Its conditioning is that of $M$, not of $K$ (its square), so rows that are
-    nearly, but not exactly, dependent (a bus whose lines are all active, its
-    generators' share of its row small) are still resolved, where
-    `GramSolver`'s shifted $K$ leaves the projection $r - M^\\top \\zeta$
-    visibly off. Exactly dependent rows keep a component of size $\\delta$
-    that $M^\\top$ maps to nothing. Its factor is larger than $K$'s, so it
-    serves where that projection is the result, the derivative, and only in
-    float64: in float32 the rounding of the rows and of the products around
-    the solve is as large as what it removes (see `masked_solve`).
+    $$\\begin{bmatrix} I & M^\\top \\\\ M & 0 \\end{bmatrix}
+    \\begin{bmatrix} x \\\\ \\zeta \\end{bmatrix} =
+    \\begin{bmatrix} r \\\\ s \\end{bmatrix},\\qquad
+    x = r - M^\\top \\zeta,\\quad M M^\\top \\zeta = M r - s,$$
+
+    the projection of $r$ onto $\\{x : M x = s\\}$ and its multipliers,
+    through the LU of the quasi-definite matrix with $-\\delta I$,
+    $\\delta = 10^{-16}$, in its lower block, and `_REFINE_STEPS` steps of
+    iterative refinement against the system itself.
+
+    Its conditioning is that of $M$, not of $M M^\\top$ (its square), so rows
+    that are nearly, but not exactly, dependent (a bus whose lines are all
+    active, its generators' share of its row small) are still resolved, where
+    `GramSolver`'s shifted $M M^\\top$ leaves $x$ visibly off; exactly
+    dependent rows keep a component of $\\zeta$ of size $\\delta$, which
+    $M^\\top$ maps to nothing. Its factor is larger than the Gram matrix's,
+    so it serves where $x$ itself is the result: the derivative.
     """
 
     def __init__(self, M: Any):
@@ -119,73 +124,87 @@ class SaddleSolver:
         # tiny shift's pivots cost the accuracy this solver exists for.
         self._lu = spla.splu(sp.csc_matrix(saddle))
 
-    def _shifted(self, rhs: np.ndarray) -> np.ndarray:
-        zeros = np.zeros(self._n, rhs.dtype)
-        return self._lu.solve(np.concatenate([zeros, -rhs]))[self._n :]
-
-    def solve(self, rhs: np.ndarray) -> np.ndarray:
-        x = self._shifted(rhs)
+    def solve(self, r: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`(x, zeta)` of the system above."""
+        rhs = np.concatenate([r, s])
+        xz = self._lu.solve(rhs)
         for _ in range(_REFINE_STEPS):
-            x = x + self._shifted(rhs - self._M @ (self._M.T @ x))
-        return x
+            x, z = xz[: self._n], xz[self._n :]
+            res = rhs - np.concatenate([x + self._M.T @ z, self._M @ x])
+            xz = xz + self._lu.solve(res)
+        return xz[: self._n], xz[self._n :]
 
 
-def masked_solve(M, free, active, b):
-    """$x$ with $x_a = (M_s M_s^\\top)^{-1} b_a$ on the `active` rows and $x = b$
-    on the others, $M_s$ the active rows of `M` over the `free` coordinates,
-    scaled to unit length: the masked active-row system of `_rowsolve`, solved
-    directly on the host, one factorisation per instance and call: a
-    `SaddleSolver` for float64 `b`, a `GramSolver` (cheaper, and as accurate
-    as the float32 rows and products around it) otherwise.
+def masked_saddle(M, free, scale, active, r, s):
+    """The saddle-point system of a face (`SaddleSolver`), masked: over the
+    `free` coordinates, with the `active` rows of `M` there scaled by `scale`
+    ($M_s$); the identity on the pinned coordinates and the other rows, so
+    $x = r$ and $\\zeta = s$ there.
 
     **Arguments:**
 
-    - `M`: the stacked rows, a `SparseMatrix` (fixed: not batched).
+    - `M`: the stacked rows, a `SparseMatrix` (fixed: not batched); its
+        `remainder`, if kept, is added back, so the rows are float64's.
     - `free`: 1 on the free coordinates of $y$, 0 on the pinned ones.
+    - `scale`: the rows' scales (any nonzero value on the active rows in the
+        system; rows with scale 0 are left out).
     - `active`: the rows in the system (boolean).
-    - `b`: the right-hand side, zero on the inactive rows.
+    - `r`, `s`: the right-hand side.
 
-    **Returns:** $x$, in the dtype of `b`. It runs through `jax.pure_callback`
-    (one call per batch), so it works under `jit` and `vmap` on every backend;
-    it is meant as the `solve` of a `jax.lax.custom_linear_solve`, which
-    supplies its derivatives.
+    **Returns:** `(x, zeta)`, in the dtype of `r`, computed in float64 and
+    rounded once: a cost constant on the set ($r$ in the row space of $M_s$)
+    then projects to rounding of its float64, not float32, computation. It
+    runs through `jax.pure_callback` (one call per batch), so it works under
+    `jit` and `vmap` on every backend; the map is linear and symmetric, meant
+    as the `solve` of a `jax.lax.custom_linear_solve`, which supplies its
+    derivatives.
     """
-    out = jax.ShapeDtypeStruct(b.shape, b.dtype)
+    out = (
+        jax.ShapeDtypeStruct(r.shape, r.dtype),
+        jax.ShapeDtypeStruct(s.shape, r.dtype),
+    )
+    remainder = jnp.zeros_like(M.values) if M.remainder is None else M.remainder
     return jax.pure_callback(
-        lambda *a: _host_masked(M.shape, *a),
+        lambda *a: _host_saddle(M.shape, *a),
         out,
         M.rows,
         M.cols,
         M.values,
+        remainder,
         free,
+        scale,
         active,
-        b,
+        r,
+        s,
         vmap_method="expand_dims",
     )
 
 
-def _host_masked(shape, rows, cols, values, free, active, b):
+def _host_saddle(shape, rows, cols, values, remainder, free, scale, active, r, s):
     m, d = shape
-    M = sp.csr_matrix(
-        (np.asarray(values, np.float64).ravel(), (rows.ravel(), cols.ravel())), shape
+    exact = np.asarray(values, np.float64) + np.asarray(remainder, np.float64)
+    M = sp.csr_matrix((exact.ravel(), (rows.ravel(), cols.ravel())), shape)
+    batch = np.broadcast_shapes(
+        r.shape[:-1], s.shape[:-1], free.shape[:-1], active.shape[:-1]
     )
-    batch = np.broadcast_shapes(b.shape[:-1], free.shape[:-1], active.shape[:-1])
     n = int(np.prod(batch)) if batch else 1
 
     def per_instance(a, size):
         return np.broadcast_to(np.asarray(a), batch + (size,)).reshape(n, size)
 
-    frees = per_instance(free, d) > 0
-    actives = per_instance(active, m)
-    bs = per_instance(b, m).astype(np.float64)
-    x = bs.copy()
-    solver = SaddleSolver if b.dtype == np.float64 else GramSolver
+    frees, scales = per_instance(free, d) > 0, per_instance(scale, m)
+    actives = per_instance(active, m) & (scales != 0)
+    xs = per_instance(r, d).astype(np.float64)
+    zs = per_instance(s, m).astype(np.float64)
     for i in range(n):
-        rows_i = np.flatnonzero(actives[i])
-        A = M[rows_i][:, np.flatnonzero(frees[i])]
-        norms = row_norms(A)
-        used = rows_i[norms > 0]
-        A = sp.diags(1 / norms[norms > 0]) @ A[np.flatnonzero(norms > 0)]
+        used, cols_i = np.flatnonzero(actives[i]), np.flatnonzero(frees[i])
         if used.size:
-            x[i, used] = solver(A).solve(bs[i, used])
-    return x.reshape(batch + (m,)).astype(b.dtype)
+            A = sp.diags(scales[i, used].astype(np.float64)) @ M[used][:, cols_i]
+            xs[i, cols_i], zs[i, used] = SaddleSolver(A).solve(
+                xs[i, cols_i], zs[i, used]
+            )
+    dtype = np.asarray(r).dtype
+    return (
+        xs.reshape(batch + (d,)).astype(dtype),
+        zs.reshape(batch + (m,)).astype(dtype),
+    )

@@ -39,9 +39,9 @@ def _masked_operator(apply_gram, active, structure):
     return lx.FunctionLinearOperator(mv, structure, tags, closure_convert=False)
 
 
-def solve_masked(apply_gram, active, rhs, solver, direct=None):
+def solve_masked(apply_gram, active, rhs, solver):
     """$x = A^{-1} b$ for the masked active-row system, solved by lineax with
-    `solver`, or by `direct` (a function $b \\mapsto A^{-1} b$) if given.
+    `solver`.
 
     The system is symmetric, so its transpose is itself: `custom_linear_solve`
     says so to JAX, which then reuses the traced solve for reverse mode. Left to
@@ -58,8 +58,6 @@ def solve_masked(apply_gram, active, rhs, solver, direct=None):
     solver = FullPrecisionSolver(solver)
 
     def solve(_, b):
-        if direct is not None:
-            return direct(b)
         return lx.linear_solve(operator, b, solver, throw=False).value
 
     return jax.lax.custom_linear_solve(operator.mv, rhs, solve, symmetric=True)

@@ -100,23 +100,36 @@ class SparseMatrix(eqx.Module):
     `segment_sum(values * u[rows], cols)`: a gather and a scatter-add, linear in
     the vector (so JAX differentiates and transposes them), batched by
     `jax.vmap`, and native to XLA on CPU and GPU.
+
+    `remainder`, where kept, is what the entries lost to JAX's precision (the
+    float64 entries minus `values`; zero in float64): host computations add it
+    back and so work with the entries to about $2^{-48}$ in
+    float32, where identities of the data (a cost in the row space of the
+    equality rows) survive that its float32 rounding breaks.
     """
 
     rows: Int[Array, " nnz"]
     cols: Int[Array, " nnz"]
     values: Float[Array, " nnz"]
     shape: tuple[int, int] = eqx.field(static=True)
+    remainder: Float[Array, " nnz"] | None = None
 
     @staticmethod
-    def from_scipy(M) -> SparseMatrix:
-        """From a `scipy.sparse` matrix (entries kept in JAX's precision)."""
+    def from_scipy(M, *, remainder: bool = False) -> SparseMatrix:
+        """From a `scipy.sparse` matrix (entries kept in JAX's precision, and
+        what that loses in `remainder` if asked)."""
         coo = sp.csr_matrix(M).tocoo()
         order = np.lexsort((coo.col, coo.row))
+        exact = np.asarray(coo.data[order], np.float64)
+        values = jnp.asarray(exact)
         return SparseMatrix(
             rows=jnp.asarray(coo.row[order], jnp.int32),
             cols=jnp.asarray(coo.col[order], jnp.int32),
-            values=jnp.asarray(np.asarray(coo.data[order], np.float64)),
+            values=values,
             shape=(int(M.shape[0]), int(M.shape[1])),
+            remainder=jnp.asarray(exact - np.asarray(values, np.float64))
+            if remainder
+            else None,
         )
 
     @property
@@ -129,10 +142,13 @@ class SparseMatrix(eqx.Module):
 
     def astype(self, dtype) -> SparseMatrix:
         """The same matrix with its entries in `dtype`."""
-        return SparseMatrix(self.rows, self.cols, self.values.astype(dtype), self.shape)
+        rest = None if self.remainder is None else self.remainder.astype(dtype)
+        return SparseMatrix(
+            self.rows, self.cols, self.values.astype(dtype), self.shape, rest
+        )
 
     def squared(self) -> SparseMatrix:
-        """The entrywise square $M \\odot M$ (same pattern)."""
+        """The entrywise square $M \\odot M$ (same pattern, no remainder)."""
         return SparseMatrix(self.rows, self.cols, self.values**2, self.shape)
 
     def mv(self, v: Float[Array, " n"]) -> Float[Array, " m"]:
