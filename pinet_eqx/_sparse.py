@@ -141,11 +141,14 @@ class SparseMatrix(eqx.Module):
         return self.values.dtype
 
     def astype(self, dtype) -> SparseMatrix:
-        """The same matrix with its entries in `dtype`."""
-        rest = None if self.remainder is None else self.remainder.astype(dtype)
-        return SparseMatrix(
-            self.rows, self.cols, self.values.astype(dtype), self.shape, rest
-        )
+        """The same matrix with its entries in `dtype` (and, if kept, what
+        they lose in its `remainder`)."""
+        values = self.values.astype(dtype)
+        rest = self.remainder
+        if rest is not None:
+            # What a narrower dtype drops joins the remainder.
+            rest = (self.values - values.astype(self.values.dtype) + rest).astype(dtype)
+        return SparseMatrix(self.rows, self.cols, values, self.shape, rest)
 
     def squared(self) -> SparseMatrix:
         """The entrywise square $M \\odot M$ (same pattern, no remainder)."""
