@@ -200,7 +200,12 @@ def test_trains_in_a_hard_constrained_net():
             lambda x, r: [cp.norm(x - 1, 1) <= r], 4, 0, marks=pytest.mark.slow
         ),
         (lambda x, r: [cp.norm(2 * x + 1, "inf") <= r + x[0]], 4, 0),  # LInf
-        (lambda x, r: [cp.abs(x) <= 2.0, cp.sum(x) <= r], 0, 4),  # two-sided rows
+        pytest.param(  # two-sided rows
+            lambda x, r: [cp.abs(x) <= 2.0, cp.sum(x) <= r],
+            0,
+            4,
+            marks=pytest.mark.slow,
+        ),
         pytest.param(
             lambda x, r: [cp.norm(x + 1, 2) <= r + x[0]],
             4,

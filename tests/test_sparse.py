@@ -321,11 +321,9 @@ def test_parallel_rows_gradients_in_bounds():
         lambda y, lo, up, ub: jnp.dot(w, proj(y, lo=lo, up=up, ub=ub)),
         argnums=(0, 1, 2, 3),
     )(*map(jnp.asarray, args))
-    # Every row bound (which of the parallel rows carries the face), and y_raw
-    # and the box bounds along one direction each.
-    directions = [(0, rng.normal(size=d)), (3, rng.normal(size=d))] + [
-        (k, e) for k in (1, 2) for e in np.eye(args[k].size)
-    ]
+    # One random direction per argument: a gradient on the wrong one of the
+    # parallel rows changes the row bounds' directional derivatives.
+    directions = [(k, rng.normal(size=np.size(args[k]))) for k in range(4)]
     for k, e in directions:
 
         def moved(t):
