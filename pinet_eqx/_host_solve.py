@@ -121,7 +121,7 @@ class SaddleSolver:
         unknowns ($x$, then $\\zeta$) in an elimination order, such as the
         one `saddle_rank` computes for a larger system that this one is a
         part of; its columns are then factorised in that order, with no
-        ordering of their own (a third of the factorisation's time)."""
+        ordering of their own (a large share of a factorisation's time)."""
         k, n = M.shape
         self._M = sp.csr_matrix(M)
         self._n = n
