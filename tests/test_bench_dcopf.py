@@ -41,12 +41,18 @@ def test_projection_record_and_report(tmp_path):
     assert "case118" in md.read_text() and png.stat().st_size > 0
 
 
-def test_train_record():
+def test_train_record_and_figure(tmp_path):
     case = load_saved(CASE)
     record = _train.train(case, steps=3, batch=4, n_test=2)
     assert record["steps"] == 3 and np.isfinite(record["loss_last"])
     assert record["test_successful"] == 1.0
     assert record["normalised_residual_over_eps32_max"] <= 10
+    assert len(record["gaps"]) == len(record["normalised_residuals_over_eps32"]) == 2
+    out = tmp_path / "train"
+    out.mkdir()
+    (out / "case118.json").write_text(json.dumps(record))
+    paths = _report.report(tmp_path)
+    assert paths[-1].name == "dcopf_training.png" and paths[-1].stat().st_size > 0
 
 
 def test_baseline_records():

@@ -148,6 +148,10 @@ def train(
         normalised_residual_over_eps32_max=float(
             np.max(resid) / np.finfo(np.float32).eps
         ),
+        gaps=[float(g) for g in gaps],
+        normalised_residuals_over_eps32=[
+            float(r / np.finfo(np.float32).eps) for r in resid
+        ],
         raw_distance_in_spreads_median=float(np.median(distance)),
         raw_distance_in_spreads_max=float(np.max(distance)),
         test_successful=float(np.mean(np.asarray(sol.result == pe.RESULTS.successful))),
