@@ -116,31 +116,24 @@ class SaddleSolver:
     so it serves where $x$ itself is the result: the derivative.
     """
 
-    def __init__(self, M: Any, rank: np.ndarray | None = None):
-        """Factorise for the rows `M`. `rank`, if given, places its $n + k$
-        unknowns ($x$, then $\\zeta$) in an elimination order, such as the
-        one `saddle_rank` computes for a larger system that this one is a
-        part of; its columns are then factorised in that order, with no
-        ordering of their own (a large share of a factorisation's time)."""
+    def __init__(self, M: Any, rank: np.ndarray):
+        """Factorise for the rows `M`. `rank` places its $n + k$ unknowns ($x$,
+        then $\\zeta$) in an elimination order, such as the one `saddle_rank`
+        computes for a larger system that this one is a part of; its columns
+        are factorised in that order, with no ordering of their own (a large
+        share of a factorisation's time)."""
         k, n = M.shape
         self._M = sp.csr_matrix(M)
         self._n = n
-        saddle = sp.csc_matrix(_saddle(self._M))
+        self._order = np.argsort(rank, kind="stable")
+        saddle = sp.csc_matrix(_saddle(self._M))[:, self._order]
         # Partial pivoting (SuperLU's default, unlike `_splu`): without it the
         # tiny shift's pivots cost the accuracy this solver exists for.
-        if rank is None:
-            self._order = None
-            self._lu = spla.splu(saddle)
-        else:
-            self._order = np.argsort(rank, kind="stable")
-            self._lu = spla.splu(saddle[:, self._order], permc_spec="NATURAL")
+        self._lu = spla.splu(saddle, permc_spec="NATURAL")
 
     def _solve(self, rhs: np.ndarray) -> np.ndarray:
-        z = self._lu.solve(rhs)
-        if self._order is None:
-            return z
-        out = np.empty_like(z)
-        out[self._order] = z
+        out = np.empty_like(rhs)
+        out[self._order] = self._lu.solve(rhs)
         return out
 
     def solve(self, r: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
