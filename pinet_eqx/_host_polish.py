@@ -24,7 +24,7 @@ differentiates (`_active_set.on_face`); the iterate's face may differ.
 
 from __future__ import annotations
 
-import hashlib
+import functools
 from typing import Any
 
 import jax
@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._host_dual import working_face
-from ._host_solve import GramSolver, row_norms
+from ._host_solve import ByContent, GramSolver, row_norms
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
 _MAX_ROUNDS = 30
@@ -140,30 +140,24 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
     )
 
 
-# The host form of the fixed matrices, by their entries (a training run calls
-# the polish with the same matrices at every step).
-_MATRICES: dict[bytes, tuple] = {}
-_MATRICES_KEPT = 4
+# The host form of the fixed matrices, by their entries.
+_MATRICES = ByContent()
 
 
 def _matrices(shapes, er, ec, ev, cr, cc, cv) -> tuple:
     """`(E, C_unique, group, factor)`: $E$ as float64 CSR and $C$'s rows merged
     up to a factor (`_parallel_rows`), built once per set of matrices."""
-    arrays = [np.ascontiguousarray(a) for a in (er, ec, ev, cr, cc, cv)]
-    digest = hashlib.blake2b(repr(shapes).encode(), digest_size=16)
-    for a in arrays:
-        digest.update(a.dtype.str.encode())
-        digest.update(a.tobytes())
-    key = digest.digest()
-    if key not in _MATRICES:
-        (m_eq, d), (m, _) = shapes
-        er, ec, ev, cr, cc, cv = (a.ravel() for a in arrays)
-        E = sp.csr_matrix((ev.astype(np.float64), (er, ec)), (m_eq, d))
-        C = sp.csr_matrix((cv.astype(np.float64), (cr, cc)), (m, d))
-        if len(_MATRICES) >= _MATRICES_KEPT:
-            _MATRICES.pop(next(iter(_MATRICES)))
-        _MATRICES[key] = (E, *_parallel_rows(C))
-    return _MATRICES[key]
+    return _MATRICES.get(
+        shapes, (er, ec, ev, cr, cc, cv), functools.partial(_host_matrices, shapes)
+    )
+
+
+def _host_matrices(shapes, er, ec, ev, cr, cc, cv) -> tuple:
+    (m_eq, d), (m, _) = shapes
+    er, ec, ev, cr, cc, cv = (a.ravel() for a in (er, ec, ev, cr, cc, cv))
+    E = sp.csr_matrix((ev.astype(np.float64), (er, ec)), (m_eq, d))
+    C = sp.csr_matrix((cv.astype(np.float64), (cr, cc)), (m, d))
+    return (E, *_parallel_rows(C))
 
 
 def _active_set_method(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):

@@ -14,6 +14,7 @@ the rows', not their Gram matrix's.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -32,6 +33,29 @@ _REFINE_STEPS = 3
 # The shift of `SaddleSolver`'s quasi-definite matrix: its factor's accuracy is
 # M's, not K's, so it can be far smaller than K's (see `SaddleSolver`).
 _SADDLE_SHIFT = 1e-16
+
+
+class ByContent:
+    """Host forms of fixed matrices, built once per set of their arrays' contents
+    (a training run passes the same matrices at every step); the last `kept`."""
+
+    def __init__(self, kept: int = 4):
+        self._store: dict[bytes, Any] = {}
+        self._kept = kept
+
+    def get(self, shapes: Any, arrays: Any, build: Any) -> Any:
+        """`build(*arrays)` (contiguous), or its stored value for equal inputs."""
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        digest = hashlib.blake2b(repr(shapes).encode(), digest_size=16)
+        for a in arrays:
+            digest.update(a.dtype.str.encode())
+            digest.update(a.tobytes())
+        key = digest.digest()
+        if key not in self._store:
+            if len(self._store) >= self._kept:
+                self._store.pop(next(iter(self._store)))
+            self._store[key] = build(*arrays)
+        return self._store[key]
 
 
 def row_norms(M: Any) -> np.ndarray:
@@ -207,8 +231,8 @@ def masked_saddle(M, free, scale, active, r, s):
 
 def _host_saddle(shape, rows, cols, values, remainder, free, scale, active, r, s):
     m, d = shape
-    exact = np.asarray(values, np.float64) + np.asarray(remainder, np.float64)
-    M = sp.csr_matrix((exact.ravel(), (rows.ravel(), cols.ravel())), shape)
+    build = functools.partial(_saddle_rows, shape)
+    M, rank = _SADDLE_ROWS.get(shape, (rows, cols, values, remainder), build)
     batch = np.broadcast_shapes(
         r.shape[:-1], s.shape[:-1], free.shape[:-1], active.shape[:-1]
     )
@@ -221,7 +245,6 @@ def _host_saddle(shape, rows, cols, values, remainder, free, scale, active, r, s
     actives = per_instance(active, m) & (scales != 0)
     xs = per_instance(r, d).astype(np.float64)
     zs = per_instance(s, m).astype(np.float64)
-    rank = saddle_rank(M)
 
     def one(i):
         used, cols_i = np.flatnonzero(actives[i]), np.flatnonzero(frees[i])
@@ -238,6 +261,17 @@ def _host_saddle(shape, rows, cols, values, remainder, free, scale, active, r, s
         xs.reshape(batch + (d,)).astype(dtype),
         zs.reshape(batch + (m,)).astype(dtype),
     )
+
+
+# The derivative's rows and their ordering, by their entries.
+_SADDLE_ROWS = ByContent()
+
+
+def _saddle_rows(shape, rows, cols, values, remainder) -> tuple[Any, np.ndarray]:
+    """The float64 CSR rows, `remainder` added back, and their `saddle_rank`."""
+    exact = values.astype(np.float64) + remainder.astype(np.float64)
+    M = sp.csr_matrix((exact.ravel(), (rows.ravel(), cols.ravel())), shape)
+    return M, saddle_rank(M)
 
 
 @functools.cache
