@@ -8,8 +8,10 @@ import pathlib
 
 import jax
 import numpy as np
+import pytest
+import scipy.sparse as sp
 
-from benchmarks.dcopf import _projection, _report, _train
+from benchmarks.dcopf import _certify, _projection, _report, _train
 from benchmarks.dcopf._fixture import load_saved
 
 CASE = pathlib.Path(__file__).parent / "data" / "dcopf_case118.npz"
@@ -32,6 +34,9 @@ def test_projection_record_and_report(tmp_path):
         assert record[side]["successful"] == 1.0
         assert record[side]["violation_max"] < 1e-8
         assert record[side]["rel_err_max"] < 1e-5
+        # Against Clarabel's point sharpened and certified by the KKT conditions.
+        assert record[side]["certified"] == 1.0
+        assert record[side]["rel_err_certified_max"] < 1e-8
     assert record["batch_successful"] == 1.0
     assert record["per_instance_ms"] > 0 and record["clarabel_ms"]["median"] > 0
     out = tmp_path / "projection"
@@ -71,3 +76,44 @@ def test_baseline_records():
         assert np.isfinite(record["rel_err_max"])
         if layer == "cvxpylayers":
             assert record["rel_err_max"] < 1e-3 and record["violation_max"] < 1e-3
+
+
+def test_face_projection_with_dependent_rows():
+    """The face's projection is the least-squares one (numpy's pseudo-inverse)
+    when a row repeats, where the unshifted KKT matrix is singular."""
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(4, 9))
+    A = np.vstack([A, A[1] + 2 * A[3]])
+    h = A @ rng.normal(size=9)
+    y_raw = rng.normal(size=9)
+    y, lam, residual = _certify.face_projection(y_raw, sp.csr_matrix(A), h)
+    expected = y_raw - np.linalg.pinv(A) @ (A @ y_raw - h)
+    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-12)
+    # The multipliers are not unique here; any with A^T lam = y_raw - y will do.
+    np.testing.assert_allclose(A.T @ lam, y_raw - y, rtol=0, atol=1e-12)
+    assert residual <= 1e-15
+
+
+@pytest.mark.parametrize("scale", [_projection.NEAR, _projection.FAR])
+def test_certificate_is_exact_or_refused(scale):
+    """From Clarabel's point the certificate finds the projection (no point
+    closer to the raw output is feasible, and Clarabel's is within its
+    tolerance); from the centre of the set, whose active set is wrong for far
+    raw outputs, it finds the same point or refuses."""
+    from benchmarks.dcopf._data import project_clarabel, sample_loads
+
+    case = load_saved(CASE)
+    rng = np.random.default_rng(1)
+    p_d = sample_loads(case, 2, rng)
+    centre = project_clarabel(case, np.zeros(case.dim), p_d[0])[0]
+    for y_raw, loads in zip(
+        _projection.raw_outputs(case, p_d, rng, scale, centre), p_d
+    ):
+        ref, _ = project_clarabel(case, y_raw, loads)
+        exact, ok = _certify.certify_projection(case, y_raw, loads, ref)
+        assert ok
+        assert _projection.violation(case, exact, loads) < 1e-10
+        assert np.sum((exact - y_raw) ** 2) <= np.sum((ref - y_raw) ** 2) * (1 + 1e-12)
+        assert np.abs(exact - ref).max() < 1e-5 * np.abs(ref).max()
+        other, ok = _certify.certify_projection(case, y_raw, loads, centre)
+        assert not ok or np.abs(other - exact).max() < 1e-10 * np.abs(exact).max()

@@ -46,7 +46,6 @@ import clarabel
 import numpy as np
 import osqp
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 
 from ._fixture import GridCase
 
@@ -552,72 +551,3 @@ def project_osqp(
             f"'{case.name}' after {result.info.iter} iterations (eps={eps:g})."
         )
     return np.array(result.x, dtype=np.float64), seconds
-
-
-def certify_projection(
-    case: GridCase, y_raw: np.ndarray, p_d: np.ndarray, y: np.ndarray
-) -> tuple[np.ndarray, bool]:
-    """Clarabel's projection `y` sharpened on its active set, and whether the
-    result satisfies the KKT conditions (an independent ground truth).
-
-    Interior-point answers on these badly scaled grids stop some 1e-5 (relative)
-    from the projection, above the 1e-6 the accuracy targets ask. Here the rows
-    and bounds within 1e-6 (relative) of their limits at `y` are taken as the
-    active set, and the projection onto that face is solved from its full KKT
-    system $[I\\ A^\\top; A\\ 0]$ by a sparse LU (`scipy.sparse.linalg.spsolve`);
-    rows whose multipliers have the wrong sign are dropped and the face solved
-    again, up to three times. It is certified when it is feasible to 1e-9
-    (relative) and every multiplier has the sign of its bound; otherwise `y` is
-    returned, uncertified.
-
-    **Returns:** `(y_exact, certified)`.
-    """
-    y_raw = np.asarray(y_raw, np.float64)
-    eye = sp.identity(case.dim, format="csr")
-    w = case.C @ y
-    tol_y = 1e-6 * (1 + np.abs(y))
-    tol_w = 1e-6 * (1 + np.abs(w))
-    up_y = np.isfinite(case.upper) & (y >= case.upper - tol_y)
-    lo_y = np.isfinite(case.lower) & (y <= case.lower + tol_y) & ~up_y
-    up_w = np.isfinite(case.flow_upper) & (w >= case.flow_upper - tol_w)
-    lo_w = np.isfinite(case.flow_lower) & (w <= case.flow_lower + tol_w) & ~up_w
-    for _ in range(4):
-        pin, row = up_y | lo_y, up_w | lo_w
-        A = sp.vstack([case.E, case.C[row], eye[pin]], format="csr")
-        h = np.concatenate(
-            [
-                case.q(p_d),
-                np.where(up_w, case.flow_upper, case.flow_lower)[row],
-                np.where(up_y, case.upper, case.lower)[pin],
-            ]
-        )
-        kkt = sp.bmat([[eye, A.T], [A, None]], format="csc")
-        sol = spla.spsolve(kkt, np.concatenate([y_raw, h]))
-        if not np.all(np.isfinite(sol)):
-            return y, False
-        y_exact, lam = sol[: case.dim], sol[case.dim :]
-        # y = y_raw - A^T lam: an upper bound's multiplier is >= 0, a lower's <= 0.
-        lam_w = np.zeros(case.n_branch)
-        lam_w[row] = lam[case.E.shape[0] : case.E.shape[0] + int(row.sum())]
-        lam_y = np.zeros(case.dim)
-        lam_y[pin] = lam[case.E.shape[0] + int(row.sum()) :]
-        scale = 1e-9 * (1 + np.abs(lam).max(initial=0.0))
-        wrong_w = (up_w & (lam_w < -scale)) | (lo_w & (lam_w > scale))
-        wrong_y = (up_y & (lam_y < -scale)) | (lo_y & (lam_y > scale))
-        if not (wrong_w.any() or wrong_y.any()):
-            break
-        up_w, lo_w = up_w & ~wrong_w, lo_w & ~wrong_w
-        up_y, lo_y = up_y & ~wrong_y, lo_y & ~wrong_y
-    else:
-        return y, False
-    w = case.C @ y_exact
-    feasible = max(
-        np.abs(case.E @ y_exact - case.q(p_d)).max() / (1 + np.abs(case.q(p_d)).max()),
-        (np.maximum(w - case.flow_upper, 0) + np.maximum(case.flow_lower - w, 0)).max()
-        / (1 + np.abs(w).max()),
-        (
-            np.maximum(y_exact - case.upper, 0) + np.maximum(case.lower - y_exact, 0)
-        ).max()
-        / (1 + np.abs(y_exact).max()),
-    )
-    return (y_exact, True) if feasible <= 1e-9 else (y, False)

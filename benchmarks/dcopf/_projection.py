@@ -106,12 +106,8 @@ def run(
     `affine_form` is the library's default unless a test forces the sparse
     form on a grid small enough for `"auto"` to densify.
     """
-    from ._data import (
-        certify_projection,
-        project_clarabel,
-        project_osqp,
-        sample_loads,
-    )
+    from ._certify import certify_projection
+    from ._data import project_clarabel, project_osqp, sample_loads
 
     jdtype = jnp.float64 if dtype == "float64" else jnp.float32
     rng = np.random.default_rng(seed)
