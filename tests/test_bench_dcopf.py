@@ -91,7 +91,7 @@ def test_face_projection_with_dependent_rows():
     np.testing.assert_allclose(y, expected, rtol=0, atol=1e-12)
     # The multipliers are not unique here; any with A^T lam = y_raw - y will do.
     np.testing.assert_allclose(A.T @ lam, y_raw - y, rtol=0, atol=1e-12)
-    assert residual <= 1e-15
+    assert residual <= 1e-14
 
 
 @pytest.mark.parametrize("scale", [_projection.NEAR, _projection.FAR])

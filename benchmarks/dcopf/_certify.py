@@ -45,19 +45,31 @@ def face_projection(
     nonsingular for any `A`. Where the rows are dependent (and consistent), $y$
     is still unique and $\lambda$ is one of the solutions.
 
-    **Returns:** `(y, lam, residual)`, the last the largest entry of the
-    unshifted system's residual relative to `1 + max(|y_raw|, |h|)`.
+    **Returns:** `(y, lam, residual)`, the last the unshifted system's largest
+    componentwise backward error: each equation's residual over the sum of
+    the magnitudes of its terms (each entry of $y$ counted at least at the
+    mean magnitude), so that rounding counts alike in rows with entries of 1
+    and of 1e4.
     """
     n, m = A.shape[1], A.shape[0]
     kkt = sp.bmat([[sp.identity(n), A.T], [A, -_SHIFT * sp.identity(m)]], format="csc")
     lu = spla.splu(kkt)
-    scale = 1.0 + max(np.abs(y_raw).max(initial=0.0), np.abs(h).max(initial=0.0))
+    A_abs = abs(A)
     y, lam = np.zeros(n), np.zeros(m)
     residual = np.inf
     for _ in range(steps):
         r = np.concatenate([y_raw - y - A.T @ lam, h - A @ y])
-        residual = np.abs(r).max() / scale
-        if residual <= 1e-15:
+        # The last terms keep an equation like theta_ref = 0 from dividing
+        # by its own residual (as the issue's normalised residual does).
+        typical = np.mean(np.abs(y)) + np.mean(np.abs(y_raw))
+        size = np.concatenate(
+            [
+                np.abs(y_raw) + np.abs(y) + A_abs.T @ np.abs(lam) + typical,
+                A_abs @ (np.abs(y) + typical) + np.abs(h),
+            ]
+        )
+        residual = np.max(np.abs(r) / size)
+        if residual <= 1e-14:
             break
         step = lu.solve(r)
         y, lam = y + step[:n], lam + step[n:]
