@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._host_dual import working_face
-from ._host_solve import ByContent, GramSolver, row_norms
+from ._host_solve import ByContent, GramSolver, instances, row_norms
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
 _MAX_ROUNDS = 30
@@ -85,15 +85,8 @@ def polish(E, C, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
 def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
     (m_eq, d), (m, _) = shapes
     dtype = y_raw.dtype
-    per_instance = (y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo)
-    batch = np.broadcast_shapes(*(np.shape(a)[:-1] for a in per_instance))
+    batch, n, rows = instances(y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo)
     E, C_unique, group, factor = _matrices(shapes, er, ec, ev, cr, cc, cv)
-    n = int(np.prod(batch)) if batch else 1
-
-    def rows(a, size):
-        a = np.asarray(a)
-        return np.broadcast_to(a, batch + (size,)).reshape(n, size)
-
     k = C_unique.shape[0]
     lb_rows, ub_rows = (
         rows(lb_w, m).astype(np.float64),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -56,6 +57,19 @@ class ByContent:
                 self._store.pop(next(iter(self._store)))
             self._store[key] = build(*arrays)
         return self._store[key]
+
+
+def instances(*arrays) -> tuple[tuple[int, ...], int, Callable]:
+    """`(batch, n, rows)` for a callback's per-instance arguments, each with one
+    trailing axis: their broadcast batch shape, its size, and `rows(a, size)`,
+    which broadcasts `a` to that batch and flattens it to `(n, size)`."""
+    batch = np.broadcast_shapes(*(np.shape(a)[:-1] for a in arrays))
+    n = int(np.prod(batch))
+
+    def rows(a, size: int) -> np.ndarray:
+        return np.broadcast_to(np.asarray(a), batch + (size,)).reshape(n, size)
+
+    return batch, n, rows
 
 
 def row_norms(M: Any) -> np.ndarray:
@@ -233,14 +247,7 @@ def _host_saddle(shape, rows, cols, values, remainder, free, scale, active, r, s
     m, d = shape
     build = functools.partial(_saddle_rows, shape)
     M, rank = _SADDLE_ROWS.get(shape, (rows, cols, values, remainder), build)
-    batch = np.broadcast_shapes(
-        r.shape[:-1], s.shape[:-1], free.shape[:-1], active.shape[:-1]
-    )
-    n = int(np.prod(batch)) if batch else 1
-
-    def per_instance(a, size):
-        return np.broadcast_to(np.asarray(a), batch + (size,)).reshape(n, size)
-
+    batch, n, per_instance = instances(r, s, free, active)
     frees, scales = per_instance(free, d) > 0, per_instance(scale, m)
     actives = per_instance(active, m) & (scales != 0)
     xs = per_instance(r, d).astype(np.float64)
