@@ -47,6 +47,8 @@ def train(
     paper's: it is zero at the optimum, where the raw output may sit on the
     set, and keeps the raw outputs from drifting where the cost gives the
     network no direction; see RESULTS)."""
+    from tqdm.auto import tqdm
+
     from ._data import dcopf_clarabel, sample_loads
 
     rng = np.random.default_rng(seed)
@@ -102,12 +104,14 @@ def train(
     losses = []
     t0 = time.perf_counter()
     first_step_s = None
-    for k in range(steps):
+    bar = tqdm(range(steps), desc=f"{case.name} training", unit="step")
+    for _ in bar:
         p_d = sample_loads(case, batch, rng)
         params, state, value = step(
             params, state, features(p_d), jnp.asarray(case.q(p_d), jnp.float32)
         )
         losses.append(float(value))
+        bar.set_postfix(loss=f"{losses[-1]:.6g}", refresh=False)
         if first_step_s is None:
             first_step_s = time.perf_counter() - t0
     train_s = time.perf_counter() - t0
