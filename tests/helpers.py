@@ -662,7 +662,12 @@ def badly_scale(spec, y0, seed, rows=(1e-2, 1e2), cols=(1e-2, 1e2)):
     return out, z0, D
 
 
-def slow_except(cases, *fast):
+def slow_except(cases, *fast, unpack=False):
     """`cases` as pytest parameters, all but those in `fast` marked `slow`: the
-    fast tier (`pytest`) keeps a representative few, `pytest -m slow` runs the rest."""
-    return [c if c in fast else pytest.param(c, marks=pytest.mark.slow) for c in cases]
+    fast tier (`pytest`) keeps a representative few, `pytest -m slow` runs the rest.
+    With `unpack=True` each case is a tuple of the values of several names."""
+
+    def param(case, marks=()):
+        return pytest.param(*(case if unpack else (case,)), marks=marks)
+
+    return [param(c) if c in fast else param(c, pytest.mark.slow) for c in cases]

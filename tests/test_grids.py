@@ -260,13 +260,11 @@ _CONSTANT_COST_TOL = {"float64": 1e-12, "float32": 1e-10}
 
 @pytest.mark.parametrize(
     "name, dtype",
-    [
-        pytest.param(
-            n, t, marks=() if (n, t) == ("case118", "float32") else pytest.mark.slow
-        )
-        for n in ("case118", "case1354pegase")
-        for t in _CONSTANT_COST_TOL
-    ],
+    slow_except(
+        [(n, t) for n in ("case118", "case1354pegase") for t in _CONSTANT_COST_TOL],
+        ("case118", "float32"),
+        unpack=True,
+    ),
 )
 def test_cost_constant_on_the_set_has_no_gradient(name, dtype):
     """A cost that is constant on the set, $c^\\top y$ with $c = E^\\top
