@@ -290,3 +290,87 @@ def test_cost_constant_on_the_set_has_no_gradient(name, dtype):
     assert G.dtype == dtype
     bound = _CONSTANT_COST_TOL[dtype] * np.abs(c).max()
     assert np.abs(np.asarray(G)).max() <= bound, np.abs(np.asarray(G)).max(axis=1)
+
+
+def _largest_array(jaxpr) -> tuple[int, str]:
+    """The most entries of any value in `jaxpr` (a `ClosedJaxpr`: constants,
+    inputs and every intermediate, sub-jaxprs of loops, conditionals, custom
+    derivatives and linear solves included), and what it is."""
+    from jax.extend.core import ClosedJaxpr, Jaxpr
+
+    def size(v):
+        return int(np.prod(getattr(v.aval, "shape", ())))
+
+    best = max(((np.size(c), "constant") for c in jaxpr.consts), default=(0, ""))
+
+    def walk(inner: Jaxpr):
+        nonlocal best
+        for v in inner.invars:
+            best = max(best, (size(v), f"input {v.aval}"))
+        for eqn in inner.eqns:
+            for v in eqn.outvars:
+                best = max(best, (size(v), f"{eqn.primitive} -> {v.aval}"))
+            for param in eqn.params.values():
+                subs = param if isinstance(param, tuple | list) else (param,)
+                for sub in subs:
+                    if isinstance(sub, ClosedJaxpr):
+                        best = max(best, (max(map(np.size, sub.consts), default=0), ""))
+                        walk(sub.jaxpr)
+                    elif isinstance(sub, Jaxpr):
+                        walk(sub)
+
+    walk(jaxpr.jaxpr)
+    return best
+
+
+@pytest.mark.slow
+def test_no_dense_square_array_anywhere():
+    """With sparse matrices nothing of the size of a dense d x d matrix is
+    formed (the issue's requirement): neither in the jitted training step
+    (forward, backward) nor in inference (polish, infeasibility flags) nor in
+    `violation`, whose largest values are checked in their jaxprs; nor on
+    the host (construction, the polish's and the derivative's face solves),
+    whose numpy allocations tracemalloc sees: their peak stays below one
+    dense float32 d x d matrix. case1354pegase, float32: that would have 2.6
+    million entries (10 MB)."""
+    import tracemalloc
+
+    case = grid("case1354pegase")
+    d = case.dim
+    dense_entries = d * d
+    rng = np.random.default_rng(0)
+    P = _loads(case, rng, 4)
+    Y = jnp.asarray(np.tile(np.std(case.p_d) * rng.normal(size=(1, d)), (4, 1)))
+    Y, Q = Y.astype(jnp.float32), jnp.asarray(case.q(P), jnp.float32)
+
+    def traced_peak(run):
+        tracemalloc.start()
+        try:
+            out = run()
+            return out, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    proj, build_peak = traced_peak(lambda: grid_projector(case))
+    infer = eqx.nn.inference_mode(proj)
+
+    def loss(Y, Q):
+        return jnp.sum(jax.vmap(lambda y, q: proj(y, q=q))(Y, Q) ** 2)
+
+    programs = {
+        "training step": jax.value_and_grad(loss),
+        "inference": jax.vmap(lambda y, q: infer.solve(y, q=q)),
+        "violation": jax.vmap(lambda y, q: proj.violation(y, q=q)),
+    }
+    compiled = {}
+    for name, f in programs.items():
+        entries, what = _largest_array(jax.make_jaxpr(f)(Y, Q))
+        assert entries * 16 < dense_entries, (name, entries, what)
+        compiled[name] = jax.jit(f).lower(Y, Q).compile()
+    # Compiled ahead, so that what is traced is the runs: the host's face
+    # solves, their first call building the host forms of the matrices.
+    for name, f in compiled.items():
+        _, peak = traced_peak(lambda: jax.block_until_ready(f(Y, Q)))
+        assert peak < dense_entries * 4, (name, peak)
+    # Less than one dense float32 d x d matrix, the sparse factor included.
+    assert build_peak < dense_entries * 4, build_peak
