@@ -9,7 +9,8 @@
 #      20 training iterations, without and with the training polish);
 #   3. issue 15 on the cases never measured on a GPU: inference feasibility at
 #      the library's defaults on DC3 large, the SOC benchmark, the toy MPC and
-#      motion planning H = 100, with the latency of DC3 large;
+#      motion planning H = 100, with the latency of DC3 large; then issue 30's
+#      DC-OPF inference throughput (3b);
 #   4. the training-step benchmark at XLA's default precision (TF32 for the
 #      reference on an H100; our gradients must keep their full-precision
 #      accuracy there, fixed after the 2026-11-27 run);
@@ -27,8 +28,8 @@
 #   GPU_PREPARE=../shared/data/dc3 bash benchmarks/gpu.sh /tmp/gpu-prepare
 # writes .whl (the pinet-hcnn and beartype wheels), .gpu_data/dc3 (a copy of the
 # paper's DC3 files), .gpu_data/feasibility (every feasibility case's instances
-# and exact projections) and benchmarks/_out/dc3 (the DC3 training's IPOPT
-# solutions); carry those paths. Without FEAS_CACHE the feasibility steps
+# and exact projections), .gpu_data/dcopf (the PEGASE grids, saved) and
+# benchmarks/_out/dc3 (the DC3 training's IPOPT solutions); carry those paths. Without FEAS_CACHE the feasibility steps
 # solve their cases on the GPU machine, which the cone, MPC and motion cases
 # cannot without cvxpy; without FEAS_INSTANCES (default ../shared/data/dc3)
 # they are skipped.
@@ -148,6 +149,10 @@ if [ -n "${GPU_PREPARE:-}" ]; then
   feasibility_large --prepare-only
   feasibility_new --prepare-only
   feasibility_small --prepare-only
+  for c in case1354pegase case2869pegase case9241pegase; do
+    step "dcopf_save_$c" 300 python -m benchmarks.dcopf save --case "$c" \
+      --to ".gpu_data/dcopf/$c.npz"
+  done
   step data 600 python -m benchmarks.dc3 data --problem nonconvex --size "$dc3_size"
   cat "$status"
   exit 0
@@ -201,6 +206,20 @@ step training_step_highest 190 env JAX_DEFAULT_MATMUL_PRECISION=highest \
 
 feasibility_large
 feasibility_new
+
+# 3b. Issue 30's GPU goal: DC-OPF inference at batch 256, float32, the
+# library's defaults, per instance <= 0.05x Clarabel's CPU time (82 ms on
+# case1354pegase, 868 ms on case9241pegase: benchmarks/RESULTS.md). The cases
+# come from .gpu_data/dcopf (GPU_PREPARE; the machine has no pandapower); the
+# polish and the derivative's face solves run on the host.
+for c in ${DCOPF_CASES-case1354pegase case9241pegase}; do
+  if [ -f ".gpu_data/dcopf/$c.npz" ]; then
+    step "dcopf_$c" 90 python -m benchmarks.dcopf --out "$out/dcopf" throughput \
+      --fixture ".gpu_data/dcopf/$c.npz"
+  else
+    echo "dcopf_$c skipped: no .gpu_data/dcopf/$c.npz" | tee -a "$status"
+  fi
+done
 
 # 4. XLA's default precision: our gradient error must stay at its
 # full-precision level (2.8e-7 on small), which checks on the device that no

@@ -100,7 +100,8 @@ def test_certificate_is_exact_or_refused(scale):
     closer to the raw output is feasible, and Clarabel's is within its
     tolerance); from the centre of the set, whose active set is wrong for far
     raw outputs, it finds the same point or refuses."""
-    from benchmarks.dcopf._data import project_clarabel, sample_loads
+    from benchmarks.dcopf._data import project_clarabel
+    from benchmarks.dcopf._fixture import sample_loads
 
     case = load_saved(CASE)
     rng = np.random.default_rng(1)
@@ -117,3 +118,18 @@ def test_certificate_is_exact_or_refused(scale):
         assert np.abs(exact - ref).max() < 1e-5 * np.abs(ref).max()
         other, ok = _certify.certify_projection(case, y_raw, loads, centre)
         assert not ok or np.abs(other - exact).max() < 1e-10 * np.abs(exact).max()
+
+
+def test_save_then_throughput_from_the_file(tmp_path):
+    """`save` writes a pandapower case that `throughput` (the GPU machine's
+    command: no pandapower, Clarabel or OSQP there) reads and projects."""
+    from benchmarks.dcopf.__main__ import main
+
+    fixture = tmp_path / "case118.npz"
+    assert main(["save", "--case", "case118", "--to", str(fixture)]) == 0
+    argv = ["--out", str(tmp_path), "throughput", "--fixture", str(fixture)]
+    assert main([*argv, "--dtype", "float64", "--batch", "4", "--repeats", "1"]) == 0
+    record = json.loads((tmp_path / "throughput" / "case118-float64.json").read_text())
+    assert record["successful"] == 1.0 and record["center_successful"]
+    assert record["violation_max"] < 1e-8
+    assert record["per_instance_ms"] > 0 and record["batch_s"]["repeats"] == 1

@@ -20,7 +20,7 @@ from helpers import (
 )
 
 import pinet_eqx as pe
-from benchmarks.dcopf._fixture import GridCase, load_saved
+from benchmarks.dcopf._fixture import GridCase, load_saved, sample_loads
 
 DATA = pathlib.Path(__file__).parent / "data"
 
@@ -60,11 +60,6 @@ def _solve(proj, Y, Q):
     return jax.vmap(lambda y, q: proj.solve(y, q=q))(Y, Q)
 
 
-def _loads(case, rng, n):
-    overall = rng.uniform(0.85, 1.0, size=(n, 1))
-    return case.p_d * overall * rng.uniform(0.95, 1.05, size=(n, case.n_bus))
-
-
 @pytest.mark.parametrize("name", slow_except(["case30", "case118"], "case30"))
 def test_grid_projection_against_clarabel(name):
     """At the defaults in inference mode: every instance successful and within
@@ -73,7 +68,7 @@ def test_grid_projection_against_clarabel(name):
     case = grid(name)
     proj = grid_projector(case, inference=True)
     rng = np.random.default_rng(0)
-    p_d = _loads(case, rng, 4)
+    p_d = sample_loads(case, 4, rng)
     center = clarabel_project(np.zeros(case.dim), as_polytope(case, p_d[0]))
     for scale in (0.1, 1.0):
         Y = center + scale * np.std(center) * rng.normal(size=(4, case.dim))
@@ -102,7 +97,7 @@ def test_far_raw_outputs_reach_the_projection(monkeypatch):
     case = grid("case30")
     proj = grid_projector(case, inference=True)
     rng = np.random.default_rng(0)
-    p_d = _loads(case, rng, 8)
+    p_d = sample_loads(case, 8, rng)
     center = clarabel_project(np.zeros(case.dim), as_polytope(case, p_d[0]))
     Y = center + 100 * np.std(center) * rng.normal(size=(8, case.dim))
     sol = _solve(proj, Y, case.q(p_d))
@@ -119,7 +114,7 @@ def test_grid_gradient_in_loads():
     case = grid("case30")
     proj = grid_projector(case, tol=1e-12, n_iter=20000)
     rng = np.random.default_rng(1)
-    p_d = _loads(case, rng, 1)[0]
+    p_d = sample_loads(case, 1, rng)[0]
     center = clarabel_project(np.zeros(case.dim), as_polytope(case, p_d))
     y_raw = center + 0.1 * np.std(center) * rng.normal(size=case.dim)
     w = rng.normal(size=case.dim)
@@ -145,7 +140,7 @@ def test_grid_gradients_match_clarabel_at_the_defaults(scale):
     case = grid("case118")
     proj = grid_projector(case)
     rng = np.random.default_rng(1)
-    p_d = _loads(case, rng, 1)[0]
+    p_d = sample_loads(case, 1, rng)[0]
     center = clarabel_project(np.zeros(case.dim), as_polytope(case, p_d))
     y_raw = center + scale * np.std(center) * rng.normal(size=case.dim)
     w = rng.normal(size=case.dim)
@@ -186,7 +181,7 @@ def test_auto_form_keeps_small_grids_dense():
     )
     assert auto.problem.sparse is False and sparse.problem.sparse is True
     rng = np.random.default_rng(2)
-    p_d = _loads(case, rng, 2)
+    p_d = sample_loads(case, 2, rng)
     Y = rng.normal(size=(2, case.dim))
     a, b = _solve(auto, Y, case.q(p_d)), _solve(sparse, Y, case.q(p_d))
     assert_close(a.y, b.y, 1e-7)
@@ -203,7 +198,7 @@ def test_inference_gradient_is_the_polished_face_s():
     instances = []
     for seed in range(4):
         rng = np.random.default_rng(seed)
-        p_d = _loads(case, rng, 1)[0]
+        p_d = sample_loads(case, 1, rng)[0]
         center = clarabel_project(np.zeros(case.dim), as_polytope(case, p_d))
         y_raw = center + np.std(center) * rng.normal(size=case.dim)
         instances.append((y_raw, p_d, *rng.normal(size=(2, case.dim))))
@@ -275,7 +270,7 @@ def test_cost_constant_on_the_set_has_no_gradient(name, dtype):
     case = grid(name)
     proj = grid_projector(case)
     rng = np.random.default_rng(0)
-    P = _loads(case, rng, 4)
+    P = sample_loads(case, 4, rng)
     center = clarabel_project(np.zeros(case.dim), as_polytope(case, P[0]))
     Y = center + 0.1 * np.std(center) * rng.normal(size=(4, case.dim))
     # The total generation: the bus balances' sum (theta's share cancels).
@@ -339,7 +334,7 @@ def test_no_dense_square_array_anywhere():
     d = case.dim
     dense_entries = d * d
     rng = np.random.default_rng(0)
-    P = _loads(case, rng, 4)
+    P = sample_loads(case, 4, rng)
     Y = jnp.asarray(np.tile(np.std(case.p_d) * rng.normal(size=(1, d)), (4, 1)))
     Y, Q = Y.astype(jnp.float32), jnp.asarray(case.q(P), jnp.float32)
 

@@ -5,6 +5,8 @@
         --accuracy 4 --batch 256
     python -m benchmarks.dcopf train --case case1354pegase
     python -m benchmarks.dcopf baselines --case case1354pegase --layer reference
+    python -m benchmarks.dcopf save --case case9241pegase --to case9241pegase.npz
+    python -m benchmarks.dcopf throughput --fixture case9241pegase.npz
     python -m benchmarks.dcopf report
 
 `projection` writes `OUT/projection/{case}-{dtype}.json` (see `_projection`):
@@ -13,9 +15,13 @@ set, and inference throughput at batch 256 against Clarabel and OSQP. Run one
 case per process, so that its peak memory is its own. `train` writes
 `OUT/train/{case}.json` (see `_train`). `baselines` writes
 `OUT/baselines/{case}-{layer}.json`: one training step of cvxpylayers or of the
-reference, where they fit (see `_baselines`). `report` writes `OUT/dcopf.md` and the
-figure `OUT/dcopf_time.png` from them. OUT defaults to `results/dcopf`.
-Loads follow the issue's conventions (`_data.sample_loads`); the slack
+reference, where they fit (see `_baselines`). `save` writes a case to a file
+(pandapower is needed there, not where it is read); `throughput` writes
+`OUT/throughput/{case}-{dtype}.json`, the inference throughput alone from such a
+file, for a machine without the reference solvers (the GPU one). `report`
+writes `OUT/dcopf.md` and the figure `OUT/dcopf_time.png` from them. OUT
+defaults to `results/dcopf`.
+Loads follow the issue's conventions (`_fixture.sample_loads`); the slack
 generator keeps the power-flow data's 1e7 per-unit bound
 (`load_case(slack_limits="ppc")`), the badly scaled case.
 """
@@ -61,6 +67,16 @@ def _parser():
     base.add_argument("--case", required=True)
     base.add_argument("--layer", choices=("cvxpylayers", "reference"), required=True)
     base.add_argument("--batch", type=int, default=8)
+    thr = sub.add_parser(
+        "throughput", help="inference throughput alone, from a saved case (GPU)"
+    )
+    thr.add_argument("--fixture", type=pathlib.Path, required=True)
+    thr.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    thr.add_argument("--batch", type=int, default=256)
+    thr.add_argument("--repeats", type=int, default=5)
+    save = sub.add_parser("save", help="save a case (pandapower) for `throughput`")
+    save.add_argument("--case", required=True)
+    save.add_argument("--to", type=pathlib.Path, required=True)
     sub.add_parser("report", help="Markdown table and figure from the JSON files")
     return parser
 
@@ -83,6 +99,24 @@ def main(argv=None) -> int:
             repeats=args.repeats,
         )
         path = args.out / "projection" / f"{args.case}-{args.dtype}.json"
+    elif args.command == "throughput":
+        import jax
+
+        jax.config.update("jax_enable_x64", args.dtype == "float64")
+        from ._fixture import load_saved
+        from ._projection import throughput
+
+        case = load_saved(args.fixture)
+        record = throughput(case, args.dtype, batch=args.batch, repeats=args.repeats)
+        path = args.out / "throughput" / f"{case.name}-{args.dtype}.json"
+    elif args.command == "save":
+        from ._data import load_case
+        from ._fixture import save_case
+
+        args.to.parent.mkdir(parents=True, exist_ok=True)
+        save_case(load_case(args.case, slack_limits="ppc"), args.to)
+        print(args.to)
+        return 0
     elif args.command == "train":
         from ._data import load_case
         from ._train import train

@@ -39,7 +39,8 @@ TRAIN_STEPS, TRAIN_BATCH = 300, 64
 def run(case: GridCase, layer: str, *, batch: int = 8, repeats: int = 2) -> dict:
     """Measure one baseline (`"cvxpylayers"` or `"reference"`) on `case`;
     returns a JSON-able record."""
-    from ._data import project_clarabel, sample_loads
+    from ._data import project_clarabel
+    from ._fixture import sample_loads
 
     rng = np.random.default_rng(0)
     loads = sample_loads(case, batch, rng)

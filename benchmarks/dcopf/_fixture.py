@@ -259,3 +259,22 @@ def load_saved(path: str | os.PathLike) -> GridCase:
             dtype = np.int64 if key in ("gen_bus", "branch_from", "branch_to") else None
             fields[key] = data[key].astype(dtype or np.float64)
     return GridCase(**fields)  # type: ignore[arg-type]
+
+
+def sample_loads(case: GridCase, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Random load vectors around the base case.
+
+    **Arguments:**
+
+    - `case`: the grid.
+    - `n`: how many load vectors.
+    - `rng`: the random generator.
+
+    **Returns:**
+
+    An `(n, n_bus)` array: `case.p_d` times one `U(0.85, 1.0)` factor per row
+    and an independent `U(0.95, 1.05)` factor per bus and row.
+    """
+    overall = rng.uniform(0.85, 1.0, size=(n, 1))
+    per_bus = rng.uniform(0.95, 1.05, size=(n, case.n_bus))
+    return case.p_d[None, :] * overall * per_bus

@@ -30,7 +30,7 @@ import numpy as np
 import pinet_eqx as pe
 
 from .._common import provenance, timing
-from ._fixture import GridCase
+from ._fixture import GridCase, sample_loads
 
 NEAR, FAR = 0.1, 1.0
 
@@ -107,7 +107,7 @@ def run(
     form on a grid small enough for `"auto"` to densify.
     """
     from ._certify import certify_projection
-    from ._data import project_clarabel, project_osqp, sample_loads
+    from ._data import project_clarabel, project_osqp
 
     jdtype = jnp.float64 if dtype == "float64" else jnp.float32
     rng = np.random.default_rng(seed)
@@ -200,3 +200,51 @@ def run(
     record["peak_rss_gb_end"] = provenance.peak_rss_gb()
     record["machine"] = provenance.machine()
     return record
+
+
+def throughput(
+    case: GridCase, dtype: str, *, batch: int = 256, repeats: int = 5, seed: int = 0
+) -> dict:
+    """Inference throughput alone, for a machine without the reference solvers
+    (the GPU machine lacks Clarabel, OSQP and pandapower: pass a saved case).
+
+    The raw outputs are near ones (as in `run`) around our own projection of
+    zero; the record has the build time, the first call, the timed batch calls
+    (median and spread of `repeats` after a warm-up), the share of `successful`
+    instances, the largest float64 violation and the largest normalised
+    residual (in eps32). Its per-instance time is compared with Clarabel's CPU
+    time from a `run` record on the CPU.
+    """
+    jdtype = jnp.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    start = time.perf_counter()
+    proj = projector(case, inference=True)
+    build_s = time.perf_counter() - start
+    solve = jax.jit(jax.vmap(lambda y, q: proj.solve(y, q=q)))
+    loads = sample_loads(case, batch, rng)
+    Q = jnp.asarray(case.q(loads), jdtype)
+    center = solve(jnp.zeros((1, case.dim), jdtype), Q[:1])
+    y_center = np.asarray(center.y[0], np.float64)
+    Y = jnp.asarray(raw_outputs(case, loads, rng, NEAR, y_center), jdtype)
+    start = time.perf_counter()
+    sol = jax.block_until_ready(solve(Y, Q))
+    first_call_s = time.perf_counter() - start
+    t = timing.time_calls(lambda: solve(Y, Q), repeats=repeats, warmup=1)
+    ys = np.asarray(sol.y, np.float64)
+    resid = max(row_residuals(case, ys[i], loads[i]).max() for i in range(batch))
+    return dict(
+        case=case.name,
+        dtype=dtype,
+        dim=case.dim,
+        affine_form=type(proj.op).__name__,
+        build_s=build_s,
+        first_call_s=first_call_s,
+        batch=batch,
+        batch_s=t,
+        per_instance_ms=1e3 * t["median"] / batch,
+        successful=float(np.mean(np.asarray(sol.result == pe.RESULTS.successful))),
+        violation_max=max(violation(case, ys[i], loads[i]) for i in range(batch)),
+        normalised_residual_over_eps32=float(resid / np.finfo(np.float32).eps),
+        center_successful=bool(np.all(center.result == pe.RESULTS.successful)),
+        machine=provenance.machine(devices=True),
+    )

@@ -26,7 +26,7 @@ import optax
 import pinet_eqx as pe
 
 from .._common import provenance
-from ._fixture import GridCase
+from ._fixture import GridCase, sample_loads
 from ._projection import projector, row_residuals
 
 
@@ -49,7 +49,7 @@ def train(
     network no direction; see RESULTS)."""
     from tqdm.auto import tqdm
 
-    from ._data import dcopf_clarabel, sample_loads
+    from ._data import dcopf_clarabel
 
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
