@@ -29,10 +29,10 @@
 # writes .whl (the pinet-hcnn and beartype wheels), .gpu_data/dc3 (a copy of the
 # paper's DC3 files), .gpu_data/feasibility (every feasibility case's instances
 # and exact projections), .gpu_data/dcopf (the PEGASE grids, saved) and
-# benchmarks/_out/dc3 (the DC3 training's IPOPT solutions); carry those paths. Without FEAS_CACHE the feasibility steps
-# solve their cases on the GPU machine, which the cone, MPC and motion cases
-# cannot without cvxpy; without FEAS_INSTANCES (default ../shared/data/dc3)
-# they are skipped.
+# benchmarks/_out/dc3 (the DC3 training's IPOPT solutions); carry those paths.
+# Without FEAS_CACHE the feasibility steps solve their cases on the GPU machine,
+# which the cone, MPC and motion cases cannot without cvxpy; without
+# FEAS_INSTANCES (default ../shared/data/dc3) they are skipped.
 #
 # On the lent H100 (2026-11-26) the Python with JAX is /opt/torch/.venv/bin/python3
 # and a symbolic link to it loses its packages (the venv is found from the path

@@ -44,7 +44,7 @@ class ByContent:
         self._store: dict[bytes, Any] = {}
         self._kept = kept
 
-    def get(self, shapes: Any, arrays: Any, build: Any) -> Any:
+    def get(self, shapes: Any, arrays: Any, build: Callable[..., Any]) -> Any:
         """`build(*arrays)` (contiguous), or its stored value for equal inputs."""
         arrays = [np.ascontiguousarray(a) for a in arrays]
         digest = hashlib.blake2b(repr(shapes).encode(), digest_size=16)

@@ -165,23 +165,15 @@ def run(
             normalised_residual_over_eps32=float(
                 np.max(resid) / np.finfo(np.float32).eps
             ),
-            successful=float(np.mean(np.asarray(sol.result == pe.RESULTS.successful))),
+            successful=_successful(sol),
             clarabel_s_median=float(np.median(clarabel_s)),
         )
 
     # Inference throughput at `batch`.
     Y = jnp.asarray(raw_outputs(case, loads[:batch], rng, NEAR, y_center), jdtype)
     Q = jnp.asarray(case.q(loads[:batch]), jdtype)
-    start = time.perf_counter()
-    sol = jax.block_until_ready(solve(Y, Q))
-    record["first_call_s"] = time.perf_counter() - start
-    record["batch_successful"] = float(
-        np.mean(np.asarray(sol.result == pe.RESULTS.successful))
-    )
-    t = timing.time_calls(lambda: solve(Y, Q), repeats=repeats, warmup=1)
-    record["batch"] = batch
-    record["batch_s"] = t
-    record["per_instance_ms"] = 1e3 * t["median"] / batch
+    sol, timed = _timed_batch(solve, Y, Q, repeats)
+    record.update(timed, batch_successful=_successful(sol))
     Yn = np.asarray(Y, np.float64)
     record["clarabel_ms"] = timing.stats(
         [1e3 * project_clarabel(case, Yn[i], loads[i])[1] for i in range(n_solver)]
@@ -226,10 +218,7 @@ def throughput(
     center = solve(jnp.zeros((1, case.dim), jdtype), Q[:1])
     y_center = np.asarray(center.y[0], np.float64)
     Y = jnp.asarray(raw_outputs(case, loads, rng, NEAR, y_center), jdtype)
-    start = time.perf_counter()
-    sol = jax.block_until_ready(solve(Y, Q))
-    first_call_s = time.perf_counter() - start
-    t = timing.time_calls(lambda: solve(Y, Q), repeats=repeats, warmup=1)
+    sol, timed = _timed_batch(solve, Y, Q, repeats)
     ys = np.asarray(sol.y, np.float64)
     resid = max(row_residuals(case, ys[i], loads[i]).max() for i in range(batch))
     return dict(
@@ -238,13 +227,32 @@ def throughput(
         dim=case.dim,
         affine_form=type(proj.op).__name__,
         build_s=build_s,
+        **timed,
+        successful=_successful(sol),
+        violation_max=max(violation(case, ys[i], loads[i]) for i in range(batch)),
+        normalised_residual_over_eps32=float(resid / np.finfo(np.float32).eps),
+        center_successful=_successful(center) == 1.0,
+        machine=provenance.machine(devices=True),
+    )
+
+
+def _successful(sol) -> float:
+    """The share of a batch's instances that report `successful`."""
+    return float(np.mean(np.asarray(sol.result == pe.RESULTS.successful)))
+
+
+def _timed_batch(solve, Y, Q, repeats: int) -> tuple:
+    """`(solution, record)`: `solve(Y, Q)` called once (`first_call_s`,
+    compilation included), then timed over `repeats` calls after a warm-up
+    (`batch_s`, and its median per instance, `per_instance_ms`)."""
+    start = time.perf_counter()
+    sol = jax.block_until_ready(solve(Y, Q))
+    first_call_s = time.perf_counter() - start
+    t = timing.time_calls(lambda: solve(Y, Q), repeats=repeats, warmup=1)
+    batch = Y.shape[0]
+    return sol, dict(
         first_call_s=first_call_s,
         batch=batch,
         batch_s=t,
         per_instance_ms=1e3 * t["median"] / batch,
-        successful=float(np.mean(np.asarray(sol.result == pe.RESULTS.successful))),
-        violation_max=max(violation(case, ys[i], loads[i]) for i in range(batch)),
-        normalised_residual_over_eps32=float(resid / np.finfo(np.float32).eps),
-        center_successful=bool(np.all(center.result == pe.RESULTS.successful)),
-        machine=provenance.machine(devices=True),
     )
