@@ -32,10 +32,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._host_dual import working_face
+from ._host_ipm import KKTPattern, interior_point
 from ._host_solve import ByContent, GramSolver, instances, row_norms
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
 _MAX_ROUNDS = 30
+# Rounds from the iterate's face before the interior-point method takes over:
+# raw outputs near the set mostly finish in one to eight (PEGASE grids).
+_NEAR_ROUNDS = 8
 
 
 def polish(E, C, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
@@ -86,7 +90,7 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
     (m_eq, d), (m, _) = shapes
     dtype = y_raw.dtype
     batch, n, rows = instances(y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo)
-    E, C_unique, group, factor = _matrices(shapes, er, ec, ev, cr, cc, cv)
+    E, C_unique, group, factor, pattern = _matrices(shapes, er, ec, ev, cr, cc, cv)
     k = C_unique.shape[0]
     lb_rows, ub_rows = (
         rows(lb_w, m).astype(np.float64),
@@ -117,7 +121,7 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
     hi_out, lo_out = np.zeros((n, d + m), bool), np.zeros((n, d + m), bool)
     for i in range(n):
         ys[i], fails[i], up, down = _active_set_method(
-            E, C_unique, *(a[i] for a in args)
+            E, C_unique, pattern, *(a[i] for a in args)
         )
         hi_out[i, :d], lo_out[i, :d] = up[:d], down[:d]
         hi_out[i, d:], lo_out[i, d:] = _unmerged_flags(
@@ -138,8 +142,9 @@ _MATRICES = ByContent()
 
 
 def _matrices(shapes, er, ec, ev, cr, cc, cv) -> tuple:
-    """`(E, C_unique, group, factor)`: $E$ as float64 CSR and $C$'s rows merged
-    up to a factor (`_parallel_rows`), built once per set of matrices."""
+    """`(E, C_unique, group, factor, pattern)`: $E$ as float64 CSR, $C$'s rows
+    merged up to a factor (`_parallel_rows`) and the interior-point method's
+    `KKTPattern` of the two, built once per set of matrices."""
     return _MATRICES.get(
         shapes, (er, ec, ev, cr, cc, cv), functools.partial(_host_matrices, shapes)
     )
@@ -150,15 +155,19 @@ def _host_matrices(shapes, er, ec, ev, cr, cc, cv) -> tuple:
     er, ec, ev, cr, cc, cv = (a.ravel() for a in (er, ec, ev, cr, cc, cv))
     E = sp.csr_matrix((ev.astype(np.float64), (er, ec)), (m_eq, d))
     C = sp.csr_matrix((cv.astype(np.float64), (cr, cc)), (m, d))
-    return (E, *_parallel_rows(C))
+    C_unique, group, factor = _parallel_rows(C)
+    return E, C_unique, group, factor, KKTPattern(E, C_unique)
 
 
-def _active_set_method(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
-    """The active-set rounds for one instance (float64): from the iterate's
-    bounded coordinates, moving every misplaced row at once; should they not
-    settle, from the iterate's whole face (rows too); then from the empty
-    face; and last from the face that Goldfarb and Idnani's dual method finds
-    (`_host_dual`: one row per step, so slow, but it cannot cycle).
+def _active_set_method(E, C, pattern, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
+    """The active-set rounds for one instance (float64): a few from the
+    iterate's bounded coordinates, which finish raw outputs near the set;
+    then from the face that an interior-point method names
+    (`_host_ipm.interior_point`: a cost that hardly depends on the distance);
+    should those not settle, from the face that Goldfarb and Idnani's dual
+    method finds from there (`_host_dual`: one row per step, but it cannot
+    cycle); and last from the iterate's whole face (rows too) and from the
+    empty face.
 
     Returns `(y, fail, hi, lo)`: the point, 0 where it is certified (else 1),
     and the flags of its face (those given, where it failed)."""
@@ -167,24 +176,38 @@ def _active_set_method(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
     # Rows not seeded first: before convergence the iterate flags many nearly
     # parallel rows (lines of one corridor), whose face lies far from the
     # projection, and the rounds then wander; rows join once violated
-    # (measured: see RESULTS). Where most rows bind (a chain of two-sided
-    # differences, say), that takes too many rounds: the whole face is next.
+    # (measured: see RESULTS).
     hi_y[d:] = lo_y[d:] = False
+    bounds = (lb_y, ub_y, lb_w, ub_w)
+    lower, upper = np.concatenate([lb_y, lb_w]), np.concatenate([ub_y, ub_w])
     none = np.zeros_like(hi)
     half = _MAX_ROUNDS // 2
-    attempts = ((hi_y, lo_y, half), (hi, lo, half), (none, none, _MAX_ROUNDS))
+
+    named = {}
+
+    def interior():
+        named["face"] = interior_point(pattern, r, q, lower, upper)[1:3]
+        return named["face"]
+
+    def dual():
+        # From the interior-point method's face: a few changes from it.
+        up, down = named.get("face", (hi_y, lo_y))
+        return working_face(E, C, r, q, lower, upper, up, down)
+
+    attempts = (
+        (lambda: (hi_y, lo_y), _NEAR_ROUNDS),
+        (interior, half),
+        # Where the rounds from that face cycle (dependent rows flagged).
+        (dual, half),
+        (lambda: (hi, lo), half),
+        (lambda: (none, none), _MAX_ROUNDS),
+    )
     y = r
-    for up, down, rounds in attempts:
-        y, fail, up, down = _rounds(
-            E, C, r, q, lb_y, ub_y, lb_w, ub_w, up, down, rounds
-        )
-        if not fail:
-            return y, 0.0, up, down
-    # Far from the set the rounds, moving many rows at once, can cycle.
-    lower, upper = np.concatenate([lb_y, lb_w]), np.concatenate([ub_y, ub_w])
-    flags = working_face(E, C, r, q, lower, upper, hi_y, lo_y)
-    if flags is not None:
-        y, fail, up, down = _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, *flags, half)
+    for start, rounds in attempts:
+        flags = start()
+        if flags is None:
+            continue
+        y, fail, up, down = _rounds(E, C, r, q, *bounds, *flags, rounds)
         if not fail:
             return y, 0.0, up, down
     return y, 1.0, hi, lo

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -34,6 +35,30 @@ _REFINE_STEPS = 3
 # The shift of `SaddleSolver`'s quasi-definite matrix: its factor's accuracy is
 # M's, not K's, so it can be far smaller than K's (see `SaddleSolver`).
 _SADDLE_SHIFT = 1e-16
+
+
+class Counter:
+    """A count of host factorisations, for tests and benchmarks that bound
+    the work of a finish by a count rather than a time (thread-safe)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def add(self, n: int = 1) -> None:
+        with self._lock:
+            self.count += n
+
+    def reset(self) -> int:
+        """Sets the count to zero; returns what it was."""
+        with self._lock:
+            count, self.count = self.count, 0
+        return count
+
+
+# Every sparse factorisation of the host's finishes (`GramSolver`,
+# `SaddleSolver`, `_host_ipm`), summed over instances.
+FACTORISATIONS = Counter()
 
 
 class ByContent:
@@ -110,6 +135,7 @@ class GramSolver:
 
     def __init__(self, M: Any):
         self.K: Any = sp.csr_matrix(M @ M.T)
+        FACTORISATIONS.add()
         try:
             shift = _REGULARISATION * sp.identity(M.shape[0], format="csr")
             self._lu = _splu(self.K + shift)
@@ -165,6 +191,7 @@ class SaddleSolver:
         self._n = n
         self._order = np.argsort(rank, kind="stable")
         saddle = sp.csc_matrix(_saddle(self._M))[:, self._order]
+        FACTORISATIONS.add()
         # Partial pivoting (SuperLU's default, unlike `_splu`): without it the
         # tiny shift's pivots cost the accuracy this solver exists for.
         self._lu = spla.splu(saddle, permc_spec="NATURAL")
