@@ -5,6 +5,7 @@
         --accuracy 4 --batch 256
     python -m benchmarks.dcopf train --case case1354pegase
     python -m benchmarks.dcopf baselines --case case1354pegase --layer reference
+    python -m benchmarks.dcopf distances --case case2869pegase --batch 256
     python -m benchmarks.dcopf save --case case9241pegase --to case9241pegase.npz
     python -m benchmarks.dcopf throughput --fixture case9241pegase.npz
     python -m benchmarks.dcopf report
@@ -74,6 +75,14 @@ def _parser():
     thr.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     thr.add_argument("--batch", type=int, default=256)
     thr.add_argument("--repeats", type=int, default=5)
+    dist = sub.add_parser(
+        "distances", help="inference time against the raw outputs' distance"
+    )
+    dist.add_argument("--case", required=True)
+    dist.add_argument("--fixture", type=pathlib.Path, help="a saved case instead")
+    dist.add_argument("--batch", type=int, default=256)
+    dist.add_argument("--solver-instances", type=int, default=8)
+    dist.add_argument("--repeats", type=int, default=3)
     save = sub.add_parser("save", help="save a case (pandapower) for `throughput`")
     save.add_argument("--case", required=True)
     save.add_argument("--to", type=pathlib.Path, required=True)
@@ -109,6 +118,23 @@ def main(argv=None) -> int:
         case = load_saved(args.fixture)
         record = throughput(case, args.dtype, batch=args.batch, repeats=args.repeats)
         path = args.out / "throughput" / f"{case.name}-{args.dtype}.json"
+    elif args.command == "distances":
+        from ._data import load_case
+        from ._fixture import load_saved
+        from ._projection import distances
+
+        case = (
+            load_saved(args.fixture)
+            if args.fixture
+            else load_case(args.case, slack_limits="ppc")
+        )
+        record = distances(
+            case,
+            batch=args.batch,
+            n_solver=args.solver_instances,
+            repeats=args.repeats,
+        )
+        path = args.out / "distances" / f"{case.name}-float32.json"
     elif args.command == "save":
         from ._data import load_case
         from ._fixture import save_case

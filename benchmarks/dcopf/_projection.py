@@ -256,3 +256,91 @@ def _timed_batch(solve, Y, Q, repeats: int) -> tuple:
         batch_s=t,
         per_instance_ms=1e3 * t["median"] / batch,
     )
+
+
+# The issue's distances: multiples of the spread around the optimum, and an
+# even dispatch of the total load plus noise of 0.3 of each generator's range
+# (angles: 0.09 rad) times the factor.
+SCALES = (0.1, 1.0, 10.0, 100.0)
+EVEN = (1.0,)
+
+
+def even_dispatch(case: GridCase, loads, rng, factor: float) -> np.ndarray:
+    """Raw outputs that share each total load evenly among the generators,
+    plus Gaussian noise of `factor` times 0.3 of each generator's range
+    (its finite range, capped at 1e3 per unit) and 0.09 rad on the angles."""
+    n = loads.shape[0]
+    p_g = np.repeat(loads.sum(axis=1, keepdims=True) / case.n_gen, case.n_gen, 1)
+    spread = np.minimum(case.p_max - case.p_min, 1e3)
+    p_g = p_g + factor * 0.3 * spread * rng.normal(size=p_g.shape)
+    theta = factor * 0.09 * rng.normal(size=(n, case.n_bus))
+    return np.concatenate([p_g, theta], axis=1)
+
+
+def distances(
+    case: GridCase,
+    dtype: str = "float32",
+    *,
+    batch: int = 256,
+    n_solver: int = 8,
+    repeats: int = 3,
+    seed: int = 0,
+) -> dict:
+    """Inference time against the distance of the raw outputs from the set.
+
+    For each of `SCALES` (times the spread around the DC-OPF optimum) and
+    each even-dispatch factor of `EVEN`: the whole jitted batch call timed
+    after warm-up (`_timed_batch`), the host factorisations per instance, the
+    share `successful`, the largest normalised residual (in eps32), and
+    Clarabel's time per instance (setup included) on the first `n_solver`.
+    """
+    from pinet_eqx._host_solve import FACTORISATIONS
+
+    from ._data import project_clarabel
+
+    jdtype = jnp.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    proj = projector(case, inference=True)
+    solve = jax.jit(jax.vmap(lambda y, q: proj.solve(y, q=q)))
+    loads = sample_loads(case, batch, rng)
+    Q = jnp.asarray(case.q(loads), jdtype)
+    y_center = project_clarabel(case, np.zeros(case.dim), loads[0])[0]
+    kinds = [("spread", s) for s in SCALES] + [("even", f) for f in EVEN]
+    rows = []
+    for kind, factor in kinds:
+        if kind == "spread":
+            Y = raw_outputs(case, loads, rng, factor, y_center)
+        else:
+            Y = even_dispatch(case, loads, rng, factor)
+        FACTORISATIONS.reset()
+        sol, timed = _timed_batch(solve, jnp.asarray(Y, jdtype), Q, repeats)
+        calls = 2 + repeats  # the first call, the warm-up and the timed ones
+        ys = np.asarray(sol.y, np.float64)
+        resid = max(row_residuals(case, ys[i], loads[i]).max() for i in range(batch))
+        clarabel = []
+        for i in range(n_solver):
+            try:
+                clarabel.append(1e3 * project_clarabel(case, Y[i], loads[i])[1])
+            except RuntimeError:  # Clarabel's own early stops
+                pass
+        row = dict(
+            kind=kind,
+            factor=factor,
+            **timed,
+            factorisations_per_instance=FACTORISATIONS.reset() / (calls * batch),
+            successful=_successful(sol),
+            normalised_residual_over_eps32=float(resid / np.finfo(np.float32).eps),
+            clarabel_ms=timing.stats(clarabel) if clarabel else None,
+        )
+        if clarabel:
+            row["ratio_to_clarabel"] = row["per_instance_ms"] / np.median(clarabel)
+        rows.append(row)
+    times = [r["per_instance_ms"] for r in rows]
+    return dict(
+        case=case.name,
+        dtype=dtype,
+        batch=batch,
+        rows=rows,
+        slowest_over_fastest=max(times) / min(times),
+        machine=provenance.machine(),
+    )
