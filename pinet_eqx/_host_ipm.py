@@ -42,6 +42,8 @@ _DELTA = 1e-11
 # almost nothing), so their multipliers grow large and the shift's error with
 # them.
 _REFINE_STEPS = 4
+# ... stopped once the residual is this small against the right-hand side.
+_REFINE_TOL = 1e-10
 # Stop when the residuals (relative to the data) and the complementarity
 # (relative to the objective) are below these: enough to name the face.
 _RESIDUAL_TOL = 1e-5
@@ -140,6 +142,18 @@ class KKTPattern:
         self._sign = sign
         self._indices = (uniq % n).astype(np.int32)
         self._indptr = np.searchsorted(uniq // n, np.arange(n + 1)).astype(np.int32)
+        # The whole symmetric K as CSR, its entries taken from the upper
+        # triangle's: one product per refinement step.
+        row_u, col_u = uniq % n, uniq // n
+        off = np.flatnonzero(row_u != col_u)
+        full_row = np.concatenate([row_u, col_u[off]])
+        full_col = np.concatenate([col_u, row_u[off]])
+        order = np.argsort(full_row * n + full_col, kind="stable")
+        self._full_source = np.concatenate([np.arange(uniq.size), off])[order]
+        self._full_indices = full_col[order].astype(np.int32)
+        self._full_indptr = np.searchsorted(full_row[order], np.arange(n + 1)).astype(
+            np.int32
+        )
         self.n = n
         # QDLDL's symbolic analysis, kept per thread (a solver is stateful).
         self._local = threading.local()
@@ -160,10 +174,10 @@ class KKTPattern:
         """A solver with $K(D)$: `solve(rhs)`, refined against the unregularised
         matrix (see the module docstring)."""
         data = self.values(D, 0.0)
-        exact = self.matrix(data)
-        exact_t = exact.T.tocsc()
-        diagonal = data[self._diag_slot]
-        data = data.copy()
+        exact = sp.csr_matrix(
+            (data[self._full_source], self._full_indices, self._full_indptr),
+            (self.n, self.n),
+        )
         data[self._diag_slot] += _DELTA * self._sign
         upper = self.matrix(data)
         solver = getattr(self._local, "solver", None)
@@ -177,9 +191,9 @@ class KKTPattern:
             x = solver.solve(rhs)
             size = np.abs(rhs).max()
             for _ in range(_REFINE_STEPS):
-                # K x from its upper triangle: U x + U^T x less the diagonal.
-                res = rhs - (exact @ x + exact_t @ x - diagonal * x)
-                if np.abs(res).max() <= 1e-14 * size:
+                res = rhs - exact @ x
+                # Converged (to what the next iterate needs), or not finite.
+                if not np.abs(res).max() > _REFINE_TOL * size:
                     break
                 x = x + solver.solve(res)
             return x
@@ -310,6 +324,8 @@ def interior_point(
             sigma * mu - sU * zU - affine[4] * affine[5],
         )
         step = _gondzio(step, direction, longest, (sL, zL, sU, zU), sigma * mu)
+        if not all(np.all(np.isfinite(v)) for v in step):
+            break  # the solves have failed: the iterate so far names the face
         a = _STEP_FRACTION * longest(step)
         y, lam = y + a * step[0], lam + a * step[1]
         sL, zL, sU, zU = (

@@ -33,13 +33,17 @@ import scipy.sparse as sp
 
 from ._host_dual import working_face
 from ._host_ipm import KKTPattern, interior_point
-from ._host_solve import ByContent, GramSolver, instances, row_norms
+from ._host_solve import ByContent, GramSolver, instances, pool, row_norms
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
 _MAX_ROUNDS = 30
 # Rounds from the iterate's face before the interior-point method takes over:
 # raw outputs near the set mostly finish in one to eight (PEGASE grids).
 _NEAR_ROUNDS = 8
+# ... and the most rows one of those rounds may move: this many, or this share
+# of the bounds if more (PEGASE grids: tens near the set, hundreds far from it).
+_NEAR_MOVES = 50
+_NEAR_MOVES_SHARE = 0.02
 
 
 def polish(E, C, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
@@ -119,7 +123,8 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
     ]
     ys, fails = np.empty((n, d)), np.empty(n)
     hi_out, lo_out = np.zeros((n, d + m), bool), np.zeros((n, d + m), bool)
-    for i in range(n):
+
+    def one(i):
         ys[i], fails[i], up, down = _active_set_method(
             E, C_unique, pattern, *(a[i] for a in args)
         )
@@ -128,6 +133,10 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
             up[d:], down[d:], lb_rows[i], ub_rows[i], group, factor,
             lower_w[i], upper_w[i],
         )  # fmt: skip
+
+    # The factorisations release the GIL, and JAX waits on this callback: the
+    # instances share the cores.
+    list(pool().map(one, range(n)))
     wrong = np.where(fails > 0, np.inf, 0.0)
     return (
         ys.reshape(batch + (d,)).astype(dtype),
@@ -194,28 +203,32 @@ def _active_set_method(E, C, pattern, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
         up, down = named.get("face", (hi_y, lo_y))
         return working_face(E, C, r, q, lower, upper, up, down)
 
+    # Far from the set the rounds from the iterate's face soon move hundreds
+    # of rows at once (near it, tens): they are left as soon as they do.
+    near_moves = max(_NEAR_MOVES, int(_NEAR_MOVES_SHARE * hi.shape[0]))
     attempts = (
-        (lambda: (hi_y, lo_y), _NEAR_ROUNDS),
-        (interior, half),
+        (lambda: (hi_y, lo_y), _NEAR_ROUNDS, near_moves),
+        (interior, half, None),
         # Where the rounds from that face cycle (dependent rows flagged).
-        (dual, half),
-        (lambda: (hi, lo), half),
-        (lambda: (none, none), _MAX_ROUNDS),
+        (dual, half, None),
+        (lambda: (hi, lo), half, None),
+        (lambda: (none, none), _MAX_ROUNDS, None),
     )
     y = r
-    for start, rounds in attempts:
+    for start, rounds, moves in attempts:
         flags = start()
         if flags is None:
             continue
-        y, fail, up, down = _rounds(E, C, r, q, *bounds, *flags, rounds)
+        y, fail, up, down = _rounds(E, C, r, q, *bounds, *flags, rounds, moves)
         if not fail:
             return y, 0.0, up, down
     return y, 1.0, hi, lo
 
 
-def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds):
-    """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`:
-    `(y, fail, hi, lo)`, the last face's point and flags."""
+def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds, max_moves=None):
+    """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, given up
+    once a round would move more than `max_moves` rows (if given): `(y, fail,
+    hi, lo)`, the last face's point and flags."""
     d = r.shape[0]
     hi, lo = hi.copy(), lo.copy()
     upper = np.concatenate([ub_y, ub_w])
@@ -242,8 +255,11 @@ def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds):
             release = off
         add_hi = ~hi & ~lo & (value > upper + tol)
         add_lo = ~hi & ~lo & (value < lower - tol)
-        if not (release.any() or add_hi.any() or add_lo.any()):
+        moves = np.count_nonzero(release | add_hi | add_lo)
+        if not moves:
             return y, 0.0, hi, lo
+        if max_moves is not None and moves > max_moves:
+            break
         if release.any():
             # Release before adding: adding rows to a face that still holds
             # wrongly signed ones can cycle.

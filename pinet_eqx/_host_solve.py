@@ -289,7 +289,7 @@ def _host_saddle(shape, rows, cols, values, remainder, free, scale, active, r, s
 
     # SuperLU releases the GIL, and JAX waits on this callback: the instances'
     # factorisations share the cores.
-    list(_pool().map(one, range(n)))
+    list(pool().map(one, range(n)))
     dtype = np.asarray(r).dtype
     return (
         xs.reshape(batch + (d,)).astype(dtype),
@@ -309,5 +309,5 @@ def _saddle_rows(shape, rows, cols, values, remainder) -> tuple[Any, np.ndarray]
 
 
 @functools.cache
-def _pool() -> ThreadPoolExecutor:
+def pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max(1, min(8, os.cpu_count() or 1)))
