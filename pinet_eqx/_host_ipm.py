@@ -208,6 +208,7 @@ def interior_point(
     lower: np.ndarray,
     upper: np.ndarray,
     max_iter: int = 60,
+    y0: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """The projection of `r` onto $\\{y : E y = q,\\ \\ell \\le [y; C y] \\le u\\}$,
     to the accuracy that names its face.
@@ -232,7 +233,7 @@ def interior_point(
     q = q / P.e_norms
     G, GT, E = P.G, P.GT, P.E
     n_rows = G.shape[0]
-    y = r.copy()
+    y = r.copy() if y0 is None else np.array(y0, dtype=np.float64)
     g = G @ y
     # An infeasible start whose slacks are at least the bounds' violation: the
     # steps then shrink every residual at a similar rate.
