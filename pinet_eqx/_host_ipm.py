@@ -54,6 +54,13 @@ _WIDTH_FRACTION = 1e-1
 _GROWTH = 100.0
 # The ratio z / s above which a bound is taken as binding.
 _ACTIVE_RATIO = 100.0
+# The face projections on the fixed pattern: the penalty weight of the face's
+# rows, the most multiplier steps, and the residual of those rows (relative
+# to their bounds) that ends them.
+_FACE_PENALTY = 1e8
+_FACE_STEPS = 8
+_FACE_TOL = 1e-13
+_FACE_REFINE = 1
 # Gondzio's centrality correctors per iteration (each one solve, no factorisation).
 _CORRECTORS = 2
 # The fraction of the way to the boundary each step goes.
@@ -198,6 +205,7 @@ class KKTPattern:
                 x = x + solver.solve(res)
             return x
 
+        solve.matrix = exact  # type: ignore[attr-defined]
         return solve
 
 
@@ -366,3 +374,64 @@ def _gondzio(step, direction, longest, point, target):
             break
         step, length = candidate, new_length
     return step
+
+
+def face_projection(
+    pattern: KKTPattern,
+    r: np.ndarray,
+    q: np.ndarray,
+    hi: np.ndarray,
+    lo: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+    """The projection of `r` onto the face of the flags `hi`, `lo`, on the
+    fixed pattern: $\\min \\frac12\\|y - r\\|^2$ subject to $E y = q$ and
+    $g_i^\\top y = u_i$ ($\\ell_i$) for the rows $i$ flagged `hi` (`lo`).
+
+    The face's rows enter $K$ as the weights $D = \\rho$ (zero elsewhere), and
+    the method of multipliers removes the penalty's error: each step is one
+    solve with the same factor, and the error along each direction of the
+    face's rows shrinks by $1 / (1 + \\rho \\sigma^2)$ per step. So a face
+    costs one numeric refactorisation of the fixed pattern, where a sparse LU
+    of its own Gram matrix would redo the ordering and the symbolic work.
+
+    **Returns:** `(y, mult)` as `_host_polish._face`: the point and each
+    flagged coordinate's and row's multiplier (positive pushes $y$ down), in
+    the layout of the flags and the units of the rows given; `(None, None)`
+    where the steps do not meet the face's rows to `_FACE_TOL` (a singular
+    or inconsistent face: the caller's own solve decides).
+    """
+    P = pattern
+    d = P.d
+    scale = np.concatenate([np.ones(d), P.c_norms])
+    flagged = hi | lo
+    rows = np.flatnonzero(flagged)
+    target = np.where(hi, upper, lower)[rows] / scale[rows]
+    if not np.all(np.isfinite(target)):
+        return None, None
+    D = np.zeros(P.G.shape[0])
+    D[rows] = _FACE_PENALTY
+    solve = P.factorise(D)
+    G_A = P.G[rows]
+    mu = np.zeros(rows.size)
+    rhs_eq = q / P.e_norms
+    K = solve.matrix
+    x = np.zeros(P.n)
+    for _ in range(_FACE_STEPS):
+        rhs = np.concatenate([r - G_A.T @ (mu - _FACE_PENALTY * target), rhs_eq])
+        # In correction form: each solve's right-hand side is the residual,
+        # so its relative accuracy is the point's, not the penalty's 1e8.
+        for _ in range(_FACE_REFINE):
+            x = x + solve(rhs - K @ x)
+        y = x[:d]
+        gap = G_A @ y - target
+        mu = mu + _FACE_PENALTY * gap
+        size = 1.0 + np.abs(target).max(initial=0.0)
+        if np.abs(gap).max(initial=0.0) <= _FACE_TOL * size:
+            break
+    else:
+        return None, None
+    mult = np.zeros(flagged.shape)
+    mult[rows] = mu / scale[rows]
+    return y, mult

@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._host_dual import working_face
-from ._host_ipm import KKTPattern, interior_point
+from ._host_ipm import KKTPattern, face_projection, interior_point
 from ._host_solve import ByContent, GramSolver, instances, pool, row_norms
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
@@ -224,17 +224,26 @@ def _active_set_method(E, C, pattern, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
         flags = start()
         if flags is None:
             continue
-        y, fail, up, down = _rounds(E, C, r, q, *bounds, *flags, rounds, moves)
+        y, fail, up, down = _rounds(
+            E, C, r, q, *bounds, *flags, rounds, moves, pattern=pattern
+        )
         if not fail:
             return y, 0.0, up, down
         named["point"] = y
     return y, 1.0, hi, lo
 
 
-def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds, max_moves=None):
+def _rounds(
+    E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds, max_moves=None, pattern=None
+):
     """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, given up
     once a round would move more than `max_moves` rows (if given): `(y, fail,
-    hi, lo)`, the last face's point and flags."""
+    hi, lo)`, the last face's point and flags.
+
+    With the set's `pattern`, each face is solved on its fixed factor pattern
+    (`_host_ipm.face_projection`: a numeric refactorisation, where a Gram
+    matrix's LU redoes its ordering and symbolic work), and by its own Gram
+    matrix (`_face`) only where that does not converge."""
     d = r.shape[0]
     hi, lo = hi.copy(), lo.copy()
     upper = np.concatenate([ub_y, ub_w])
@@ -244,7 +253,11 @@ def _rounds(E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds, max_moves=No
     lo &= np.isfinite(lower) & ~hi
     y = r
     for _ in range(max_rounds):
-        y, mult = _face(E, C, r, q, hi, lo, upper, lower, d)
+        y, mult = None, None
+        if pattern is not None:
+            y, mult = face_projection(pattern, r, q, hi, lo, lower, upper)
+        if y is None:
+            y, mult = _face(E, C, r, q, hi, lo, upper, lower, d)
         if y is None or mult is None:
             return r, 1.0, hi, lo
         value = np.concatenate([y, C @ y])
