@@ -57,7 +57,7 @@ _ACTIVE_RATIO = 100.0
 # The face projections on the fixed pattern: the penalty weight of the face's
 # rows, the most multiplier steps, and the residual of those rows (relative
 # to their bounds) that ends them.
-_FACE_PENALTY = 1e8
+_FACE_PENALTY = 1e10
 _FACE_STEPS = 8
 _FACE_TOL = 1e-13
 _FACE_REFINE = 1

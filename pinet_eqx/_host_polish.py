@@ -124,9 +124,11 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
     ys, fails = np.empty((n, d)), np.empty(n)
     hi_out, lo_out = np.zeros((n, d + m), bool), np.zeros((n, d + m), bool)
 
+    exact = np.dtype(dtype) == np.float64
+
     def one(i):
         ys[i], fails[i], up, down = _active_set_method(
-            E, C_unique, pattern, *(a[i] for a in args)
+            E, C_unique, pattern, *(a[i] for a in args), exact=exact
         )
         hi_out[i, :d], lo_out[i, :d] = up[:d], down[:d]
         hi_out[i, d:], lo_out[i, d:] = _unmerged_flags(
@@ -168,7 +170,9 @@ def _host_matrices(shapes, er, ec, ev, cr, cc, cv) -> tuple:
     return E, C_unique, group, factor, KKTPattern(E, C_unique)
 
 
-def _active_set_method(E, C, pattern, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
+def _active_set_method(
+    E, C, pattern, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, exact=False
+):
     """The active-set rounds for one instance (float64): a few from the
     iterate's bounded coordinates, which finish raw outputs near the set;
     then from the face that an interior-point method names
@@ -177,6 +181,8 @@ def _active_set_method(E, C, pattern, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
     method finds from there (`_host_dual`: one row per step, but it cannot
     cycle); and last from the iterate's whole face (rows too) and from the
     empty face.
+
+    `exact` asks for the float64 accuracy of the Gram solves (see `_rounds`).
 
     Returns `(y, fail, hi, lo)`: the point, 0 where it is certified (else 1),
     and the flags of its face (those given, where it failed)."""
@@ -225,7 +231,7 @@ def _active_set_method(E, C, pattern, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
         if flags is None:
             continue
         y, fail, up, down = _rounds(
-            E, C, r, q, *bounds, *flags, rounds, moves, pattern=pattern
+            E, C, r, q, *bounds, *flags, rounds, moves, pattern, moves is None, exact
         )
         if not fail:
             return y, 0.0, up, down
@@ -234,7 +240,21 @@ def _active_set_method(E, C, pattern, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
 
 
 def _rounds(
-    E, C, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, max_rounds, max_moves=None, pattern=None
+    E,
+    C,
+    r,
+    q,
+    lb_y,
+    ub_y,
+    lb_w,
+    ub_w,
+    hi,
+    lo,
+    max_rounds,
+    max_moves=None,
+    pattern=None,
+    gram=True,
+    exact=False,
 ):
     """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, given up
     once a round would move more than `max_moves` rows (if given): `(y, fail,
@@ -243,7 +263,12 @@ def _rounds(
     With the set's `pattern`, each face is solved on its fixed factor pattern
     (`_host_ipm.face_projection`: a numeric refactorisation, where a Gram
     matrix's LU redoes its ordering and symbolic work), and by its own Gram
-    matrix (`_face`) only where that does not converge."""
+    matrix (`_face`) only where that does not converge and `gram` is set
+    (else the rounds end there: far from the set, such faces are common and
+    the interior-point method is cheaper than their LUs). The fixed pattern's
+    faces are accurate to about 1e-8 (its penalty's conditioning): enough for
+    float32 outputs; with `exact` (float64 outputs) the face the rounds
+    settle on is solved and checked once more by its Gram matrix."""
     d = r.shape[0]
     hi, lo = hi.copy(), lo.copy()
     upper = np.concatenate([ub_y, ub_w])
@@ -252,11 +277,11 @@ def _rounds(
     hi &= np.isfinite(upper)
     lo &= np.isfinite(lower) & ~hi
     y = r
-    for _ in range(max_rounds):
+    for _ in range(max_rounds + exact):
         y, mult = None, None
         if pattern is not None:
             y, mult = face_projection(pattern, r, q, hi, lo, lower, upper)
-        if y is None:
+        if y is None and (pattern is None or gram):
             y, mult = _face(E, C, r, q, hi, lo, upper, lower, d)
         if y is None or mult is None:
             return r, 1.0, hi, lo
@@ -275,6 +300,9 @@ def _rounds(
         add_hi = ~hi & ~lo & (value > upper + tol)
         add_lo = ~hi & ~lo & (value < lower - tol)
         moves = np.count_nonzero(release | add_hi | add_lo)
+        if not moves and exact and pattern is not None:
+            pattern = None  # settled: confirm on the face's own solve
+            continue
         if not moves:
             return y, 0.0, hi, lo
         if max_moves is not None and moves > max_moves:

