@@ -131,7 +131,11 @@ def _proxy(args):
     from ._proxy_data import hourly_data
 
     data = hourly_data(
-        args.case, args.variant, out=args.out, fixture=args.fixture, budget_s=args.budget
+        args.case,
+        args.variant,
+        out=args.out,
+        fixture=args.fixture,
+        budget_s=args.budget,
     )
     method = args.method
     if args.recipe is not None:
