@@ -231,7 +231,7 @@ def _active_set_method(
         if flags is None:
             continue
         y, fail, up, down = _rounds(
-            E, C, r, q, *bounds, *flags, rounds, moves, pattern, moves is None, exact
+            E, C, r, q, *bounds, *flags, rounds, moves, pattern, exact
         )
         if not fail:
             return y, 0.0, up, down
@@ -253,7 +253,6 @@ def _rounds(
     max_rounds,
     max_moves=None,
     pattern=None,
-    gram=True,
     exact=False,
 ):
     """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, given up
@@ -263,9 +262,8 @@ def _rounds(
     With the set's `pattern`, each face is solved on its fixed factor pattern
     (`_host_ipm.face_projection`: a numeric refactorisation, where a Gram
     matrix's LU redoes its ordering and symbolic work), and by its own Gram
-    matrix (`_face`) only where that does not converge and `gram` is set
-    (else the rounds end there: far from the set, such faces are common and
-    the interior-point method is cheaper than their LUs). The fixed pattern's
+    matrix (`_face`) only where that does not converge (inconsistent or
+    nearly dependent rows). The fixed pattern's
     faces are accurate to about 1e-8 (its penalty's conditioning): enough for
     float32 outputs; with `exact` (float64 outputs) the face the rounds
     settle on is solved and checked once more by its Gram matrix."""
@@ -281,7 +279,7 @@ def _rounds(
         y, mult = None, None
         if pattern is not None:
             y, mult = face_projection(pattern, r, q, hi, lo, lower, upper)
-        if y is None and (pattern is None or gram):
+        if y is None:
             y, mult = _face(E, C, r, q, hi, lo, upper, lower, d)
         if y is None or mult is None:
             return r, 1.0, hi, lo
