@@ -221,6 +221,20 @@ for c in ${DCOPF_CASES-case1354pegase case9241pegase}; do
   fi
 done
 
+# 3c. Issue 39: inference time against the raw outputs' distance from the set
+# (0.1-100 times the spread and an even dispatch), float32, defaults; the
+# finish runs on the host, so the device gains on the iteration only. No
+# Clarabel there (--solver-instances 0): compare with the CPU run's times.
+for c in ${DCOPF_CASES-case1354pegase case9241pegase}; do
+  if [ -f ".gpu_data/dcopf/$c.npz" ]; then
+    step "dcopf_distances_$c" 300 python -m benchmarks.dcopf --out "$out/dcopf" \
+      distances --case "$c" --fixture ".gpu_data/dcopf/$c.npz" \
+      --batch 64 --solver-instances 0 --repeats 2
+  else
+    echo "dcopf_distances_$c skipped: no .gpu_data/dcopf/$c.npz" | tee -a "$status"
+  fi
+done
+
 # 4. XLA's default precision: our gradient error must stay at its
 # full-precision level (2.8e-7 on small), which checks on the device that no
 # solve runs in TF32 (on 2026-11-27 it was 1.2e-4, since fixed).

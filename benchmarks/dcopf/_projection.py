@@ -293,10 +293,10 @@ def distances(
     after warm-up (`_timed_batch`), the host factorisations per instance, the
     share `successful`, the largest normalised residual (in eps32), and
     Clarabel's time per instance (setup included) on the first `n_solver`.
+    With `n_solver=0` (a machine without Clarabel, the GPU one) the centre is
+    our own projection of zero and no solver is timed.
     """
     from pinet_eqx._host_solve import FACTORISATIONS
-
-    from ._data import project_clarabel
 
     jdtype = jnp.dtype(dtype)
     rng = np.random.default_rng(seed)
@@ -304,7 +304,13 @@ def distances(
     solve = jax.jit(jax.vmap(lambda y, q: proj.solve(y, q=q)))
     loads = sample_loads(case, batch, rng)
     Q = jnp.asarray(case.q(loads), jdtype)
-    y_center = project_clarabel(case, np.zeros(case.dim), loads[0])[0]
+    if n_solver:
+        from ._data import project_clarabel
+
+        y_center = project_clarabel(case, np.zeros(case.dim), loads[0])[0]
+    else:
+        center = solve(jnp.zeros((1, case.dim), jdtype), Q[:1])
+        y_center = np.asarray(center.y[0], np.float64)
     kinds = [("spread", s) for s in SCALES] + [("even", f) for f in EVEN]
     rows = []
     for kind, factor in kinds:
@@ -342,5 +348,5 @@ def distances(
         batch=batch,
         rows=rows,
         slowest_over_fastest=max(times) / min(times),
-        machine=provenance.machine(),
+        machine=provenance.machine(devices=True),
     )
