@@ -231,7 +231,7 @@ def _active_set_method(
         if flags is None:
             continue
         y, fail, up, down = _rounds(
-            E, C, r, q, *bounds, *flags, rounds, moves, pattern, exact
+            E, C, r, q, bounds, *flags, rounds, moves, pattern=pattern, exact=exact
         )
         if not fail:
             return y, 0.0, up, down
@@ -240,34 +240,23 @@ def _active_set_method(
 
 
 def _rounds(
-    E,
-    C,
-    r,
-    q,
-    lb_y,
-    ub_y,
-    lb_w,
-    ub_w,
-    hi,
-    lo,
-    max_rounds,
-    max_moves=None,
-    pattern=None,
-    exact=False,
+    E, C, r, q, bounds, hi, lo, max_rounds, max_moves=None, *, pattern=None, exact=False
 ):
-    """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, given up
-    once a round would move more than `max_moves` rows (if given): `(y, fail,
-    hi, lo)`, the last face's point and flags.
+    """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, where
+    `bounds` is `(lb_y, ub_y, lb_w, ub_w)`, given up once a round would move
+    more than `max_moves` rows (if given): `(y, fail, hi, lo)`, the last
+    face's point and flags.
 
-    With the set's `pattern`, each face is solved on its fixed factor pattern
-    (`_host_ipm.face_projection`: a numeric refactorisation, where a Gram
-    matrix's LU redoes its ordering and symbolic work), and by its own Gram
-    matrix (`_face`) only where that does not converge (inconsistent or
-    nearly dependent rows). The fixed pattern's
-    faces are accurate to about 1e-8 (its penalty's conditioning): enough for
-    float32 outputs; with `exact` (float64 outputs) the face the rounds
-    settle on is solved and checked once more by its Gram matrix."""
+    With the set's `pattern`, each face is solved on that fixed factor
+    pattern (`_host_ipm.face_projection`: a numeric refactorisation, where a
+    Gram matrix's LU redoes its ordering and symbolic work), and by its own
+    Gram matrix (`_face`) only where that does not converge (inconsistent or
+    nearly dependent rows). The pattern's faces are accurate to about 1e-8
+    (its penalty's conditioning), enough for float32 outputs; with `exact`
+    (float64 outputs) the face the rounds settle on is solved and checked
+    once more by its Gram matrix."""
     d = r.shape[0]
+    lb_y, ub_y, lb_w, ub_w = bounds
     hi, lo = hi.copy(), lo.copy()
     upper = np.concatenate([ub_y, ub_w])
     lower = np.concatenate([lb_y, lb_w])
