@@ -234,6 +234,14 @@ def interior_point(
     bounds it finds binding (those whose multiplier exceeds their slack), in
     the layout of `lower`, and the number of factorisations.
     """
+    # Far from the set the last iterations can overflow; the method checks
+    # its steps for that itself (and stops), so numpy's warnings say nothing.
+    with np.errstate(all="ignore"):
+        return _iterate(pattern, r, q, lower, upper, max_iter, y0)
+
+
+def _iterate(pattern, r, q, lower, upper, max_iter, y0):
+    """`interior_point`'s iterations."""
     P = pattern
     d, m_eq = P.d, P.m_eq
     scale = np.concatenate([np.ones(d), P.c_norms])
