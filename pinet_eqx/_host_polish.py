@@ -32,7 +32,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._host_dual import working_face
-from ._host_ipm import KKTPattern, face_projection, interior_point
+from ._host_ipm import interior_point
+from ._host_kkt import KKTPattern, face_projection
+from ._host_parallel import merge_bounds, parallel_rows, unmerged_flags
 from ._host_solve import ByContent, GramSolver, instances, pool, row_norms
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
@@ -62,7 +64,8 @@ def polish(E, C, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
     ended in a KKT point, certified in float64 (else `inf`, which fails the
     caller's sign test); and the flags of the face the point is the projection
     onto, in the layout of `hi`, `lo` (of the rows of `C` that are parallel,
-    only one carries a flag: the one whose bound binds; see `_parallel_rows`).
+    only one carries a flag: the one whose bound binds; see
+    `_host_parallel.parallel_rows`).
     """
     dtype = y_raw.dtype
     batch = y_raw.shape[:-1]
@@ -100,7 +103,7 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
         rows(lb_w, m).astype(np.float64),
         rows(ub_w, m).astype(np.float64),
     )
-    lower_w, upper_w = _merge_bounds(lb_rows, ub_rows, group, factor, k)
+    lower_w, upper_w = merge_bounds(lb_rows, ub_rows, group, factor, k)
     # The iterate's flags, its rows' carried over to the merged rows (a
     # negative factor swaps the sides).
     hi_y, lo_y = np.zeros((n, d + k), bool), np.zeros((n, d + k), bool)
@@ -131,7 +134,7 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
             E, C_unique, pattern, *(a[i] for a in args), exact=exact
         )
         hi_out[i, :d], lo_out[i, :d] = up[:d], down[:d]
-        hi_out[i, d:], lo_out[i, d:] = _unmerged_flags(
+        hi_out[i, d:], lo_out[i, d:] = unmerged_flags(
             up[d:], down[d:], lb_rows[i], ub_rows[i], group, factor,
             lower_w[i], upper_w[i],
         )  # fmt: skip
@@ -154,7 +157,7 @@ _MATRICES = ByContent()
 
 def _matrices(shapes, er, ec, ev, cr, cc, cv) -> tuple:
     """`(E, C_unique, group, factor, pattern)`: $E$ as float64 CSR, $C$'s rows
-    merged up to a factor (`_parallel_rows`) and the interior-point method's
+    merged up to a factor (`_host_parallel.parallel_rows`) and the fixed
     `KKTPattern` of the two, built once per set of matrices."""
     return _MATRICES.get(
         shapes, (er, ec, ev, cr, cc, cv), functools.partial(_host_matrices, shapes)
@@ -166,7 +169,7 @@ def _host_matrices(shapes, er, ec, ev, cr, cc, cv) -> tuple:
     er, ec, ev, cr, cc, cv = (a.ravel() for a in (er, ec, ev, cr, cc, cv))
     E = sp.csr_matrix((ev.astype(np.float64), (er, ec)), (m_eq, d))
     C = sp.csr_matrix((cv.astype(np.float64), (cr, cc)), (m, d))
-    C_unique, group, factor = _parallel_rows(C)
+    C_unique, group, factor = parallel_rows(C)
     return E, C_unique, group, factor, KKTPattern(E, C_unique)
 
 
@@ -352,69 +355,3 @@ def _scatter(n: int, index, values) -> np.ndarray:
     out = np.zeros(n)
     out[index] = values
     return out
-
-
-def _parallel_rows(C: Any) -> tuple[Any, np.ndarray, np.ndarray]:
-    """Rows of `C` up to a nonzero factor, merged: `(C_unique, group, factor)`
-    with row $i$ of `C` equal to `factor[i]` times row `group[i]` of `C_unique`.
-
-    Parallel lines of a grid give proportional rows with different limits, of
-    which only the tighter can bind; both on one face make it singular, and
-    the rounds would swap them for ever. Merged, each direction carries its
-    tightest bounds (`_merge_bounds`): the same set.
-    """
-    C = sp.csr_matrix(C)
-    C.sort_indices()
-    keys, group = {}, np.empty(C.shape[0], np.int64)
-    factor = np.ones(C.shape[0])
-    for i in range(C.shape[0]):
-        lo, hi = C.indptr[i], C.indptr[i + 1]
-        if hi == lo:
-            key = ()
-        else:
-            factor[i] = C.data[lo]
-            values = np.round(C.data[lo:hi] / factor[i], 12)
-            key = (C.indices[lo:hi].tobytes(), values.tobytes())
-        group[i] = keys.setdefault(key, len(keys))
-    first = np.full(len(keys), -1)
-    for i in range(C.shape[0] - 1, -1, -1):
-        first[group[i]] = i
-    C_unique = sp.diags(1 / factor[first]) @ C[first]
-    return sp.csr_matrix(C_unique), group, factor
-
-
-def _merge_bounds(lower, upper, group, factor, k):
-    """The tightest bounds of each merged direction (see `_parallel_rows`), for
-    a batch of bound rows: row $i$'s bounds divided by its factor (swapped
-    where it is negative)."""
-    lo = np.where(factor > 0, lower, upper) / factor
-    up = np.where(factor > 0, upper, lower) / factor
-    n = lower.shape[0]
-    merged_lo = np.full((n, k), -np.inf)
-    merged_up = np.full((n, k), np.inf)
-    for b in range(n):
-        np.maximum.at(merged_lo[b], group, lo[b])
-        np.minimum.at(merged_up[b], group, up[b])
-    return merged_lo, merged_up
-
-
-def _unmerged_flags(hi, lo, lower, upper, group, factor, merged_lo, merged_up):
-    """The flags of the merged rows (see `_parallel_rows`) carried back to the
-    rows of `C`, one instance: of each merged row's group, the first row whose
-    own bound (`lower`, `upper`) is the one that binds carries the flag, on
-    the side that `factor`'s sign gives. Its parallel rows stay unflagged:
-    flagged too, they would make the face's rows dependent."""
-    row_lo = np.where(factor > 0, lower, upper) / factor
-    row_up = np.where(factor > 0, upper, lower) / factor
-    out_hi, out_lo = np.zeros(group.shape, bool), np.zeros(group.shape, bool)
-    for flags, bound, merged, same, other in (
-        (hi, row_up, merged_up, out_hi, out_lo),
-        (lo, row_lo, merged_lo, out_lo, out_hi),
-    ):
-        candidates = np.flatnonzero(flags[group] & (bound == merged[group]))
-        _, first = np.unique(group[candidates], return_index=True)
-        chosen = candidates[first]
-        positive = factor[chosen] > 0
-        same[chosen[positive]] = True
-        other[chosen[~positive]] = True
-    return out_hi, out_lo
