@@ -2,17 +2,17 @@
 factorisation structure that the polish's face solves and its interior-point
 method (`_host_ipm`) share.
 
-For $\min_y \tfrac12\|y - r\|^2$ subject to $E y = q$ and bounds on the rows
+For $\\min_y \\tfrac12\\|y - r\\|^2$ subject to $E y = q$ and bounds on the rows
 of $G = [I; C]$ (rows of $E$ and $C$ scaled to unit length), every system
 either of them solves is
 
-$$K(D) = \begin{bmatrix} I + G^\top D G & E^\top \\ E & -\delta I
-\end{bmatrix}$$
+$$K(D) = \\begin{bmatrix} I + G^\\top D G & E^\\top \\\\ E & -\\delta I
+\\end{bmatrix}$$
 
 for some non-negative diagonal weights $D$: the barrier's $Z S^{-1}$ in the
 interior-point method, a penalty on a face's rows in `face_projection`. Its
 sparsity never changes, so its pattern and QDLDL's ordering are built once per
-set of matrices, and each system costs one numeric $L D L^\top$ with iterative
+set of matrices, and each system costs one numeric $L D L^\\top$ with iterative
 refinement against the unregularised $K$.
 """
 
