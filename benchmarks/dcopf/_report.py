@@ -121,10 +121,75 @@ def training_figure(trains: list[dict], path: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def _label(row: dict) -> str:
+    kind = "x spread" if row["kind"] == "spread" else "x even dispatch"
+    return f"{row['factor']:g} {kind}"
+
+
+def distances_table(records: list[dict]) -> str:
+    """The `distances` records as one Markdown table: time per instance (the
+    median of the timed batch calls, with their quartiles), Clarabel's, the
+    ratio, the share successful, host factorisations and the residual."""
+    head = (
+        "| case | batch | raw outputs | ours ms/inst. (IQR) | Clarabel ms | "
+        "ours / Clarabel | successful | factorisations / inst. | "
+        "max norm. residual / eps32 |\n|---|---|---|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for r in records:
+        for row in r["rows"]:
+            t, n = row["batch_s"], row["batch"]
+            iqr = f"{1e3 * t['lq'] / n:.1f}-{1e3 * t['uq'] / n:.1f}"
+            clarabel = row.get("clarabel_ms")
+            ratio = row.get("ratio_to_clarabel")
+            clarabel = "-" if not clarabel else f"{clarabel['median']:.1f}"
+            ratio = "-" if ratio is None else f"{ratio:.2f}"
+            rows.append(
+                f"| {r['case']} | {n} | {_label(row)} | "
+                f"{row['per_instance_ms']:.1f} ({iqr}) | "
+                f"{clarabel} | {ratio} | "
+                f"{row['successful']:.3g} | "
+                f"{row['factorisations_per_instance']:.1f} | "
+                f"{_fmt(row['normalised_residual_over_eps32'])} |"
+            )
+    return head + "\n".join(rows) + "\n"
+
+
+def distances_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
+    """Time per instance against the raw outputs' distance (times the spread),
+    ours and Clarabel's, one colour per case (batch shown in the legend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, r in enumerate(records):
+        rows = [row for row in r["rows"] if row["kind"] == "spread"]
+        x = [row["factor"] for row in rows]
+        colour = f"C{i}"
+        ax.plot(x, [row["per_instance_ms"] for row in rows], "o-", color=colour,
+                label=f"{r['case']} ours (batch {r['batch']})")  # fmt: skip
+        clarabel = [(row["factor"], row["clarabel_ms"]) for row in rows]
+        clarabel = [(f, c["median"]) for f, c in clarabel if c]
+        if clarabel:
+            ax.plot(*zip(*clarabel), "s--", color=colour, alpha=0.6,
+                    label=f"{r['case']} Clarabel")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("distance of the raw outputs (times the spread)")
+    ax.set_ylabel("ms per instance (float32 inference)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def report(out: pathlib.Path) -> list[pathlib.Path]:
-    """Write `out/dcopf.md`, `out/dcopf_time.png` and, with training records
-    that list their test instances, `out/dcopf_training.png`; returns their
-    paths."""
+    """Write `out/dcopf.md`, `out/dcopf_time.png`, with `distances` records
+    `out/dcopf_distances.png`, and, with training records that list their
+    test instances, `out/dcopf_training.png`; returns their paths."""
     records = _records(out, "projection")
     text = "# DC-OPF projection benchmark\n\n" + table(records)
     trains = _records(out, "train")
@@ -140,9 +205,15 @@ def report(out: pathlib.Path) -> list[pathlib.Path]:
                 f"{_fmt(t['normalised_residual_over_eps32_max'])} | "
                 f"{t['cost_constant_on_set']} |\n"
             )
+    distances = _records(out, "distances")
+    if distances:
+        text += "\n## Inference time against the distance\n\n"
+        text += distances_table(distances)
     md = out / "dcopf.md"
     md.write_text(text)
     paths = [md]
+    if distances:
+        paths.append(distances_figure(distances, out / "dcopf_distances.png"))
     if records:
         paths.append(figure(records, out / "dcopf_time.png"))
     # Records written before they listed their instances are left out.
