@@ -126,6 +126,7 @@ def _proxy_parser(sub) -> None:
     proxy.add_argument("--tag", help="appended to the record's name (a variant run)")
     proxy.add_argument("--stride", type=int, default=1, help="every N-th hour only")
     proxy.add_argument("--n-test", type=int, help="score this many test hours only")
+    proxy.add_argument("--repeats", type=int, default=3, help="timed calls (0: none)")
     proxy.add_argument(
         "--pin-core",
         type=int,
@@ -157,7 +158,14 @@ def _pin(core: int) -> None:
 
 
 def _proxy(args):
-    """Runs `proxy`; returns `(record, path)`, or `(None, None)` for `optima`."""
+    """Runs `proxy` or `proxy-report`; returns `(record, path)`, or `(None,
+    None)` for `optima` and the report (whose paths it prints)."""
+    if args.command == "proxy-report":
+        from ._proxy_report import report
+
+        for path in report(args.out):
+            print(path)
+        return None, None
     if args.pin_core is not None:
         _pin(args.pin_core)
     from ._proxy_data import hourly_data
@@ -190,6 +198,7 @@ def _proxy(args):
             out=args.out,
             tag=args.tag,
             n_test=args.n_test,
+            repeats=args.repeats,
             steps=args.steps,
             batch=args.batch,
             lr=args.lr,
@@ -290,16 +299,10 @@ def main(argv=None) -> int:
             load_case(args.case, slack_limits="ppc"), args.layer, batch=args.batch
         )
         path = args.out / "baselines" / f"{args.case}-{args.layer}.json"
-    elif args.command == "proxy":
+    elif args.command in ("proxy", "proxy-report"):
         record, path = _proxy(args)
         if record is None:
             return 0
-    elif args.command == "proxy-report":
-        from ._proxy_report import report as proxy_report
-
-        for path in proxy_report(args.out):
-            print(path)
-        return 0
     else:
         from ._report import report
 

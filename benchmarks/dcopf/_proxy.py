@@ -91,6 +91,58 @@ def _loss_fn(method: str, static, grid: Grid, settings: dict):
     return loss
 
 
+class _Keeper:
+    """Validates the network now and then and keeps the best one so far (in
+    memory, and with `pe.save` at `checkpoint` unless it is `None`)."""
+
+    def __init__(self, static, validate, checkpoint, hyperparameters, params):
+        self.static, self.validate = static, validate
+        self.checkpoint, self.hyperparameters = checkpoint, hyperparameters
+        self.best, self.history, self.seconds = (np.inf, params, 0), [], 0.0
+
+    def __call__(self, k: int, params, value) -> float:
+        start = time.perf_counter()
+        model = eqx.combine(params, self.static)
+        gap = float(self.validate(model))
+        self.seconds += time.perf_counter() - start
+        self.history.append((k, float(value), gap))
+        if gap < self.best[0]:
+            self.best = (gap, params, k)
+            if self.checkpoint is not None:
+                pe.save(self.checkpoint, model, self.hyperparameters)
+        return gap
+
+
+def _host_failure(error: Exception, k: int, failed: list) -> bool:
+    """Lists a step that the library's host factorisation of the derivative
+    failed ("Factor is exactly singular"); any other error is raised. True
+    after ten such steps in a row: once the outputs reach such faces every
+    later batch fails too, and training stops."""
+    text = "".join(traceback.format_exception_only(error))
+    if "singular" not in text:
+        raise error
+    failed.append((k, text.strip().splitlines()[-1][:200]))
+    return len(failed) >= 10 and failed[-10][0] == k - 9
+
+
+def _adam(loss, params, steps: int, lr: float):
+    """`(step, state)`: a jitted Adam step on `loss` (a warm-up to `lr` over a
+    tenth of the steps, at most 100, then a cosine decay to 2 % of it)."""
+    warmup = max(1, min(100, steps // 10))
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, lr, warmup, max(steps, warmup + 1), end_value=0.02 * lr
+    )
+    optim = optax.adam(schedule)
+
+    @eqx.filter_jit
+    def step(params, state, x, q, y_opt):
+        value, grads = jax.value_and_grad(loss)(params, x, q, y_opt)
+        updates, state = optim.update(grads, state, params)
+        return eqx.apply_updates(params, updates), state, value
+
+    return step, optim.init(params)
+
+
 def fit(
     model,
     frozen,
@@ -115,8 +167,9 @@ def fit(
     - `sample`: `sample(rng)` returns a batch `(x, q, y_opt)` of float32 arrays.
     - `steps`, `lr`: the steps and the peak learning rate.
     - `validate`: `validate(model)` returns the validation mean gap (lower is
-      better), run every `every` steps and after the last (not after a skipped
-      step: a step whose host factorisation fails is skipped and counted).
+      better), run every `every` steps and after the last. A step whose host
+      factorisation fails is skipped (and listed); after ten such steps in a
+      row training stops (`stopped_at`), the last good network validated.
     - `checkpoint`, `hyperparameters`: the best model is written there with
       `pe.save` (skipped for `None`).
     - `seed`, `desc`: the batches' seed and the tqdm bar's label.
@@ -125,67 +178,49 @@ def fit(
 
     `(best_model, info)`: `info` has `train_s` (wall time, compilation and
     validation included), `validate_s`, `first_step_s`, the `history` of
-    `(step, loss, validation gap)` and the `best_step`.
+    `(step, loss, validation gap)`, the `best_step`, and the failed steps.
     """
     from tqdm.auto import tqdm
 
     params, static = eqx.partition(model, pe.trainable_filter(model, frozen))
-    warmup = max(1, min(100, steps // 10))
-    schedule = optax.warmup_cosine_decay_schedule(
-        0.0, lr, warmup, max(steps, warmup + 1), end_value=0.02 * lr
-    )
-    optim = optax.adam(schedule)
-    state = optim.init(params)
-
-    @eqx.filter_jit
-    def step(params, state, x, q, y_opt):
-        value, grads = jax.value_and_grad(loss)(params, x, q, y_opt)
-        updates, state = optim.update(grads, state, params)
-        return eqx.apply_updates(params, updates), state, value
-
+    step, state = _adam(loss, params, steps, lr)
     rng = np.random.default_rng(seed)
-    best = (np.inf, params, 0)
-    history, validate_s, first_step_s = [], 0.0, None
+    keeper = _Keeper(static, validate, checkpoint, hyperparameters, params)
+    failed, stopped_at, last_ok, first_step_s = [], None, 0, None
+    value = jnp.nan
     start = time.perf_counter()
     bar = tqdm(range(1, steps + 1), desc=desc, unit="step")
-    failed: list[str] = []
-    value = jnp.nan
     for k in bar:
         try:
             params, state, value = step(params, state, *sample(rng))
         except (ValueError, RuntimeError) as error:
-            # The library's host factorisation of the derivative can fail on a
-            # batch ("Factor is exactly singular", see the record): the step is
-            # skipped, counted and its message kept, and training goes on.
-            text = "".join(traceback.format_exception_only(error))
-            if "singular" not in text or len(failed) >= max(10, steps // 10):
-                raise
-            failed.append(text.strip().splitlines()[-1][:200])
+            if _host_failure(error, k, failed):
+                stopped_at = k
+                break
+            continue
+        last_ok = k
         if first_step_s is None:
             jax.block_until_ready(value)
             first_step_s = time.perf_counter() - start
         if k % every == 0 or k == steps:
-            t0 = time.perf_counter()
-            gap = float(validate(eqx.combine(params, static)))
-            validate_s += time.perf_counter() - t0
-            history.append((k, float(value), gap))
+            gap = keeper(k, params, value)
             bar.set_postfix(loss=f"{float(value):.5g}", val_gap=f"{gap:.3%}")
-            if gap < best[0]:
-                best = (gap, params, k)
-                if checkpoint is not None:
-                    pe.save(checkpoint, eqx.combine(params, static), hyperparameters)
-    train_s = time.perf_counter() - start
+    if stopped_at is not None and (
+        not keeper.history or keeper.history[-1][0] < last_ok
+    ):
+        keeper(last_ok, params, value)
     info = dict(
-        train_s=train_s,
-        validate_s=validate_s,
+        train_s=time.perf_counter() - start,
+        validate_s=keeper.seconds,
         first_step_s=first_step_s,
-        history=history,
-        best_step=best[2],
-        best_val_gap=best[0],
-        failed_steps=len(failed),
-        failed_messages=sorted(set(failed)),
+        history=keeper.history,
+        best_step=keeper.best[2],
+        best_val_gap=keeper.best[0],
+        failed_steps=[k for k, _ in failed],
+        failed_messages=sorted({text for _, text in failed}),
+        stopped_at=stopped_at,
     )
-    return eqx.combine(best[1], static), info
+    return eqx.combine(keeper.best[1], static), info
 
 
 def _sampler(data: HourlyData, hours: np.ndarray, batch: int, augment: float):
@@ -206,6 +241,14 @@ def _sampler(data: HourlyData, hours: np.ndarray, batch: int, augment: float):
         )
 
     return sample
+
+
+def _validation_hours(data: HourlyData, n: int) -> np.ndarray:
+    """`n` feasible validation hours, evenly spaced."""
+    solved = data.solved(data.val)
+    if solved.size == 0:
+        raise ValueError(f"No feasible validation hour of {data.case.name}.")
+    return np.unique(solved[np.linspace(0, solved.size - 1, n).astype(int)])
 
 
 def train_proxy(
@@ -232,11 +275,10 @@ def train_proxy(
 
     - `data`: the hours, split and optima.
     - `method`: one of `_proxy_models.METHODS`.
-    - `steps`, `batch`, `lr`, `seed`: Adam's steps, batch, peak rate; the seed
-      of the weights and of the batches.
-    - `width`, `depth`: the MLP's hidden width and hidden layers.
-    - `every`, `n_val`: validate every `every` steps on `n_val` validation
-      hours (evenly spaced among the solved ones).
+    - `steps`, `batch`, `lr`, `seed`: Adam's steps, batch and peak rate; the
+      seed of the weights and batches. `width`, `depth`: the MLP's sizes.
+    - `every`, `n_val`: validate every `every` steps on `n_val` feasible
+      validation hours.
     - `dist_weight`: `ours-dist`'s weight; `penalty`: the penalty weight of
       `e2elr` and `mlp`, in units of the largest marginal cost at the centre.
     - `augment`: the spread of the per-bus noise on training loads (0: none).
@@ -259,43 +301,28 @@ def train_proxy(
         optima = None
     scaling = scalings(case, method, data.loads[train_hours], optima)
     start = time.perf_counter()
-    model, frozen = make_model(
-        case,
-        method,
-        width=width,
-        depth=depth,
-        key=jax.random.key(seed),
-        scaling=scaling,
-    )
+    key = jax.random.key(seed)
+    sizes = dict(width=width, depth=depth)
+    model, frozen = make_model(case, method, key=key, scaling=scaling, **sizes)
     build_s = time.perf_counter() - start
     grid = Grid.of(case, scaling)
     settings = dict(dist_weight=dist_weight, penalty=penalty * grid.penalty_unit)
     params, static = eqx.partition(model, pe.trainable_filter(model, frozen))
     loss = _loss_fn(method, static, grid, settings)
-    solved_val = data.solved(data.val)
-    val_hours = solved_val[np.linspace(0, solved_val.size - 1, n_val).astype(int)]
+    val_hours = _validation_hours(data, n_val)
 
     def validate(model):
-        return evaluate(method, model, data, np.unique(val_hours), grid)["gap_mean"]
+        return evaluate(method, model, data, val_hours, grid)["gap_mean"]
 
     hyperparameters = dict(
-        case=case.name, variant=data.variant, method=method, width=width,
-        depth=depth, fixture=fixture,
-    )  # fmt: skip
-    model, info = fit(
-        model,
-        frozen,
-        loss,
-        _sampler(data, train_hours, batch, augment),
-        steps=steps,
-        lr=lr,
-        validate=validate,
-        every=every,
-        checkpoint=checkpoint,
-        hyperparameters=hyperparameters,
-        seed=seed,
-        desc=f"{case.name} {method}",
+        case=case.name, variant=data.variant, method=method, fixture=fixture, **sizes
     )
+    sample = _sampler(data, train_hours, batch, augment)
+    model, info = fit(
+        model, frozen, loss, sample, steps=steps, lr=lr, validate=validate,
+        every=every, checkpoint=checkpoint, hyperparameters=hyperparameters,
+        seed=seed, desc=f"{case.name} {method}",
+    )  # fmt: skip
     return model, grid, dict(info, build_s=build_s)
 
 
@@ -322,13 +349,15 @@ def run(
     out: pathlib.Path,
     tag: str | None = None,
     n_test: int | None = None,
+    repeats: int = 3,
     **settings,
 ) -> dict:
     """Trains `method`, evaluates it on the test hours; a JSON-able record.
 
     The best network is kept in `out/proxy/{case}-{variant}-{method}.eqx`
     (`-{tag}` added before the suffix when given). `n_test` scores that many
-    test hours only, evenly spaced (`None`: all)."""
+    test hours only, evenly spaced (`None`: all); `repeats` timed calls at
+    batch 256 (0: not timed)."""
     case = data.case
     stem = f"{case.name}-{data.variant}-{method}" + (f"-{tag}" if tag else "")
     checkpoint = out / "proxy" / f"{stem}.eqx"
@@ -337,7 +366,10 @@ def run(
     part = data.test
     if n_test is not None and n_test < part.size:
         part = part[np.linspace(0, part.size - 1, n_test).astype(int)]
-    test = evaluate(method, model, data, part, grid, timed=True, per_hour=True)
+    test = evaluate(
+        method, model, data, part, grid, timed=repeats > 0, per_hour=True,
+        repeats=repeats,
+    )  # fmt: skip
     return dict(
         case=case.name,
         variant=data.variant,
