@@ -35,6 +35,16 @@ _REFINE_STEPS = 3
 # The shift of `SaddleSolver`'s quasi-definite matrix: its factor's accuracy is
 # M's, not K's, so it can be far smaller than K's (see `SaddleSolver`).
 _SADDLE_SHIFT = 1e-16
+# The shifts tried in turn, relative to the largest squared row norm, where
+# exactly dependent rows (more active rows than free coordinates) leave the tiny
+# one lost in rounding and SuperLU meets a zero pivot: each must stay above the
+# rounding of the Schur complement's entries (eps times them), and refinement
+# removes it again, at a rate of about shift / sigma^2 for M's smallest nonzero
+# singular value sigma, so the smallest that factorises is best.
+_DEPENDENT_SHIFTS = (1e-13, 1e-11, 1e-9)
+# The most refinement steps with such a shift; they stop once the corrections
+# of x no longer halve.
+_DEPENDENT_REFINE_STEPS = 30
 
 
 class Counter:
@@ -178,6 +188,15 @@ class SaddleSolver:
     dependent rows keep a component of $\\zeta$ of size $\\delta$, which
     $M^\\top$ maps to nothing. Its factor is larger than the Gram matrix's,
     so it serves where $x$ itself is the result: the derivative.
+
+    Where many rows are exactly dependent (a degenerate face: more active rows
+    than free coordinates) the shift of $10^{-16}$ is lost in the rounding of
+    the Schur complement, and SuperLU meets an exactly zero pivot. The system
+    is then factorised once more with the smallest of
+    $\\delta = (10^{-13}, 10^{-11}, 10^{-9}) \\max_i \\|M_i\\|^2$ that
+    factorises, and refined against the unshifted system while the corrections
+    of $x$ shrink: for a consistent right-hand side $x$ is still the
+    projection, the shift only choosing among the $\\zeta$ that give it.
     """
 
     def __init__(self, M: Any, rank: np.ndarray):
@@ -190,11 +209,26 @@ class SaddleSolver:
         self._M = sp.csr_matrix(M)
         self._n = n
         self._order = np.argsort(rank, kind="stable")
-        saddle = sp.csc_matrix(_saddle(self._M))[:, self._order]
+        self._steps = _REFINE_STEPS
+        try:
+            self._lu = self._factorise(_SADDLE_SHIFT)
+        except RuntimeError:  # "Factor is exactly singular"
+            largest = spla.norm(self._M, axis=1).max(initial=1.0) ** 2
+            self._steps = _DEPENDENT_REFINE_STEPS
+            for shift in _DEPENDENT_SHIFTS:
+                try:
+                    self._lu = self._factorise(shift * largest)
+                    break
+                except RuntimeError:
+                    if shift == _DEPENDENT_SHIFTS[-1]:
+                        raise
+
+    def _factorise(self, shift: float) -> Any:
+        saddle = sp.csc_matrix(_saddle(self._M, shift))[:, self._order]
         FACTORISATIONS.add()
         # Partial pivoting (SuperLU's default, unlike `_splu`): without it the
         # tiny shift's pivots cost the accuracy this solver exists for.
-        self._lu = spla.splu(saddle, permc_spec="NATURAL")
+        return spla.splu(saddle, permc_spec="NATURAL")
 
     def _solve(self, rhs: np.ndarray) -> np.ndarray:
         out = np.empty_like(rhs)
@@ -205,16 +239,26 @@ class SaddleSolver:
         """`(x, zeta)` of the system above."""
         rhs = np.concatenate([r, s])
         xz = self._solve(rhs)
-        for _ in range(_REFINE_STEPS):
+        last = np.inf
+        for _ in range(self._steps):
             x, z = xz[: self._n], xz[self._n :]
             res = rhs - np.concatenate([x + self._M.T @ z, self._M @ x])
-            xz = xz + self._solve(res)
+            step = self._solve(res)
+            xz = xz + step
+            if self._steps > _REFINE_STEPS:
+                # A larger shift: x's corrections shrink geometrically (the
+                # residual reaches its floor first, x's error being amplified
+                # by 1 / sigma^2), until they are rounding, which does not.
+                size = np.abs(step[: self._n]).max(initial=0.0)
+                if size > 0.5 * last:
+                    break
+                last = size
         return xz[: self._n], xz[self._n :]
 
 
-def _saddle(M: Any) -> Any:
+def _saddle(M: Any, shift: float = _SADDLE_SHIFT) -> Any:
     k, n = M.shape
-    return sp.bmat([[sp.identity(n), M.T], [M, -_SADDLE_SHIFT * sp.identity(k)]])
+    return sp.bmat([[sp.identity(n), M.T], [M, -shift * sp.identity(k)]])
 
 
 def saddle_rank(M: Any) -> np.ndarray:

@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.linalg
+import scipy.sparse as sp
 from helpers import (
     Polytope,
     assert_close,
@@ -166,6 +168,36 @@ def test_degenerate_face_reaches_the_projection(scale):
     sol = proj.solve(y_raw)
     assert sol.result == pe.RESULTS.successful
     assert_close(sol.y, np.array([0.5, 0.5, 0.5]), 1e-9)
+
+
+def test_derivative_face_with_more_rows_than_free_coordinates(monkeypatch):
+    """A face of ACTIVSg2000 met in training (2146 active rows on 2006 free
+    coordinates, rank 2003): the saddle-point system's tiny shift is lost in
+    rounding and SuperLU finds it exactly singular. `SaddleSolver` then takes a
+    larger shift and refines it away: its `x` is still the projection onto
+    $\\{x : M x = s\\}$ for consistent right-hand sides, against a dense
+    least-squares solve (float64)."""
+    from pinet_eqx._host_solve import SaddleSolver
+
+    f = np.load(DATA / "saddle_dependent_rows.npz")
+    M = sp.csr_matrix((f["data"], f["indices"], f["indptr"]), tuple(f["shape"]))
+    shifts = []
+    factorise = SaddleSolver._factorise
+    monkeypatch.setattr(
+        SaddleSolver,
+        "_factorise",
+        lambda self, shift: (shifts.append(shift), factorise(self, shift))[1],
+    )
+    solver = SaddleSolver(M, f["rank"].astype(np.int64))
+    assert len(shifts) > 1, "the first factorisation succeeded: no fallback tested"
+    A = M.toarray()
+    rng = np.random.default_rng(0)
+    r, s = rng.normal(size=M.shape[1]), A @ rng.normal(size=M.shape[1])
+    x, zeta = solver.solve(r, s)
+    # The minimum-norm correction (a complete orthogonal factorisation).
+    correction = scipy.linalg.lstsq(A, A @ r - s, cond=1e-12, lapack_driver="gelsy")
+    assert_close(x, r - correction[0], 1e-8)
+    assert_close(x + M.T @ zeta, r, 1e-9)
 
 
 def test_grid_gradient_in_loads():
