@@ -18,6 +18,7 @@ canvas, never through `pyplot`, so it leaves the global backend alone.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
 import pathlib
@@ -43,6 +44,7 @@ class Suite:
     title: str
     prog: str
     methods: tuple[str, ...]
+    folder: str = ""  # the suite's folder in benchmarks/, for its record
 
 
 @dataclasses.dataclass
@@ -69,6 +71,7 @@ def report(
     results_dir: str | pathlib.Path,
     out_dir: str | pathlib.Path | None,
     suite: Suite,
+    record: bool = False,
 ) -> list[pathlib.Path]:
     """Write the figures and tables of every data set in `results_dir`.
 
@@ -79,6 +82,8 @@ def report(
         label come from the file, not the path).
     - `out_dir`: where to write; `results_dir` by default.
     - `suite`: the benchmark suite (title, command, method order).
+    - `record`: also write the tables as the suite's committed record `tables`
+        (`benchmarks/{suite.folder}/records/`) and render its page.
 
     **Returns:**
 
@@ -107,7 +112,30 @@ def report(
     tables = out_dir / "tables.md"
     tables.write_text(markdown(datasets, results_dir, suite))
     written.append(tables)
+    if record:
+        written += write_record(tables.read_text(), suite, results_dir)
     return written
+
+
+def write_record(text: str, suite: Suite, results_dir) -> list[pathlib.Path]:
+    """The tables (`markdown`'s text) as the suite's committed record `tables`,
+    one heading level down (they sit under the record's title); then its page."""
+    from . import provenance, records
+
+    body = re.sub(r"^#", "##", text.split("\n", 1)[1], flags=re.M)
+    record = {
+        "suite": suite.folder,
+        "name": "tables",
+        "title": "Full tables",
+        "order": 2,
+        "command": f"{suite.prog} report {results_dir} --record",
+        "machine": "per run, in the tables",
+        "date": datetime.date.today().isoformat(),
+        "commit": provenance.git_commit(),
+        "source": "run",
+        "blocks": records.blocks(body),
+    }
+    return [records.write(record), *records.render([suite.folder])]
 
 
 # ----------------------------------------------------------------------------------
