@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
+import unicodedata
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Suites with their own page, in the headline's order; "" is benchmarks/ itself.
@@ -138,9 +140,9 @@ def page(suite: str) -> str:
 
 
 def _anchor(title: str) -> str:
-    """The anchor MkDocs (and GitHub, for these titles) gives a heading."""
-    keep = "".join(c for c in title.lower() if c.isalnum() or c in " -_")
-    return "-".join(keep.split())
+    """The anchor MkDocs gives a heading (Python-Markdown's `slugify`)."""
+    text = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
+    return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", text).strip().lower())
 
 
 def headline() -> str:

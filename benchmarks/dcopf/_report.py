@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import pathlib
 
+from .._common import plots
+
 _CASE_ORDER = ("case1354pegase", "case2869pegase", "case9241pegase")
 
 
@@ -56,12 +58,8 @@ def table(records: list[dict]) -> str:
 def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Per-instance time against the number of variables: ours (batch 256,
     both precisions), Clarabel and OSQP."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, axes = plots.new(5.5, 3.8)
+    ax = axes[0, 0]
     for dtype, marker in (("float64", "o"), ("float32", "s")):
         rs = [r for r in records if r["dtype"] == dtype]
         ax.plot(
@@ -80,28 +78,16 @@ def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
             linestyle="--",
             label=label,
         )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("variables (p_g, theta)")
-    ax.set_ylabel("ms per projection")
-    ax.set_title("DC-OPF projection, this CPU")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return plots.finish(fig, ax, path, log="xy", xlabel="variables (p_g, theta)",
+        ylabel="ms per projection", title="DC-OPF projection, this CPU")  # fmt: skip
 
 
 def training_figure(trains: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Histograms over the test instances of the trained proxies: the
     optimality gap against Clarabel's DC-OPF optimum, and the largest
     normalised row residual in units of eps32 (the issue's bound is 10)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_gap, ax_res) = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig, axes = plots.new(9, 3.6, ncols=2)
+    ax_gap, ax_res = axes[0]
     for t in trains:
         label = t["case"] + (
             f" (distance {t['distance_weight']:g})" if t["distance_weight"] else ""
@@ -112,13 +98,9 @@ def training_figure(trains: list[dict], path: pathlib.Path) -> pathlib.Path:
     ax_gap.set_ylabel("test instances")
     ax_gap.legend(fontsize=7)
     ax_res.axvline(10, color="k", linestyle="--", label="issue's bound")
-    ax_res.set_xlabel("max normalised residual / eps32")
-    ax_res.legend(fontsize=7)
     fig.suptitle("DC-OPF proxies, test set (inference mode, float32)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return plots.finish(fig, ax_res, path, xlabel="max normalised residual / eps32",
+        ylabel="")  # fmt: skip
 
 
 def _label(row: dict) -> str:
@@ -158,12 +140,8 @@ def distances_table(records: list[dict]) -> str:
 def distances_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Time per instance against the raw outputs' distance (times the spread),
     ours and Clarabel's, one colour per case (batch shown in the legend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, axes = plots.new(6, 4)
+    ax = axes[0, 0]
     for i, r in enumerate(records):
         rows = [row for row in r["rows"] if row["kind"] == "spread"]
         x = [row["factor"] for row in rows]
@@ -175,15 +153,9 @@ def distances_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
         if clarabel:
             ax.plot(*zip(*clarabel), "s--", color=colour, alpha=0.6,
                     label=f"{r['case']} Clarabel")  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("distance of the raw outputs (times the spread)")
-    ax.set_ylabel("ms per instance (float32 inference)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return plots.finish(fig, ax, path, log="xy",
+        xlabel="distance of the raw outputs (times the spread)",
+        ylabel="ms per instance (float32 inference)")  # fmt: skip
 
 
 def report(out: pathlib.Path) -> list[pathlib.Path]:
