@@ -65,6 +65,15 @@ def write(record: dict) -> pathlib.Path:
     return path
 
 
+def write_run(suite: str, name: str, title: str, order: int, markdown: str, **fields):
+    """Writes a suite's Markdown output as its record `name` (`source` "run";
+    `fields`: `command`, `machine`, `date`, `commit`, `headline`) and renders
+    its page and the headline; returns the paths written."""
+    record = {"suite": suite, "name": name, "title": title, "order": order}
+    record.update(fields, source="run", blocks=blocks(markdown))
+    return [write(record), *render([suite])]
+
+
 def table(columns: list, rows: list[list]) -> str:
     """A Markdown table."""
     lines = ["| " + " | ".join(map(str, columns)) + " |"]

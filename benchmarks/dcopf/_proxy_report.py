@@ -318,7 +318,7 @@ def record(raw: list[dict], figures: dict[tuple, list[str]]) -> dict:
         ]
     dates = sorted(r["machine"]["date"][:10] for r in raw)
     return {
-        "suite": "dcopf", "name": "proxy", "order": 4,
+        "suite": "dcopf", "name": "proxy", "order": 5,
         "title": "DC-OPF proxies on the ACTIVSg hours",
         "command": "python -m benchmarks.dcopf proxy-report",
         "machine": provenance.describe(raw[0]["machine"]).split(", Linux")[0],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from .._common import plots
+from .._common import plots, records as committed
 
 _CASE_ORDER = ("case1354pegase", "case2869pegase", "case9241pegase")
 
@@ -158,10 +158,65 @@ def distances_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
         ylabel="ms per instance (float32 inference)")  # fmt: skip
 
 
-def report(out: pathlib.Path) -> list[pathlib.Path]:
+DISTANCES_SETUP = """**Setup:** float32, inference mode, the library's defaults, the
+PEGASE grids saved by `python -m benchmarks.dcopf save` (the slack generator keeps
+its 1e7 per-unit bound). The raw outputs are the DC-OPF optimum plus Gaussian
+noise of 0.1 to 100 times the spread of its entries, or an even dispatch of the
+total load plus 0.3 of each generator's range (0.09 rad on the angles). Each row
+is the whole jitted batch call, timed after a warm-up (median and quartiles);
+Clarabel's time is per instance, setup included (tolerance 1e-10)."""
+
+
+def _headline(distances: list[dict]) -> list[dict]:
+    """Near (0.1 x spread) and far (100 x): each case's time and Clarabel's."""
+    rows = []
+    for factor, where in ((0.1, "near the set"), (100, "far from the set")):
+        cells = [
+            (r["case"], row)
+            for r in distances
+            for row in r["rows"]
+            if row["kind"] == "spread" and row["factor"] == factor
+            and row.get("clarabel_ms")
+        ]  # fmt: skip
+        if not cells:
+            continue
+        ok = "; ".join(f"{row['successful']:.3g}" for _, row in cells)
+        rows.append({
+            "label": "DC-OPF projection",
+            "measure": f"f32 inference {where} ({factor:g}x spread), ms per "
+            f"instance, {' / '.join(c for c, _ in cells)} (share successful {ok})",
+            "ours": " / ".join(f"{row['per_instance_ms']:.3g} ms" for _, row in cells),
+            "baseline": "Clarabel " + " / ".join(
+                f"{row['clarabel_ms']['median']:.3g} ms" for _, row in cells),
+            "ratio": " / ".join(f"{row['ratio_to_clarabel']:.2f}" for _, row in cells),
+        })  # fmt: skip
+    return rows
+
+
+def distances_record(distances: list[dict], figure: str) -> dict:
+    """The committed record of the `distances` runs."""
+    from .._common import provenance
+
+    m = distances[0]["machine"]
+    body = "\n\n".join([DISTANCES_SETUP, distances_table(distances), figure])
+    return {
+        "suite": "dcopf", "name": "distances", "order": 1,
+        "title": "Inference time against the distance from the set (float32)",
+        "command": "python -m benchmarks.dcopf distances --case C --batch B; "
+        "python -m benchmarks.dcopf report --record",
+        "machine": provenance.describe(m).split(", Linux")[0],
+        "date": m["date"][:10], "commit": m["git"], "source": "run",
+        "headline": _headline(distances), "blocks": committed.blocks(body),
+    }  # fmt: skip
+
+
+def report(out: pathlib.Path, record: bool = False) -> list[pathlib.Path]:
     """Write `out/dcopf.md`, `out/dcopf_time.png`, with `distances` records
     `out/dcopf_distances.png`, and, with training records that list their
-    test instances, `out/dcopf_training.png`; returns their paths."""
+    test instances, `out/dcopf_training.png`; returns their paths. With
+    `record`, the distances figure goes to `benchmarks/figures/dcopf/` and their
+    committed record to `benchmarks/dcopf/records/`, and the pages are
+    rendered."""
     records = _records(out, "projection")
     text = "# DC-OPF projection benchmark\n\n" + table(records)
     trains = _records(out, "train")
@@ -185,7 +240,12 @@ def report(out: pathlib.Path) -> list[pathlib.Path]:
     md.write_text(text)
     paths = [md]
     if distances:
-        paths.append(distances_figure(distances, out / "dcopf_distances.png"))
+        figures = committed.ROOT / "figures" / "dcopf" if record else out
+        paths.append(distances_figure(distances, figures / "dcopf_distances.png"))
+    if distances and record:
+        link = "![time against distance](../figures/dcopf/dcopf_distances.png)"
+        paths.append(committed.write(distances_record(distances, link)))
+        paths += committed.render(["dcopf"])
     if records:
         paths.append(figure(records, out / "dcopf_time.png"))
     # Records written before they listed their instances are left out.

@@ -287,7 +287,4 @@ def write_record(name: str, title: str, body: str, order: int) -> None:
     `name` of `benchmarks/projection/records/` and renders the pages."""
     from .._common import records
 
-    record = {"suite": "projection", "name": name, "title": title, "order": order}
-    record.update(source="run", blocks=records.blocks(body))
-    records.write(record)
-    records.render(["projection"])
+    records.write_run("projection", name, title, order, body)
