@@ -27,6 +27,7 @@ import warnings
 
 import numpy as np
 
+from . import plots
 from .metrics import CV_OPTIMAL, RS_OPTIMAL
 
 LOG_FLOOR = 1e-10  # zeros are drawn here on log axes
@@ -268,22 +269,11 @@ def _styles(runs: list[_Run], methods: tuple[str, ...]) -> dict:
     }
 
 
-def _new_figure(width: float, height: float):
-    """A `Figure` on the Agg canvas, outside `pyplot`'s global state."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=150, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def _scatter(name, series, styles, path: pathlib.Path) -> pathlib.Path:
     """The per-instance CV/RS scatter of the lowest seed of each series."""
     from matplotlib.ticker import NullLocator
 
-    fig = _new_figure(6.4, 5.2)
-    ax = fig.add_subplot()
+    fig, ((ax,),) = plots.new(6.4, 5.2, dpi=150, layout="constrained")
     for key, runs in series.items():
         run = runs[0]  # the lowest seed
         pct = run.record["metrics"]["optimal_pct"]
@@ -358,8 +348,7 @@ def _seed_band(curves: list[tuple[np.ndarray, np.ndarray]]):
 def _curves(name, series, styles, path: pathlib.Path) -> pathlib.Path | None:
     """Validation mean RS and max CV against training time, or `None` if no curve."""
     panels = (("rs_mean", "validation mean RS"), ("cv_max", "validation max CV"))
-    fig = _new_figure(11.5, 4.6)
-    axes = fig.subplots(1, 2)
+    fig, (axes,) = plots.new(11.5, 4.6, ncols=2, dpi=150, layout="constrained")
     drawn = False
     for ax, (key, title) in zip(axes, panels):
         for series_key, runs in series.items():
