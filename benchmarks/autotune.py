@@ -9,8 +9,8 @@ fresh points) at the tuned $\sigma$ and at `sigma="auto"`.
 
     python -m benchmarks.autotune [--precision f64|f32]
 
-Prints a Markdown table; paste it into `benchmarks/RESULTS.md` (section
-"Auto-tuning").
+Prints a Markdown table; its current numbers are the record
+`benchmarks/records/autotune.json` ("Auto-tuning" in `benchmarks/RESULTS.md`).
 """
 
 from __future__ import annotations

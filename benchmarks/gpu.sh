@@ -209,7 +209,7 @@ feasibility_new
 
 # 3b. Issue 30's GPU goal: DC-OPF inference at batch 256, float32, the
 # library's defaults, per instance <= 0.05x Clarabel's CPU time (82 ms on
-# case1354pegase, 868 ms on case9241pegase: benchmarks/RESULTS.md). The cases
+# case1354pegase, 868 ms on case9241pegase: benchmarks/dcopf/RESULTS.md). The cases
 # come from .gpu_data/dcopf (GPU_PREPARE; the machine has no pandapower); the
 # polish and the derivative's face solves run on the host.
 for c in ${DCOPF_CASES-case1354pegase case9241pegase}; do

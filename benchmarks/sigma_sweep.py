@@ -8,8 +8,8 @@ default 0.068 and at `sigma="auto"` ($0.2 / \mathrm{gmean}(d_y^2)$).
 
     python -m benchmarks.sigma_sweep
 
-Prints a Markdown table; paste it into `benchmarks/RESULTS.md` (section "Default
-sigma").
+Prints a Markdown table; its current numbers are the record
+`benchmarks/projection/records/sigma.json` ("Default sigma" on that page).
 """
 
 from __future__ import annotations

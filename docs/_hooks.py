@@ -21,6 +21,7 @@ from mkdocs.structure.files import File
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXTERNAL = [
     "benchmarks/RESULTS.md",
+    "benchmarks/*/RESULTS.md",
     "benchmarks/figures/**/*.png",
     "examples/*.py",
     "examples/figures/**/*.png",

@@ -13,7 +13,7 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # which need the `bench` and `examples` extras, and the paper-scale cases of the
 # library tests (marked `slow` where they are parametrised).
 _SLOW_FILES = (
-    "test_bench_*.py",
+    "test_bench_*.py",  # in benchmarks/tests (its conftest loads this file)
     "test_finetune.py",
     "test_motion_planning.py",
     "test_toy_mpc.py",

@@ -82,6 +82,11 @@ def add_report_command(sub) -> None:
     report = sub.add_parser("report", help="figures and tables from a results folder")
     report.add_argument("results_dir", type=pathlib.Path)
     report.add_argument("--out", type=pathlib.Path, help="default: results_dir")
+    report.add_argument(
+        "--record",
+        action="store_true",
+        help="also write the committed record of the tables and render the page",
+    )
 
 
 def suite_parser(prog: str, doc: str):

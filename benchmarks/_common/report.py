@@ -18,6 +18,7 @@ canvas, never through `pyplot`, so it leaves the global backend alone.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
 import pathlib
@@ -26,6 +27,7 @@ import warnings
 
 import numpy as np
 
+from . import plots
 from .metrics import CV_OPTIMAL, RS_OPTIMAL
 
 LOG_FLOOR = 1e-10  # zeros are drawn here on log axes
@@ -43,6 +45,7 @@ class Suite:
     title: str
     prog: str
     methods: tuple[str, ...]
+    folder: str = ""  # the suite's folder in benchmarks/, for its record
 
 
 @dataclasses.dataclass
@@ -69,6 +72,7 @@ def report(
     results_dir: str | pathlib.Path,
     out_dir: str | pathlib.Path | None,
     suite: Suite,
+    record: bool = False,
 ) -> list[pathlib.Path]:
     """Write the figures and tables of every data set in `results_dir`.
 
@@ -79,6 +83,8 @@ def report(
         label come from the file, not the path).
     - `out_dir`: where to write; `results_dir` by default.
     - `suite`: the benchmark suite (title, command, method order).
+    - `record`: also write the tables as the suite's committed record `tables`
+        (`benchmarks/{suite.folder}/records/`) and render its page.
 
     **Returns:**
 
@@ -107,7 +113,30 @@ def report(
     tables = out_dir / "tables.md"
     tables.write_text(markdown(datasets, results_dir, suite))
     written.append(tables)
+    if record:
+        written += write_record(tables.read_text(), suite, results_dir)
     return written
+
+
+def write_record(text: str, suite: Suite, results_dir) -> list[pathlib.Path]:
+    """The tables (`markdown`'s text) as the suite's committed record `tables`,
+    one heading level down (they sit under the record's title); then its page."""
+    from . import provenance, records
+
+    body = re.sub(r"^#", "##", text.split("\n", 1)[1], flags=re.M)
+    record = {
+        "suite": suite.folder,
+        "name": "tables",
+        "title": "Full tables",
+        "order": 2,
+        "command": f"{suite.prog} report {results_dir} --record",
+        "machine": "per run, in the tables",
+        "date": datetime.date.today().isoformat(),
+        "commit": provenance.git_commit(),
+        "source": "run",
+        "blocks": records.blocks(body),
+    }
+    return [records.write(record), *records.render([suite.folder])]
 
 
 # ----------------------------------------------------------------------------------
@@ -240,22 +269,11 @@ def _styles(runs: list[_Run], methods: tuple[str, ...]) -> dict:
     }
 
 
-def _new_figure(width: float, height: float):
-    """A `Figure` on the Agg canvas, outside `pyplot`'s global state."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=150, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def _scatter(name, series, styles, path: pathlib.Path) -> pathlib.Path:
     """The per-instance CV/RS scatter of the lowest seed of each series."""
     from matplotlib.ticker import NullLocator
 
-    fig = _new_figure(6.4, 5.2)
-    ax = fig.add_subplot()
+    fig, ((ax,),) = plots.new(6.4, 5.2, dpi=150, layout="constrained")
     for key, runs in series.items():
         run = runs[0]  # the lowest seed
         pct = run.record["metrics"]["optimal_pct"]
@@ -330,8 +348,7 @@ def _seed_band(curves: list[tuple[np.ndarray, np.ndarray]]):
 def _curves(name, series, styles, path: pathlib.Path) -> pathlib.Path | None:
     """Validation mean RS and max CV against training time, or `None` if no curve."""
     panels = (("rs_mean", "validation mean RS"), ("cv_max", "validation max CV"))
-    fig = _new_figure(11.5, 4.6)
-    axes = fig.subplots(1, 2)
+    fig, (axes,) = plots.new(11.5, 4.6, ncols=2, dpi=150, layout="constrained")
     drawn = False
     for ax, (key, title) in zip(axes, panels):
         for series_key, runs in series.items():

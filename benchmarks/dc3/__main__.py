@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     elif args.command == "report":
         from ._report import report
 
-        for path in report(args.results_dir, args.out):
+        for path in report(args.results_dir, args.out, args.record):
             print(path)
     elif args.command == "ablations":
         from ._ablations import run_ablations

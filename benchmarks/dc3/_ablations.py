@@ -49,6 +49,7 @@ import numpy as np
 
 import pinet_eqx as pe
 
+from .._common import plots
 from .._common.provenance import command_line, describe, machine
 from .._common.timing import time_calls
 from . import _data, _pinet
@@ -77,19 +78,13 @@ CONFIGS = {
 
 
 def _figure(ncols=1, width=5.0):
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, 3.8), squeeze=False)
-    return plt, fig, axes[0]
+    fig, axes = plots.new(width * ncols, 3.8, ncols=ncols)
+    return fig, axes[0]
 
 
-def _save(plt, fig, path: pathlib.Path) -> None:
+def _save(fig, path: pathlib.Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def _points(data: _data.Dataset, n: int, seed: int, dtype):
@@ -176,13 +171,13 @@ def study_n_iter_test(args, data, out):
         metrics = data.test_metrics(Y).summary()
         timing = time_calls(lambda: predict(model, X), 5 if args.quick else 20)
         rows.append({"n_iter_test": k, **metrics, "batch_s": timing["median"]})
-    plt, fig, (ax1, ax2) = _figure(2)
+    fig, (ax1, ax2) = _figure(2)
     ks = [r["n_iter_test"] for r in rows]
     ax1.semilogy(ks, [r["rs_mean"] for r in rows], "o-")
     ax1.set(xlabel="n_iter_test (trained with 50)", ylabel="test mean RS")
     ax2.semilogy(ks, [r["cv_max"] for r in rows], "o-", color="C1")
     ax2.set(xlabel="n_iter_test (trained with 50)", ylabel="test max CV")
-    _save(plt, fig, out / "n_iter_test.png")
+    _save(fig, out / "n_iter_test.png")
     return {"rows": rows}
 
 
@@ -297,7 +292,7 @@ def study_sigma_omega(args, data, out):
     base = _pinet.make_projector(data, config)
     grid = np.geomspace(1e-3, 5.05, 25 if args.quick else 50)
     rows = []
-    plt, fig, (ax1, ax2) = _figure(2)
+    fig, (ax1, ax2) = _figure(2)
     for i, omega in enumerate((1.0, 1.3, 1.5, 1.7, 1.9)):
         result = pe.autotune(
             base.with_settings(omega=omega),
@@ -322,7 +317,7 @@ def study_sigma_omega(args, data, out):
     ax1.set(xlabel="σ", ylabel="max CV after 50 iterations")
     ax2.set(xlabel="σ", ylabel="mean |dist/dist* − 1| after 50 iterations")
     ax1.legend(fontsize=8)
-    _save(plt, fig, out / "sigma_omega.png")
+    _save(fig, out / "sigma_omega.png")
     return {"rows": rows, "points": 150, "n_iter": 50}
 
 
@@ -384,7 +379,7 @@ def study_vjp(args, data, out):
         )
     # The default adjoint: the exact active-set derivative.
     active_set = rel_error(exact.with_settings(adjoint=pe.ImplicitAdjoint()))
-    plt, fig, (ax,) = _figure(1)
+    fig, (ax,) = _figure(1)
     ax.loglog(
         [r["max_steps"] for r in rows],
         [r["rel_error"] for r in rows],
@@ -397,7 +392,7 @@ def study_vjp(args, data, out):
         ylabel="‖VJP − FD‖ / ‖FD‖ (float64)",
     )
     ax.legend()
-    _save(plt, fig, out / "vjp.png")
+    _save(fig, out / "vjp.png")
     result = {
         "rows": rows,
         "active_set_rel_error": active_set,
@@ -414,7 +409,7 @@ def study_cv_iters(args, data, out):
     config = _pinet.default_config(data)
     ks = (1, 2, 5, 10, 20, 50, 100, 200, 500)
     rows = []
-    plt, fig, (ax,) = _figure(1)
+    fig, (ax,) = _figure(1)
     for i, (name, overrides) in enumerate(
         (
             ("equilibrated, paper sigma", {}),
@@ -431,7 +426,7 @@ def study_cv_iters(args, data, out):
         ax.loglog(ks, cv, "o-", color=f"C{i}", label=name)
     ax.set(xlabel="forward iterations", ylabel="max CV (150 points)")
     ax.legend(fontsize=8)
-    _save(plt, fig, out / "cv_iters.png")
+    _save(fig, out / "cv_iters.png")
     return {"rows": rows}
 
 

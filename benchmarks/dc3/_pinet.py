@@ -3,7 +3,7 @@
 The projection is onto $\\{y : A y = x,\\ G y \\le h\\}$ with the context $x$ as the
 `Parameter` `"b"`. The defaults are the paper's configuration (App. B.2): the
 tuned $\\sigma$, 50 iterations, Ruiz equilibration, $\\omega = 1.7$, Adam at 1e-2
-and 50 epochs, with our changes, each measured in `benchmarks/RESULTS.md`:
+and 50 epochs, with our changes, each measured in `benchmarks/dc3/RESULTS.md`:
 batches of 256 instead of 2048 (eight times the steps for the same epochs), 100
 iterations at inference (App. H.4 shows more test iterations are safe), the
 equality refinement (`Projector(refine=True)`) and, in float32, a 1e-5 margin on

@@ -10,10 +10,10 @@ from .._common import report as _report
 from ._methods import METHODS
 
 SUITE = _report.Suite(
-    "DC3 benchmark results", "python -m benchmarks.dc3", tuple(METHODS)
+    "DC3 benchmark results", "python -m benchmarks.dc3", tuple(METHODS), "dc3"
 )
 
 
-def report(results_dir, out_dir=None) -> list[pathlib.Path]:
+def report(results_dir, out_dir=None, record=False) -> list[pathlib.Path]:
     """Write the figures and tables of every DC3 run in `results_dir`."""
-    return _report.report(results_dir, out_dir, SUITE)
+    return _report.report(results_dir, out_dir, SUITE, record)

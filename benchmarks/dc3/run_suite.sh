@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runs behind the DC3 section of benchmarks/RESULTS.md, one at a time, in
+# The runs behind benchmarks/dc3/RESULTS.md, one at a time, in
 # order of priority (the small non-convex problem carries the paper's headline
 # comparison). Needs `pip install -e ".[bench]"` and, for the reference,
 # `pip install --no-deps pinet-hcnn==0.2.0 beartype`.

@@ -93,7 +93,12 @@ def _parser():
     save = sub.add_parser("save", help="save a case (pandapower) for `throughput`")
     save.add_argument("--case", required=True)
     save.add_argument("--to", type=pathlib.Path, required=True)
-    sub.add_parser("report", help="Markdown table and figure from the JSON files")
+    report = sub.add_parser("report", help="Markdown table and figure from the JSON")
+    report.add_argument(
+        "--record",
+        action="store_true",
+        help="also write the committed distances record and render the pages",
+    )
     _proxy_parser(sub)
     return parser
 
@@ -306,7 +311,7 @@ def main(argv=None) -> int:
     else:
         from ._report import report
 
-        for path in report(args.out):
+        for path in report(args.out, args.record):
             print(path)
         return 0
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,14 +1,18 @@
-"""The proxy benchmark's report: a Markdown table and three kinds of figures.
+"""The proxy benchmark's report: a committed record, its page and three kinds of
+figures.
 
-From the records of `python -m benchmarks.dcopf proxy` in `OUT/proxy/`:
+From the raw records of `python -m benchmarks.dcopf proxy` in `OUT/proxy/` (large,
+not committed), into `benchmarks/` (committed):
 
-- `OUT/proxy.md`: per grid and variant, each method's test gap (mean, 99th
-  percentile), overloads, residual and time per instance, and the solvers';
-- `OUT/proxy_gaps_{case}-{variant}.png`: the test gaps, one histogram per method;
-- `OUT/proxy_week_{case}-{variant}.png`: the held-out week with the most
-  feasible hours, hour by hour: the solver's, our and E2ELR's total cost, and
-  the largest line loading of each;
-- `OUT/proxy_time.png`: time per instance against the number of buses.
+- `dcopf/records/proxy.json`: per grid and variant, each method's test gap
+  (mean, 99th percentile), overloads, residual and time per instance, and the
+  solvers', rendered to `dcopf/RESULTS.md` and the headline of `RESULTS.md`;
+- `figures/dcopf/proxy_gaps_{case}-{variant}.png`: the test gaps, one histogram
+  per method;
+- `figures/dcopf/proxy_week_{case}-{variant}.png`: the held-out week with the
+  most feasible hours, hour by hour: the solver's, our and E2ELR's total cost,
+  and the largest line loading of each;
+- `figures/dcopf/proxy_time.png`: time per instance against the number of buses.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ import pathlib
 
 import numpy as np
 
-from .._common import provenance
+from .._common import plots, provenance, records as committed
+
+FIGURES = committed.ROOT / "figures" / "dcopf"
+TIME_FIGURE = "![time per instance](../figures/dcopf/proxy_time.png)"
 
 ORDER = ("ours", "ours-dist", "ours-sup", "e2elr", "mlp")
 LABELS = {
@@ -142,38 +149,20 @@ def _infeasible_lines(group: dict[str, dict]) -> list[str]:
     return lines
 
 
-def _new(width: float, height: float, ncols: int = 1, nrows: int = 1):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt, *plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False)
-
-
 def gaps_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path:
     """Histograms of the test gaps (log scale; gaps below 1e-6, including the
     negative ones of outputs that are not feasible, are drawn at 1e-6)."""
-    plt, fig, axes = _new(6, 3.8)
+    fig, axes = plots.new(6, 3.8)
     ax = axes[0, 0]
     bins = np.logspace(-6, 0, 49)
     for method in sorted(group, key=_rank):
         gaps = np.asarray(group[method]["test"]["per_hour"]["gap"])
         ax.hist(np.clip(gaps, 1e-6, 1), bins=bins, histtype="step", lw=1.5,
                 label=_label(method))  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_xlabel("optimality gap vs Clarabel at 1e-8 (test hours; < 1e-6 at 1e-6)")
-    ax.set_ylabel("hours")
-    ax.legend(fontsize=7)
-    case, variant = (
-        next(iter(group.values()))["case"],
-        next(iter(group.values()))["variant"],
-    )
-    ax.set_title(f"{case} ({variant})", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    first = next(iter(group.values()))
+    return plots.finish(fig, ax, path, log="x", ylabel="hours",
+        xlabel="optimality gap vs Clarabel at 1e-8 (test hours; < 1e-6 at 1e-6)",
+        title=f"{first['case']} ({first['variant']})")  # fmt: skip
 
 
 def _week(per_hour: dict) -> np.ndarray:
@@ -193,7 +182,7 @@ def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | No
     ref = group.get("ours") or group.get("e2elr")
     if ref is None:
         return None
-    plt, fig, axes = _new(8, 5, nrows=2)
+    fig, axes = plots.new(8, 5, nrows=2)
     ax_cost, ax_load = axes[0, 0], axes[1, 0]
     rows = _week(ref["test"]["per_hour"])
     hours = np.asarray(ref["test"]["per_hour"]["hour"])[rows]
@@ -219,23 +208,21 @@ def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | No
              label=_label(method))  # fmt: skip
         draw(ax_load, h, np.asarray(ph["loading"])[idx], color=color, ls="--")
     ax_load.axhline(1.0, color="grey", lw=0.8)
-    ax_cost.set_ylabel("cost (per-unit coefficients)")
     ax_load.set_ylabel("largest |flow| / rating")
     ax_load.set_xlabel(f"hours from {ref['test']['per_hour']['time'][rows[0]]}")
-    ax_cost.legend(fontsize=7)
-    ax_cost.set_title(f"{ref['case']} ({ref['variant']}), held-out week", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return plots.finish(fig, ax_cost, path, xlabel="",
+        ylabel="cost (per-unit coefficients)",
+        title=f"{ref['case']} ({ref['variant']}), held-out week")  # fmt: skip
 
 
 def time_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Time per instance against the number of buses, every method and solver
     (runs of the `pmin0` variant labelled as such)."""
-    plt, fig, axes = _new(8.5, 4)
+    import matplotlib
+
+    fig, axes = plots.new(8.5, 4)
     ax = axes[0, 0]
-    ax.set_prop_cycle(color=[plt.get_cmap("tab20")(i) for i in range(20)])
+    ax.set_prop_cycle(color=[matplotlib.colormaps["tab20"](i) for i in range(20)])
     series: dict[str, dict[int, float]] = {}
     for r in records:
         if "n_bus" not in r:  # records written before they named their size
@@ -257,37 +244,109 @@ def time_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
         solver = label.split(" [")[0] in SOLVERS.values()
         ax.plot(n, [points[k] for k in n], marker="^" if solver else "o",
                 ls="--" if solver else "-", label=label)  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("buses")
-    ax.set_ylabel("ms per instance (proxies: batch 256)")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return plots.finish(fig, ax, path, log="xy", xlabel="buses", legend=None,
+        ylabel="ms per instance (proxies: batch 256)")  # fmt: skip
 
 
-def report(out: pathlib.Path) -> list[pathlib.Path]:
-    """Writes `OUT/proxy.md` and the figures; returns their paths."""
-    records = _records(out)
-    groups = _groups(records)
-    text = ["# DC-OPF proxies on the ACTIVSg hours\n"]
-    paths = []
+def _command(r: dict) -> str:
+    """The `proxy` command that wrote a raw record (its non-default settings)."""
+    words = ["python -m benchmarks.dcopf proxy", f"--case {r['case']}",
+             f"--variant {r['variant']}", f"--method {r['method']}"]  # fmt: skip
+    settings = r.get("settings") or {}
+    for key in ("steps", "batch", "every", "n_test"):
+        if settings.get(key) is not None:
+            words.append(f"--{key.replace('_', '-')} {settings[key]}")
+    return " ".join(words + ([f"--tag {r['tag']}"] if r.get("tag") else []))
+
+
+def _headline(groups: dict[tuple, dict[str, dict]]) -> list[dict]:
+    """The headline rows: the best proxy of each grid's real variant against
+    E2ELR and Clarabel."""
+    rows = []
+    for (case, variant), group in sorted(groups.items(), reverse=True):
+        ours = group.get("ours-sup") or group.get("ours")
+        solver = (group.get("solvers") or {}).get("clarabel_1e-08")
+        if variant != "real" or ours is None or solver is None:
+            continue
+        t, e2elr = ours["test"], group.get("e2elr")
+        ms, ref = t["timing"]["per_instance_ms"], solver["ms"]["median"]
+        base = f"Clarabel {ref:.3g} ms"
+        if e2elr:
+            base += (
+                f"; E2ELR gap {_pct(e2elr['test']['gap_mean'])}, "
+                f"{_pct(e2elr['test']['overloaded_share'])} of hours overloaded"
+            )
+        rows.append({
+            "label": "DC-OPF proxy",
+            "measure": f"{case} ({t['n_hours']} feasible test hours): "
+            f"{_label(ours['method'])}, mean gap (p99), ms per instance",
+            "ours": f"{_pct(t['gap_mean'])} ({_pct(t['gap']['p99'])}), {ms:.3g} ms",
+            "baseline": base, "ratio": f"{ms / ref:.2f} (time vs Clarabel)",
+            "command": _command(ours),
+        })  # fmt: skip
+    return rows
+
+
+def record(raw: list[dict], figures: dict[tuple, list[str]]) -> dict:
+    """The committed summary of the raw records: one table per grid and
+    variant (with its figures), and the headline rows."""
+    groups = _groups(raw)
+    body = [
+        "Self-supervised and supervised proxies of the DC-OPF on MATPOWER's "
+        "ACTIVSg grids with their hourly loads of a year (`_proxy_data`): trained "
+        "on January to September, validated on October, tested on "
+        "November and December; gaps against Clarabel at 1e-8 on the hours it "
+        "finds feasible. `ours-sup` is the supervised recipe, `e2elr` the E2ELR "
+        "baseline in JAX, `mlp` a penalised MLP (`_proxy_models`); `pmin0` sets "
+        "every PMIN to 0. The raw records (per hour) and checkpoints stay in "
+        "`results/dcopf/proxy/`.",
+    ]
     for (case, variant), group in sorted(groups.items()):
-        text.append(f"## {case}, {variant}\n\n" + table(group))
-        text.extend(_infeasible_lines(group))
         machine = next(iter(group.values()))["machine"]
-        text.append(f"\n{provenance.describe(machine)}, {machine['date']}.\n")
+        body.append(f"### {case}, {variant}\n\n" + table(group))
+        body.extend(_infeasible_lines(group))
+        commands = sorted({_command(r) for r in group.values()})
+        body.append(
+            f"{provenance.describe(machine)}, {machine['date']}. Commands: "
+            + "; ".join(f"`{c}`" for c in commands)
+            + "."
+        )
+        body += [
+            f"![{name}](../figures/dcopf/{name})"
+            for name in figures.get((case, variant), [])
+        ]
+    dates = sorted(r["machine"]["date"][:10] for r in raw)
+    return {
+        "suite": "dcopf", "name": "proxy", "order": 5,
+        "title": "DC-OPF proxies on the ACTIVSg hours",
+        "command": "python -m benchmarks.dcopf proxy-report",
+        "machine": provenance.describe(raw[0]["machine"]).split(", Linux")[0],
+        "date": dates[-1] if dates else "", "source": "run",
+        "commit": ", ".join(sorted({r["machine"].get("git", "?") for r in raw})),
+        "headline": _headline(groups),
+        "blocks": committed.blocks("\n\n".join([*body, TIME_FIGURE])),
+    }  # fmt: skip
+
+
+def report(out: pathlib.Path, figures: pathlib.Path = FIGURES) -> list[pathlib.Path]:
+    """Writes the committed record, the figures (into `figures`) and the
+    pages; returns their paths."""
+    raw = _records(out)
+    groups = _groups(raw)
+    paths, names = [], {}
+    figures.mkdir(parents=True, exist_ok=True)
+    for (case, variant), group in sorted(groups.items()):
         trained = {m: r for m, r in group.items() if m != "solvers"}
         if trained:
             stem = f"{case}-{variant}"
-            paths.append(gaps_figure(trained, out / f"proxy_gaps_{stem}.png"))
-            week = week_figure(trained, out / f"proxy_week_{stem}.png")
-            if week is not None:
-                paths.append(week)
-    if records:
-        paths.append(time_figure(records, out / "proxy_time.png"))
-    md = out / "proxy.md"
-    md.write_text("\n".join(text))
-    return [md, *paths]
+            drawn = [gaps_figure(trained, figures / f"proxy_gaps_{stem}.png")]
+            drawn.append(week_figure(trained, figures / f"proxy_week_{stem}.png"))
+            drawn = [p for p in drawn if p is not None]
+            names[(case, variant)] = [p.name for p in drawn]
+            paths += drawn
+    if raw:
+        paths.append(time_figure(raw, figures / "proxy_time.png"))
+        paths.append(committed.write(record(raw, names)))
+        paths += committed.render(["dcopf"])
+    return paths

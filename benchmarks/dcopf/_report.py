@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import pathlib
 
+from .._common import plots, records as committed
+
 _CASE_ORDER = ("case1354pegase", "case2869pegase", "case9241pegase")
 
 
@@ -56,12 +58,8 @@ def table(records: list[dict]) -> str:
 def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Per-instance time against the number of variables: ours (batch 256,
     both precisions), Clarabel and OSQP."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, axes = plots.new(5.5, 3.8)
+    ax = axes[0, 0]
     for dtype, marker in (("float64", "o"), ("float32", "s")):
         rs = [r for r in records if r["dtype"] == dtype]
         ax.plot(
@@ -80,28 +78,16 @@ def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
             linestyle="--",
             label=label,
         )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("variables (p_g, theta)")
-    ax.set_ylabel("ms per projection")
-    ax.set_title("DC-OPF projection, this CPU")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return plots.finish(fig, ax, path, log="xy", xlabel="variables (p_g, theta)",
+        ylabel="ms per projection", title="DC-OPF projection, this CPU")  # fmt: skip
 
 
 def training_figure(trains: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Histograms over the test instances of the trained proxies: the
     optimality gap against Clarabel's DC-OPF optimum, and the largest
     normalised row residual in units of eps32 (the issue's bound is 10)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_gap, ax_res) = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig, axes = plots.new(9, 3.6, ncols=2)
+    ax_gap, ax_res = axes[0]
     for t in trains:
         label = t["case"] + (
             f" (distance {t['distance_weight']:g})" if t["distance_weight"] else ""
@@ -112,13 +98,9 @@ def training_figure(trains: list[dict], path: pathlib.Path) -> pathlib.Path:
     ax_gap.set_ylabel("test instances")
     ax_gap.legend(fontsize=7)
     ax_res.axvline(10, color="k", linestyle="--", label="issue's bound")
-    ax_res.set_xlabel("max normalised residual / eps32")
-    ax_res.legend(fontsize=7)
     fig.suptitle("DC-OPF proxies, test set (inference mode, float32)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return plots.finish(fig, ax_res, path, xlabel="max normalised residual / eps32",
+        ylabel="")  # fmt: skip
 
 
 def _label(row: dict) -> str:
@@ -158,12 +140,8 @@ def distances_table(records: list[dict]) -> str:
 def distances_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Time per instance against the raw outputs' distance (times the spread),
     ours and Clarabel's, one colour per case (batch shown in the legend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, axes = plots.new(6, 4)
+    ax = axes[0, 0]
     for i, r in enumerate(records):
         rows = [row for row in r["rows"] if row["kind"] == "spread"]
         x = [row["factor"] for row in rows]
@@ -175,21 +153,70 @@ def distances_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
         if clarabel:
             ax.plot(*zip(*clarabel), "s--", color=colour, alpha=0.6,
                     label=f"{r['case']} Clarabel")  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("distance of the raw outputs (times the spread)")
-    ax.set_ylabel("ms per instance (float32 inference)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return plots.finish(fig, ax, path, log="xy",
+        xlabel="distance of the raw outputs (times the spread)",
+        ylabel="ms per instance (float32 inference)")  # fmt: skip
 
 
-def report(out: pathlib.Path) -> list[pathlib.Path]:
+DISTANCES_SETUP = """**Setup:** float32, inference mode, the library's defaults, the
+PEGASE grids saved by `python -m benchmarks.dcopf save` (the slack generator keeps
+its 1e7 per-unit bound). The raw outputs are the DC-OPF optimum plus Gaussian
+noise of 0.1 to 100 times the spread of its entries, or an even dispatch of the
+total load plus 0.3 of each generator's range (0.09 rad on the angles). Each row
+is the whole jitted batch call, timed after a warm-up (median and quartiles);
+Clarabel's time is per instance, setup included (tolerance 1e-10)."""
+
+
+def _headline(distances: list[dict]) -> list[dict]:
+    """Near (0.1 x spread) and far (100 x): each case's time and Clarabel's."""
+    rows = []
+    for factor, where in ((0.1, "near the set"), (100, "far from the set")):
+        cells = [
+            (r["case"], row)
+            for r in distances
+            for row in r["rows"]
+            if row["kind"] == "spread" and row["factor"] == factor
+            and row.get("clarabel_ms")
+        ]  # fmt: skip
+        if not cells:
+            continue
+        ok = "; ".join(f"{row['successful']:.3g}" for _, row in cells)
+        rows.append({
+            "label": "DC-OPF projection",
+            "measure": f"f32 inference {where} ({factor:g}x spread), ms per "
+            f"instance, {' / '.join(c for c, _ in cells)} (share successful {ok})",
+            "ours": " / ".join(f"{row['per_instance_ms']:.3g} ms" for _, row in cells),
+            "baseline": "Clarabel " + " / ".join(
+                f"{row['clarabel_ms']['median']:.3g} ms" for _, row in cells),
+            "ratio": " / ".join(f"{row['ratio_to_clarabel']:.2f}" for _, row in cells),
+        })  # fmt: skip
+    return rows
+
+
+def distances_record(distances: list[dict], figure: str) -> dict:
+    """The committed record of the `distances` runs."""
+    from .._common import provenance
+
+    m = distances[0]["machine"]
+    body = "\n\n".join([DISTANCES_SETUP, distances_table(distances), figure])
+    return {
+        "suite": "dcopf", "name": "distances", "order": 1,
+        "title": "Inference time against the distance from the set (float32)",
+        "command": "python -m benchmarks.dcopf distances --case C --batch B; "
+        "python -m benchmarks.dcopf report --record",
+        "machine": provenance.describe(m).split(", Linux")[0],
+        "date": m["date"][:10], "commit": m["git"], "source": "run",
+        "headline": _headline(distances), "blocks": committed.blocks(body),
+    }  # fmt: skip
+
+
+def report(out: pathlib.Path, record: bool = False) -> list[pathlib.Path]:
     """Write `out/dcopf.md`, `out/dcopf_time.png`, with `distances` records
     `out/dcopf_distances.png`, and, with training records that list their
-    test instances, `out/dcopf_training.png`; returns their paths."""
+    test instances, `out/dcopf_training.png`; returns their paths. With
+    `record`, the distances figure goes to `benchmarks/figures/dcopf/` and their
+    committed record to `benchmarks/dcopf/records/`, and the pages are
+    rendered."""
     records = _records(out, "projection")
     text = "# DC-OPF projection benchmark\n\n" + table(records)
     trains = _records(out, "train")
@@ -213,7 +240,12 @@ def report(out: pathlib.Path) -> list[pathlib.Path]:
     md.write_text(text)
     paths = [md]
     if distances:
-        paths.append(distances_figure(distances, out / "dcopf_distances.png"))
+        figures = committed.ROOT / "figures" / "dcopf" if record else out
+        paths.append(distances_figure(distances, figures / "dcopf_distances.png"))
+    if distances and record:
+        link = "![time against distance](../figures/dcopf/dcopf_distances.png)"
+        paths.append(committed.write(distances_record(distances, link)))
+        paths += committed.render(["dcopf"])
     if records:
         paths.append(figure(records, out / "dcopf_time.png"))
     # Records written before they listed their instances are left out.

@@ -29,11 +29,11 @@ From the repository root:
     python -m benchmarks.projection --family ax         # per-instance E(x) with a box
 
 Float32 and float64 run in separate subprocesses, since `jax_enable_x64` is global.
-The results are printed and written to the section "Projection layer vs reference
-(pinet-hcnn 0.2.0)" of `benchmarks/RESULTS.md`; other sections are kept.
+The results are printed and written as the family's record in
+`benchmarks/projection/records/`, rendered to `benchmarks/projection/RESULTS.md`.
 
 Modules: `_measure` (what every family measures the same way: the timing, the
 search for the iterations to a tolerance, the backward pass, the worker processes
-and `RESULTS.md`), `_dc3` (the DC3 polytopes) and `_families` (the cone and the
+and the record), `_dc3` (the DC3 polytopes) and `_families` (the cone and the
 per-instance matrix, with their ground truth).
 """

@@ -56,7 +56,9 @@ def _parser() -> argparse.ArgumentParser:
         "--quick", action="store_true", help="small problem only, 3 repeats"
     )
     parser.add_argument(
-        "--no-write", action="store_true", help="do not update benchmarks/RESULTS.md"
+        "--no-write",
+        action="store_true",
+        help="do not write the record (benchmarks/projection/records/)",
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
@@ -98,7 +100,7 @@ def _worker(suite, args) -> None:
 
 def _run(suite, args, argv) -> None:
     """Measure in one worker process per precision (`jax_enable_x64` is global),
-    then print the tables and write them to `benchmarks/RESULTS.md`."""
+    then print the tables and write them as its record (`benchmarks/projection/`)."""
     command, provenance = _measure.start(argv)
     worker_args = ["--family", args.family, "--repeats", str(args.repeats)]
     worker_args += ["--repeats-large-f64", str(args.repeats_large_f64)]
@@ -114,7 +116,7 @@ def _run(suite, args, argv) -> None:
     print(body)
     if not args.no_write:
         suite.write(args, body)
-        _measure.log("\nwrote benchmarks/RESULTS.md")
+        _measure.log("\nwrote benchmarks/projection/RESULTS.md")
 
 
 if __name__ == "__main__":

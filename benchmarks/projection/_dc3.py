@@ -25,7 +25,7 @@ SIZES = {
     "small": (100, 50, 50, PAPER_SIGMA["small"]),
     "large": (1000, 500, 500, PAPER_SIGMA["large"]),
 }
-SECTION = "## Projection layer vs reference (pinet-hcnn 0.2.0)"
+TITLE = "Projection layer vs reference (pinet-hcnn 0.2.0), DC3 polytopes"
 
 
 def run_size(size: str, precision: str, batch: int, repeats: int, search_cap: int):
@@ -292,5 +292,5 @@ def details(args, results: list[dict]) -> str:
 
 
 def write(args, body: str) -> None:
-    """Replace this benchmark's section of `benchmarks/RESULTS.md`."""
-    _measure.write_section(SECTION, body)
+    """Write this benchmark's record (`benchmarks/projection/records/dc3.json`)."""
+    _measure.write_record("dc3", TITLE, body, 1)

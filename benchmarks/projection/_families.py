@@ -30,7 +30,8 @@ check against an independent ground truth: cvxpy + Clarabel on the first
 the active constraints (Clarabel alone stops near 1e-7 on the cone).
 
 Run through `python -m benchmarks.projection --family soc` (or `ax`); the results
-go to the section `SECTION` of `benchmarks/RESULTS.md`, one subsection per family.
+go to the family's record in `benchmarks/projection/records/`, rendered to
+`benchmarks/projection/RESULTS.md`.
 """
 
 from __future__ import annotations
@@ -60,18 +61,9 @@ from ._measure import (
     rel_err,
     search,
     timed,
-    write_section,
+    write_record,
 )
 
-SECTION = "## Cones and per-instance matrices vs reference (pinet-hcnn 0.2.0)"
-SECTION_INTRO = (
-    "Written by `python -m benchmarks.projection --family soc` and `--family ax` "
-    "(`benchmarks/projection/_families.py`), one subsection each. Same timing "
-    "method as above. The reference cannot equilibrate on these paths (its SOC "
-    "path and its per-instance-matrix path skip it), so ours is shown twice: with "
-    "its defaults, and running the reference's own iteration (same σ, no "
-    "equilibration)."
-)
 N_TRUTH = 8  # instances with a ground truth (the first of the batch)
 N_TRUTH_NEG = 4  # of which, instances also solved for -y_raw (sign check)
 N_ITER_CONVERGED = 1000  # the "converged" accuracy check, on the truth subset only
@@ -651,9 +643,9 @@ def tables(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-HEADINGS = {
-    "soc": "### Second-order cone (paper App. B.4), `--family soc`",
-    "ax": "### Per-instance equality matrix E(x) with a box, `--family ax`",
+TITLES = {  # the family's record: title and place on the page
+    "soc": ("Second-order cone (paper App. B.4), `--family soc`", 3),
+    "ax": ("Per-instance equality matrix E(x) with a box, `--family ax`", 4),
 }
 
 
@@ -683,5 +675,6 @@ def details(args, results: list[dict]) -> str:
 
 
 def write(args, body: str) -> None:
-    """Replace this family's subsection of `benchmarks/RESULTS.md`."""
-    write_section(SECTION, body, SECTION_INTRO, HEADINGS[args.family])
+    """Write this family's record (`benchmarks/projection/records/{family}.json`)."""
+    title, order = TITLES[args.family]
+    write_record(args.family, title, body, order)

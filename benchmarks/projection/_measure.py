@@ -3,7 +3,7 @@
 The settings the comparison shares with the reference, the interleaved timing of
 jitted calls, the search for the smallest iteration count that reaches a
 tolerance, the backward-pass statistics, the worker processes (one per
-precision) and the writing of `benchmarks/RESULTS.md`.
+precision) and the writing of the records (`benchmarks/projection/records/`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ N_ITER = PAPER_N_ITER
 N_ITER_BWD = PAPER_N_ITER_BWD
 BWD_RTOL = 1e-5
 OMEGA = PAPER_OMEGA
-RESULTS_PATH = pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md"
+ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
 
 def log(message: str) -> None:
@@ -254,7 +254,7 @@ def run_workers(precisions, worker_args: list[str], sizes: list[str]) -> list[di
             path = os.path.join(tmp, "results.json")
             cmd = [sys.executable, "-m", "benchmarks.projection", "--worker"]
             cmd += ["--json", path, "--precision", precision, *worker_args]
-            proc = subprocess.run(cmd, cwd=RESULTS_PATH.parent.parent)
+            proc = subprocess.run(cmd, cwd=ROOT)
             if os.path.exists(path):
                 with open(path) as f:
                     results += json.load(f)
@@ -282,37 +282,9 @@ def worker_setup(args) -> None:
         raise SystemExit(REFERENCE_MISSING)
 
 
-def write_section(section: str, body: str, intro: str = "", heading: str = "") -> None:
-    """Replace (or append) `section` (a `##` line) of `RESULTS_PATH` with `body`;
-    other sections are kept.
+def write_record(name: str, title: str, body: str, order: int) -> None:
+    """Writes `body` (the measured tables, with their header) as the record
+    `name` of `benchmarks/projection/records/` and renders the pages."""
+    from .._common import records
 
-    With a `heading` (a `###` line), only that subsection of `section` is
-    replaced (or appended), and a new `section` starts with `intro`.
-    """
-    text = (
-        RESULTS_PATH.read_text() if RESULTS_PATH.exists() else "# Benchmark results\n"
-    )
-    start = text.find(section)
-    if start == -1:  # a new section, at the end
-        text = text.rstrip("\n") + "\n\n"
-        start = end = len(text)
-        old = f"{section}\n\n{intro}\n\n"
-    else:
-        end = text.find("\n## ", start + len(section))
-        end = len(text) if end == -1 else end + 1
-        old = text[start:end]
-    new = _replace_block(old, heading, body) if heading else f"{section}\n\n{body}\n"
-    if end < len(text):
-        new = new.rstrip("\n") + "\n\n"
-    RESULTS_PATH.write_text(text[:start] + new + text[end:])
-
-
-def _replace_block(section: str, heading: str, body: str) -> str:
-    """`section` with the subsection under `heading` replaced by `body`."""
-    block = f"{heading}\n\n{body}\n"
-    sub = section.find(heading)
-    if sub == -1:
-        return section.rstrip("\n") + "\n\n" + block
-    sub_end = section.find("\n### ", sub + len(heading))
-    rest = "" if sub_end == -1 else section[sub_end + 1 :]
-    return section[:sub] + block + ("\n" + rest if rest else "")
+    records.write_run("projection", name, title, order, body)

@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     elif args.command == "report":
         from ._report import report
 
-        for path in report(args.results_dir, args.out):
+        for path in report(args.results_dir, args.out, args.record):
             print(path)
     return 0
 

@@ -11,8 +11,8 @@ ever further from the set during training. Douglas-Rachford then needs a smaller
 $\sigma$ (the weight of $\|y - y_{raw}\|^2$) than for points near the set, and
 more iterations as training goes on: `sigma="auto"` leaves violations far above
 the float32 floor where a smaller $\sigma$ does not, and with a fixed iteration
-count some seeds drift to large violations by the end of training (section
-"Second-order-cone programs" of `benchmarks/RESULTS.md`). Hence the defaults:
+count some seeds drift to large violations by the end of training
+(`benchmarks/soc/RESULTS.md`). Hence the defaults:
 $\sigma$ at 1/32 of its automatic value; on the small size `tol=1e-4`, each
 instance iterating until its violation and fixed-point residual are at most
 1e-4, capped at 1000 iterations in training and 2000 at inference; on the large
@@ -28,7 +28,7 @@ penalises only $(\|y_{raw} - y\| - m)_+^2$). It keeps the raw outputs near the
 set, so that `sigma="auto"` reaches `tol=1e-4` in few iterations and both
 training and inference are faster; but it costs accuracy for every $\mu$,
 $\sigma$, margin and gradient treatment tried ("Projection-residual penalty" in
-`benchmarks/RESULTS.md`), for reasons not established. Hence it is off by
+`benchmarks/soc/RESULTS.md`), for reasons not established. Hence it is off by
 default.
 """
 

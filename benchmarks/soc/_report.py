@@ -12,9 +12,10 @@ SUITE = _report.Suite(
     "Second-order-cone benchmark results (paper App. B.4)",
     "python -m benchmarks.soc",
     tuple(METHODS),
+    "soc",
 )
 
 
-def report(results_dir, out_dir=None) -> list[pathlib.Path]:
+def report(results_dir, out_dir=None, record=False) -> list[pathlib.Path]:
     """Write the figures and tables of every SOC run in `results_dir`."""
-    return _report.report(results_dir, out_dir, SUITE)
+    return _report.report(results_dir, out_dir, SUITE, record)

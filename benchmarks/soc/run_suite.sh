@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runs behind the second-order-cone section of benchmarks/RESULTS.md (paper
+# The runs behind benchmarks/soc/RESULTS.md (paper
 # App. B.4), one at a time. Needs `pip install -e ".[bench]"`.
 #
 #   bash benchmarks/soc/run_suite.sh [OUT] [STAGES]

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from benchmarks.dcopf import _certify, _projection, _report, _train
 from benchmarks.dcopf._fixture import load_saved
 
-CASE = pathlib.Path(__file__).parent / "data" / "dcopf_case118.npz"
+CASE = pathlib.Path(__file__).parents[2] / "tests" / "data" / "dcopf_case118.npz"
 
 
 def test_projection_record_and_report(tmp_path):

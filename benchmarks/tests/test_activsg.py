@@ -28,7 +28,7 @@ from benchmarks.dcopf._activsg import (
 )
 from benchmarks.dcopf._fixture import load_saved
 
-FIXTURE = pathlib.Path(__file__).parent / "data" / "activsg200.npz"
+FIXTURE = pathlib.Path(__file__).parents[2] / "tests" / "data" / "activsg200.npz"
 ALL_P, FIX_PQ = 4, 2  # CT_LOAD_ALL_P, CT_LOAD_FIX_PQ
 GEN_TABLE = 2  # CT_TGEN: not a load change
 

@@ -35,7 +35,7 @@ from benchmarks.dcopf._proxy_models import (
     repair,
 )
 
-ROOT = pathlib.Path(__file__).parent.parent
+ROOT = pathlib.Path(__file__).parents[2]
 FIXTURE = ROOT / "tests" / "data" / "activsg200.npz"
 
 

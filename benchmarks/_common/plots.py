@@ -1,0 +1,48 @@
+"""The figures' shared frame: a `Figure` on the Agg canvas (outside `pyplot`'s
+global state, so no backend is switched and nothing needs closing) and the tail
+every figure ends with (scales, labels, legend, layout, file)."""
+
+from __future__ import annotations
+
+import pathlib
+
+
+def new(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw):
+    """`(fig, axes)`: a figure and its `nrows x ncols` grid of axes (an array,
+    `squeeze=False`)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), **kw)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, squeeze=False)
+
+
+def finish(
+    fig,
+    ax,
+    path: pathlib.Path,
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str | None = None,
+    log: str = "",
+    legend: float | None = 7,
+    dpi: int = 120,
+) -> pathlib.Path:
+    """Labels `ax` (log scale on the axes named in `log`: "x", "y" or "xy"),
+    draws its legend (font size `legend`; none for `None`), lays the figure out
+    and saves it to `path`, which it returns."""
+    if "x" in log:
+        ax.set_xscale("log")
+    if "y" in log:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=9)
+    if legend:
+        ax.legend(fontsize=legend)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    return pathlib.Path(path)

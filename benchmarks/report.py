@@ -1,0 +1,27 @@
+"""Renders every suite's page and the headline of `benchmarks/RESULTS.md` from
+the committed records (`benchmarks/_common/records.py`).
+
+    python -m benchmarks.report            # every page
+    python -m benchmarks.report dcopf      # one suite's page, and the headline
+
+A suite's own `report` command writes its records from its raw results first
+(`python -m benchmarks.dcopf proxy-report`, `python -m benchmarks.dc3 report
+results/dc3`, ...), then renders the same pages.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ._common import records
+
+
+def main(argv=None) -> int:
+    suites = (sys.argv[1:] if argv is None else argv) or None
+    for path in records.render(suites):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
