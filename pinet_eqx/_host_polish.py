@@ -266,6 +266,12 @@ def _rounds(
     # A flag only counts where its bound is finite.
     hi &= np.isfinite(upper)
     lo &= np.isfinite(lower) & ~hi
+    # Equal bounds (a unit whose minimum is its maximum) pin their coordinate
+    # or row on every face, with a multiplier of either sign: flagged on one
+    # side, its sign would release it, and the next round add it back.
+    fixed = lower == upper
+    hi |= fixed
+    lo &= ~fixed
     y = r
     for _ in range(max_rounds + exact):
         y, mult = None, None
@@ -280,7 +286,7 @@ def _rounds(
         # Misplaced: a wrongly signed multiplier, or a flagged row off its
         # bound, to release; a violated row, to add.
         off = (hi | lo) & (np.abs(value - np.where(hi, upper, lower)) > tol)
-        release = (hi & (mult < -tol)) | (lo & (mult > tol))
+        release = ((hi & (mult < -tol)) | (lo & (mult > tol))) & ~fixed
         if not release.any():
             # A row off its bound, with every sign right, is fixed by the
             # others (dependent rows: lines in series, whose flows differ by

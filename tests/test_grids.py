@@ -170,6 +170,31 @@ def test_degenerate_face_reaches_the_projection(scale):
     assert_close(sol.y, np.array([0.5, 0.5, 0.5]), 1e-9)
 
 
+@pytest.mark.parametrize("side", ["hi", "lo"])
+def test_equal_bounds_stay_on_the_face(side):
+    """A coordinate whose bounds are equal (a unit with PMIN = PMAX) is on
+    every face, its multiplier of either sign: flagged on the side its
+    multiplier does not match, one round of the host's finish still ends on
+    the projection of $r = (0, 3, 3)$ onto $\\{y_0 = 1, y_0 + y_1 + y_2 = 3,
+    |y_1 - y_2| \\le 1, 0 \\le y \\le 5\\}$, $(1, 1, 1)$ (once released, it
+    came back a round later: on ACTIVSg2000's 117 such units, rounds without
+    end)."""
+    from pinet_eqx._host_kkt import KKTPattern
+    from pinet_eqx._host_polish import _rounds
+
+    E = sp.csr_matrix(np.ones((1, 3)))
+    C = sp.csr_matrix(np.array([[0.0, 1.0, -1.0]]))
+    bounds = (np.array([1.0, 0, 0]), np.array([1.0, 5, 5]), -np.ones(1), np.ones(1))
+    flag = np.array([True, False, False, False])
+    none = np.zeros(4, bool)
+    hi, lo = (flag, none) if side == "hi" else (none, flag)
+    r = np.array([0.0, 3.0, 3.0])
+    q = np.array([3.0])
+    y, fail, *_ = _rounds(E, C, r, q, bounds, hi, lo, 1, pattern=KKTPattern(E, C))
+    assert fail == 0.0
+    assert_close(y, np.ones(3), 1e-7)
+
+
 def test_derivative_face_with_more_rows_than_free_coordinates(monkeypatch):
     """A face of ACTIVSg2000 met in training (2146 active rows on 2006 free
     coordinates, rank 2003): the saddle-point system's tiny shift is lost in
