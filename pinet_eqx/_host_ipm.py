@@ -121,7 +121,9 @@ class _Iterate:
         # gap test allows, is large; a bound whose interval is narrow (an
         # angle difference of 1e-3 rad on a strong line) is only told active
         # from inactive once its products s z are far below its width squared.
-        width = (up_b - lo_b)[np.isfinite(up_b - lo_b)]
+        # (Equal bounds are active on every face: they need no telling.)
+        width = up_b - lo_b
+        width = width[np.isfinite(width) & (width > 0)]
         self.mu_floor = (_WIDTH_FRACTION * min(1.0, width.min(initial=1.0))) ** 2
         self.scales = (1.0 + np.abs(r).max(initial=0.0), 1.0 + np.abs(self.q).max())
 
