@@ -3,11 +3,13 @@
 - Models written by the code of commit b155542 (`tests/data/compat_b155542`,
   made by its `make.py`) load, with `pe.load` and with `pickle.load`, and give
   the outputs that code gave. A pickle stores the module path of every class
-  (`pinet_eqx._projector.Projector`), so this checks the old paths still import.
+  (`pinet_eqx._projector.Projector`), so this checks the old paths still import,
+  for every class those modules defined (`classes.json`).
 - The public namespace is the one captured at that commit: the same names, and
   the same signatures.
 """
 
+import importlib
 import importlib.util
 import inspect
 import json
@@ -60,6 +62,17 @@ def test_models_saved_before_the_move_load_and_agree(kind, how):
     assert eqx.tree_equal(
         jax_structure(model), jax_structure(_MAKE.build(kind, seed=0))
     )
+
+
+def test_old_module_paths_resolve():
+    # Every class the modules of b155542 defined, by the path a pickle stores.
+    with open(_FIXTURE / "classes.json") as f:
+        classes = json.load(f)
+    for module, names in classes.items():
+        old = importlib.import_module(module)
+        for name in names:
+            obj = getattr(old, name)
+            assert isinstance(obj, type) and obj.__name__ == name, (module, name)
 
 
 def jax_structure(model):
