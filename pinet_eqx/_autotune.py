@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float, Int
 
-from ._adjoint import ImplicitAdjoint
-from ._projector import Projector
+from ._adjoint.adjoint import ImplicitAdjoint
+from ._projector.projector import Projector
 
 DEFAULT_SIGMAS = np.logspace(-3, np.log10(5.05), 100)
 DEFAULT_N_ITERS = (50, 100, 150, 200, 250, 300, 350, 400)

@@ -14,9 +14,9 @@ import optax
 import pytest
 
 import pinet_eqx as pe
-from pinet_eqx import _forward
-from pinet_eqx._equilibrate import equilibrate_traced, group_labels
-from pinet_eqx._frozen import thaw
+from pinet_eqx._linalg.equilibration import equilibrate_traced, group_labels
+from pinet_eqx._projector import forward as _forward
+from pinet_eqx._projector.frozen import thaw
 
 
 def _mixed_constraints(rng, d=9):

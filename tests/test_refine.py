@@ -27,8 +27,13 @@ from helpers import (
 )
 
 import pinet_eqx as pe
-from pinet_eqx._cones import _surface_value
-from pinet_eqx._residual import SlicePlan, exact_residual, pairwise_sum, split_rows
+from pinet_eqx._linalg.residual import (
+    SlicePlan,
+    exact_residual,
+    pairwise_sum,
+    split_rows,
+)
+from pinet_eqx._problem.cones import _surface_value
 from pinet_eqx.problems import make_dc3
 
 
@@ -282,7 +287,7 @@ def test_eliminated_refinement_step_is_the_general_one(items, monkeypatch):
     equality rows on the host (`step_eliminated`); its correction is the
     general step's minimum-norm one (up to their regularisations), on
     iterates far enough from converged that the corrections are large."""
-    from pinet_eqx import _refine
+    from pinet_eqx._active_set import refine as _refine
 
     rng = np.random.default_rng(len(items))
     spec, y0 = random_set_spec(rng, 10, items)

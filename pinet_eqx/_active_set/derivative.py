@@ -34,11 +34,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import _douglas_rachford as dr
-from ._affine import AbstractAffineProjection
-from ._face import SparseRows, face_tangent
-from ._fixed_rows import FixedRows, fixed_multipliers
-from ._lifting import InstanceData
+from .._problem.lifting import InstanceData
+from .._solver import douglas_rachford as dr
+from .._solver.affine import AbstractAffineProjection
+from .face import SparseRows, face_tangent
+from .fixed_rows import FixedRows, fixed_multipliers
 
 
 class Inputs(eqx.Module):

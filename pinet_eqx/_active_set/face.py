@@ -18,11 +18,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from . import _host_polish as host_polish
-from ._host_solve import masked_saddle
-from ._lifting import InstanceData
-from ._rowsolve import solve_masked, unit_rows
-from ._sparse import SparseMatrix
+from .._linalg.host_solve import masked_saddle
+from .._linalg.sparse import SparseMatrix
+from .._problem.lifting import InstanceData
+from . import host_polish
+from .rowsolve import solve_masked, unit_rows
 
 
 def face_tangent(M, m_eq, r, dq, active, dh, box, solver, lam_dM=None):

@@ -17,8 +17,8 @@ import numpy as np
 import scipy.linalg
 from jaxtyping import Array, Bool, Float
 
-from ._affine import independent_rows
-from ._rowsolve import row_gram, solve_masked
+from .._solver.affine import independent_rows
+from .rowsolve import row_gram, solve_masked
 
 
 class FixedRows(eqx.Module):

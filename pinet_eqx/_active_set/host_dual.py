@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ._host_solve import GramSolver, unit_rows
+from .._linalg.host_solve import GramSolver, unit_rows
 
 # Changes of the working set before giving up (each one sparse LU).
 _MAX_CHANGES = 3000

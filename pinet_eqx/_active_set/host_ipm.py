@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._host_kkt import KKTPattern
+from .host_kkt import KKTPattern
 
 # Stop when the residuals (relative to the data) and the complementarity
 # (relative to the objective) are below these: enough to name the face...

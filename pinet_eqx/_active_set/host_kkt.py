@@ -25,7 +25,7 @@ import numpy as np
 import qdldl
 import scipy.sparse as sp
 
-from ._host_solve import FACTORISATIONS, unit_rows
+from .._linalg.host_solve import FACTORISATIONS, unit_rows
 
 # The static regularisation of K's diagonal (both blocks), removed by refinement.
 _DELTA = 1e-11

@@ -31,11 +31,11 @@ import jax
 import numpy as np
 import scipy.sparse as sp
 
-from ._host_dual import working_face
-from ._host_ipm import interior_point
-from ._host_kkt import KKTPattern, face_projection
-from ._host_parallel import merge_bounds, parallel_rows, unmerged_flags
-from ._host_solve import ByContent, GramSolver, instances, pool, row_norms
+from .._linalg.host_solve import ByContent, GramSolver, instances, pool, row_norms
+from .host_dual import working_face
+from .host_ipm import interior_point
+from .host_kkt import KKTPattern, face_projection
+from .host_parallel import merge_bounds, parallel_rows, unmerged_flags
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
 _MAX_ROUNDS = 30

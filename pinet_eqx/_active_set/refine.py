@@ -40,12 +40,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _active_set, _blocks as blocks, _douglas_rachford as dr
-from ._active_set import clip_rows
-from ._krylov import ConjugateGradient, default_rtol
-from ._lifting import InstanceData, LiftedProblem
-from ._residual import rounding_weights, stored, two_sum
-from ._rowsolve import solve_active, unit_rows
+from .._linalg.krylov import ConjugateGradient, default_rtol
+from .._linalg.residual import rounding_weights, stored, two_sum
+from .._problem import blocks
+from .._problem.lifting import InstanceData, LiftedProblem
+from .._solver import douglas_rachford as dr
+from . import derivative as _active_set
+from .derivative import clip_rows
+from .rowsolve import solve_active, unit_rows
 
 # Refinement steps onto the active rows (see `refine`): far from the set
 # the first correction is large, and its own rounding (and an approximate active

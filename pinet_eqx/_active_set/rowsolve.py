@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import lineax as lx
 
-from ._precision import FullPrecisionSolver
+from .._linalg.precision import FullPrecisionSolver
 
 
 def row_gram(rows, v):

@@ -8,7 +8,7 @@ from typing import Literal
 import equinox as eqx
 import lineax as lx
 
-from ._krylov import _ON_FAILURE, BiCGStab, ConjugateGradient
+from .._linalg.krylov import _ON_FAILURE, BiCGStab, ConjugateGradient
 
 _METHODS = ("auto", "active_set", "fixed_point")
 

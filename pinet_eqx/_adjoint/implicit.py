@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 import lineax as lx
 
-from . import _douglas_rachford as dr
-from ._precision import FullPrecisionSolver
+from .._linalg.precision import FullPrecisionSolver
+from .._solver import douglas_rachford as dr
 
 
 def _prepare(theta, op, sigma, groups):

@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ._build import SPARSE_MIN_SIZE
-from ._constraints import (
+from .._problem.parameter import Parameter
+from .._projector.build import SPARSE_MIN_SIZE
+from .._sets import (
     AffineInequality,
     Box,
     Equality,
@@ -24,14 +25,13 @@ from ._constraints import (
     LInfNormCone,
     SecondOrderCone,
 )
-from ._cvxpy_eliminate import (
+from .eliminate import (
     ConeHead,
     NormEpigraph,
     find_cone_heads,
     find_norm_epigraphs,
     substitute_defined,
 )
-from ._parameter import Parameter
 
 
 class _Layout:

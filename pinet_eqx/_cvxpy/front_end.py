@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._cvxpy_build import ConeProgramBuilder
-from ._parameter import RESERVED_NAMES
-from ._parameter_map import AffineParameterMap
-from ._projector import Projector
+from .._problem.parameter import RESERVED_NAMES
+from .._problem.parameter_map import AffineParameterMap
+from .._projector.projector import Projector
+from .build import ConeProgramBuilder
 
 _SUPPORTED = (
     "pinet_eqx supports constraints that canonicalise to zero, nonnegative and "

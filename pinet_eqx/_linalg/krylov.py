@@ -24,7 +24,21 @@ import jax
 import jax.numpy as jnp
 import lineax as lx
 
-from ._errors import BWD_NOT_CONVERGED, BWD_NOT_CONVERGED_RAISE
+BWD_NOT_CONVERGED = (
+    "pinet_eqx: the implicit backward linear solve did not reach its tolerance "
+    "within its step limit for at least one instance, so the returned gradient is "
+    "approximate. Give the adjoint's solver more steps, e.g. "
+    "`adjoint=pe.ImplicitAdjoint(linear_solver=pe.BiCGStab(max_steps=...))`, "
+    "increase `n_iter` so the forward pass is closer to the fixed point, or pass "
+    "`ImplicitAdjoint(on_failure='ignore')` to silence this."
+)
+
+BWD_NOT_CONVERGED_RAISE = (
+    "pinet_eqx: the implicit backward linear solve did not converge within its "
+    "step limit. Give the adjoint's solver more steps (its `max_steps`) or "
+    "increase `n_iter`, or pass `ImplicitAdjoint(on_failure='warn')`."
+)
+
 
 OnFailure = Literal["warn", "raise", "ignore"]
 _ON_FAILURE = ("warn", "raise", "ignore")

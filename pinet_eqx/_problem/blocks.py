@@ -13,7 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ._cones import AbstractCone, AbstractPolishableCone
+from .cones import AbstractCone, AbstractPolishableCone
 
 
 class Group(NamedTuple):

@@ -21,13 +21,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from ._primitives import (
+from .._linalg.residual import pairwise_sum
+from .primitives import (
     project_l1_norm_cone,
     project_linf_norm_cone,
     project_second_order_cone,
     project_simplex,
 )
-from ._residual import pairwise_sum
 
 
 class AbstractCone(eqx.Module):

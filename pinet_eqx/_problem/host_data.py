@@ -7,16 +7,14 @@ arrays a `LiftedProblem` stores, which are in JAX's default precision.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from . import _blocks as blocks
-from ._parameter import Parameter, shape_of
-from ._sparse import is_sparse, vstack
-
-if TYPE_CHECKING:
-    from ._lifting import LiftedPieces
+from .._linalg.sparse import vstack
+from . import blocks
+from .parameter import Parameter
+from .pieces import LiftedPieces, dense_piece, rows_of, size_of
 
 
 def host_data(
@@ -79,16 +77,6 @@ def host_rhs_low(pieces: LiftedPieces) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([np.zeros(0), *parts]), np.concatenate([np.zeros(0), *totals])
 
 
-def rows_of(M) -> int:
-    """Rows a matrix piece contributes (a vector `Parameter` is one row)."""
-    return M.shape[0] if len(M.shape) == 2 else 1
-
-
-def size_of(v) -> int:
-    """The length of a vector piece (a scalar counts as 1)."""
-    return int(np.prod(shape_of(v)))
-
-
 def _stack(matrices, dim: int) -> np.ndarray:
     """Stack matrix pieces in float64, a `Parameter`'s rows as zeros."""
     if not matrices:
@@ -101,8 +89,3 @@ def _stack(matrices, dim: int) -> np.ndarray:
             for M in matrices
         ]
     )
-
-
-def dense_piece(M) -> np.ndarray:
-    """A fixed matrix piece as a dense float64 array (sparse ones densified)."""
-    return M.toarray() if is_sparse(M) else np.asarray(M, np.float64)

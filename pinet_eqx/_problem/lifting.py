@@ -10,74 +10,22 @@ cone blocks. Each constraint contributes its pieces through `lift`
 
 from __future__ import annotations
 
-import dataclasses
-
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import _blocks as blocks
-from ._cones import AbstractCone
-from ._errors import PARAM_BOUNDS_CROSSED
-from ._host_data import host_data, rows_of, size_of
-from ._parameter import Parameter, check_values
-from ._segments import Registry, Segments, assemble, assemble_matrix
-from ._sparse import SparseMatrix
+from .._linalg.sparse import SparseMatrix
+from . import blocks
+from .host_data import host_data
+from .parameter import Parameter, check_values
+from .pieces import LiftedPieces, rows_of, size_of
+from .segments import Registry, Segments, assemble, assemble_matrix
 
-
-@dataclasses.dataclass(frozen=True)
-class ConeBlock:
-    """One block of $\\mathcal{K}$: $M y + o \\in \\mathcal{K}_i$.
-
-    **Arguments:**
-
-    - `cone`: the set $\\mathcal{K}_i$, a `pinet_eqx.AbstractCone` such as
-        `pinet_eqx.L2Cone()`.
-    - `rows`: matrix pieces stacked into $M$: arrays of shape `(r, d)`, or
-        `Parameter`s of shape `(d,)` (one row) or `(r, d)`.
-    - `offset`: vector pieces stacked into $o$ (a scalar `Parameter` counts as
-        length 1).
-    - `size`: the block length, the total number of rows.
-    - `total`: for a set with `has_total` (the simplex), its $r$ as a length-1
-        array or a scalar `Parameter`.
-    """
-
-    cone: AbstractCone
-    rows: tuple
-    offset: tuple
-    size: int
-    total: np.ndarray | Parameter | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class LiftedPieces:
-    """What one constraint contributes to the lifted problem (paper Sec. 2.1).
-
-    **Arguments:**
-
-    - `eq`: tuple of `(E, q)`: rows $E y = q$, `E` of shape `(k, d)` and `q` of
-        length `k`.
-    - `ineq`: tuple of `(C, lower, upper)`: rows $w = C y$ with
-        $\\ell \\le w \\le u$, `C` of shape `(k, d)` (bounds may be infinite).
-    - `box`: tuple of `(indices, lower, upper)`: bounds on the coordinates
-        `indices` of $y$.
-    - `cones`: tuple of `ConeBlock`s.
-
-    Vectors are float64 NumPy arrays or `Parameter`s; matrices too, with a declared
-    shape when they are `Parameter`s.
-    """
-
-    eq: tuple = ()
-    ineq: tuple = ()
-    box: tuple = ()
-    cones: tuple = ()
-
-    @classmethod
-    def merge(cls, pieces: list[LiftedPieces]) -> LiftedPieces:
-        """Concatenate the pieces of several constraints, kind by kind."""
-        fields = [f.name for f in dataclasses.fields(cls)]
-        return cls(**{f: sum((getattr(p, f) for p in pieces), ()) for f in fields})
+PARAM_BOUNDS_CROSSED = (
+    "Projector: a parameterised bound has lower > upper for some entry, so the "
+    "constraint set is empty. Check the values passed for the bound parameters."
+)
 
 
 class InstanceData(eqx.Module):

@@ -15,8 +15,8 @@ import numpy as np
 import scipy.sparse as sp
 from jaxtyping import Array
 
-from ._parameter import check_values
-from ._sparse import SparseMatrix
+from .._linalg.sparse import SparseMatrix
+from .parameter import check_values
 
 
 class AffineParameterMap(eqx.Module):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from ._host_data import dense_piece
-from ._parameter import Parameter, shape_of
-from ._sparse import SparseMatrix
+from .._linalg.sparse import SparseMatrix
+from .parameter import Parameter, shape_of
+from .pieces import dense_piece
 
 # A vector or matrix assembled at call time: fixed pieces and named parameters.
 Segments = tuple  # tuple[Float[Array, "..."] | Parameter, ...]

@@ -16,19 +16,45 @@ from typing import Literal, cast
 import numpy as np
 import scipy.sparse as sp
 
-from ._active_set import FixedRows
-from ._affine import AbstractAffineProjection, build_affine_projection
-from ._constraints import AbstractConstraint
-from ._equilibrate import Equilibration, _group_rms, equilibrate_sparse, group_labels
-from ._errors import BAD_DIM, EMPTY_CONSTRAINTS, NO_DIM, NOT_A_CONSTRAINT
-from ._face import SparseRows
-from ._host_data import host_data, host_rhs_low
-from ._host_solve import row_norms
-from ._lifting import LiftedPieces, LiftedProblem
-from ._residual import RowResidual
-from ._solver import DouglasRachford
-from ._sparse import SparseMatrix, is_sparse
-from ._sparse_affine import build_sparse_projection, lifted_sparse
+from .._active_set.derivative import FixedRows
+from .._active_set.face import SparseRows
+from .._linalg.equilibration import (
+    Equilibration,
+    _group_rms,
+    equilibrate_sparse,
+    group_labels,
+)
+from .._linalg.host_solve import row_norms
+from .._linalg.residual import RowResidual
+from .._linalg.sparse import SparseMatrix, is_sparse
+from .._problem.host_data import host_data, host_rhs_low
+from .._problem.lifting import LiftedProblem
+from .._problem.pieces import LiftedPieces
+from .._sets import AbstractConstraint
+from .._solver.affine import AbstractAffineProjection, build_affine_projection
+from .._solver.settings import DouglasRachford
+from .._solver.sparse_affine import build_sparse_projection, lifted_sparse
+
+BAD_DIM = (
+    "Projector(constraints): constraint {index} ({kind}) acts on vectors of size "
+    "{got}, but the other constraints (or `dim=`) say {expected}."
+)
+
+EMPTY_CONSTRAINTS = (
+    "Projector(constraints): got an empty list of constraints. Pass at least one "
+    "constraint set, e.g. `Projector([Equality(A, b)])`."
+)
+
+NO_DIM = (
+    "Projector(constraints): cannot infer the output dimension, because no "
+    "constraint carries a matrix or a full-length vector. Pass `dim=` explicitly."
+)
+
+NOT_A_CONSTRAINT = (
+    "Projector(constraints): element {index} is a {kind}, not a constraint set. "
+    "Use `Equality`, `AffineInequality`, `Box`, `SecondOrderCone`, `L1NormCone`, "
+    "`LInfNormCone` or `Simplex` from `pinet_eqx`."
+)
 
 AFFINE_FORMS = ("auto", "nullspace", "eliminated", "dense", "sparse")
 # `affine_form="auto"` keeps sparse input sparse from this lifted size on

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
-from ._adjoint import AbstractAdjoint, ImplicitAdjoint, UnrolledAdjoint
-from ._equilibrate import Equilibration
+from .._adjoint.adjoint import AbstractAdjoint, ImplicitAdjoint, UnrolledAdjoint
+from .._linalg.equilibration import Equilibration
 
 # Old keyword -> field of `ImplicitAdjoint` (`unroll` selects `UnrolledAdjoint`).
 ADJOINT_KEYWORDS = {

@@ -15,18 +15,30 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import _active_set, _douglas_rachford as dr
-from ._adjoint import UnrolledAdjoint
-from ._affine import build_affine_projection_traced
-from ._equilibrate import group_labels
-from ._errors import NAN_Y_RAW, RANK_DEFICIENT
-from ._frozen import thaw
-from ._implicit import fixed_point
-from ._lifting import InstanceData, LiftedProblem
-from ._refine import polish as _polish, refine
-from ._residual import stored
-from ._solution import RESULTS, ProjectionSolution
-from ._solver import DouglasRachford
+from .._active_set import derivative as _active_set
+from .._active_set.refine import polish as _polish, refine
+from .._adjoint.adjoint import UnrolledAdjoint
+from .._adjoint.implicit import fixed_point
+from .._linalg.equilibration import group_labels
+from .._linalg.residual import stored
+from .._problem.lifting import InstanceData, LiftedProblem
+from .._solver import douglas_rachford as dr
+from .._solver.affine import build_affine_projection_traced
+from .._solver.settings import DouglasRachford
+from .._solver.solution import RESULTS, ProjectionSolution
+from .frozen import thaw
+
+NAN_Y_RAW = (
+    "Projector: `y_raw` contains NaN or inf. The projection of a non-finite point is "
+    "undefined; check the backbone's output (for example for exploding activations)."
+)
+
+RANK_DEFICIENT = (
+    "Projector: the per-instance equality matrix has linearly dependent rows for "
+    "some instance, so its projection is undefined. Per-instance matrices must have "
+    "full row rank; remove the redundant rows (or make the matrix fixed, where "
+    "dependent rows are dropped automatically)."
+)
 
 
 def solve(proj, y_raw, s0, params: dict, diagnostics: bool):

@@ -11,22 +11,22 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from . import _compat, _forward as forward, _settings
-from ._active_set import FixedRows
-from ._adjoint import AbstractAdjoint, ImplicitAdjoint, check_adjoint
-from ._affine import AbstractAffineProjection
-from ._build import build, check_polish, lift
-from ._constraints import AbstractConstraint
-from ._equilibrate import Equilibration
-from ._face import SparseRows
-from ._frozen import freeze, thaw
-from ._lifting import LiftedProblem
-from ._mesh import per_instance
-from ._parameter_map import AffineParameterMap
-from ._precision import full_precision
-from ._residual import RowResidual
-from ._solution import ProjectionSolution
-from ._solver import DouglasRachford, solver_from_keywords
+from .._active_set.derivative import FixedRows
+from .._active_set.face import SparseRows
+from .._adjoint.adjoint import AbstractAdjoint, ImplicitAdjoint, check_adjoint
+from .._linalg.equilibration import Equilibration
+from .._linalg.precision import full_precision
+from .._linalg.residual import RowResidual
+from .._problem.lifting import LiftedProblem
+from .._problem.parameter_map import AffineParameterMap
+from .._sets import AbstractConstraint
+from .._solver.affine import AbstractAffineProjection
+from .._solver.settings import DouglasRachford, solver_from_keywords
+from .._solver.solution import ProjectionSolution
+from . import compat as _compat, forward, settings as _settings
+from .build import build, check_polish, lift
+from .frozen import freeze, thaw
+from .mesh import per_instance
 
 
 class Projector(eqx.Module):

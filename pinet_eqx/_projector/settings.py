@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from . import _compat
-from ._adjoint import check_adjoint
-from ._build import check_polish
-from ._solver import DouglasRachford
+from .._adjoint.adjoint import check_adjoint
+from .._solver.settings import DouglasRachford
+from . import compat as _compat
+from .build import check_polish
 
 # Settings that `with_settings` changes on the `DouglasRachford` solver.
 _SOLVER_FIELDS = frozenset(f.name for f in dataclasses.fields(DouglasRachford))

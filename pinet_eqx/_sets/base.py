@@ -8,9 +8,9 @@ import equinox as eqx
 import numpy as np
 import scipy.sparse as sp
 
-from .._lifting import LiftedPieces
-from .._parameter import Parameter
-from .._sparse import as_csr, check_no_zero_rows, is_sparse
+from .._linalg.sparse import as_csr, check_no_zero_rows, is_sparse
+from .._problem.parameter import Parameter
+from .._problem.pieces import LiftedPieces
 
 # A vector datum is either fixed (kept in float64 so the host-side factorisation
 # sees the user's full precision even when `jax_enable_x64` is off) or a named

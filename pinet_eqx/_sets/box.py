@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Bool, Int
 
-from .._lifting import LiftedPieces, check_bounds_order
-from .._parameter import Parameter
-from ._base import AbstractConstraint, VectorData, as_vector
+from .._problem.lifting import check_bounds_order
+from .._problem.parameter import Parameter
+from .._problem.pieces import LiftedPieces
+from .base import AbstractConstraint, VectorData, as_vector
 
 
 class Box(AbstractConstraint):

@@ -7,10 +7,10 @@ from typing import ClassVar
 import numpy as np
 from jaxtyping import Float
 
-from .._cones import AbstractCone, L1Cone, L2Cone, LInfCone
-from .._lifting import ConeBlock, LiftedPieces
-from .._parameter import Parameter, shape_of
-from ._base import (
+from .._problem.cones import AbstractCone, L1Cone, L2Cone, LInfCone
+from .._problem.parameter import Parameter, shape_of
+from .._problem.pieces import ConeBlock, LiftedPieces
+from .base import (
     AbstractConstraint,
     MatrixData,
     VectorData,

@@ -5,15 +5,10 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Float
 
-from .._lifting import LiftedPieces, check_bounds_order
-from .._parameter import shape_of
-from ._base import (
-    AbstractConstraint,
-    MatrixData,
-    VectorData,
-    as_matrix,
-    as_vector,
-)
+from .._problem.lifting import check_bounds_order
+from .._problem.parameter import shape_of
+from .._problem.pieces import LiftedPieces
+from .base import AbstractConstraint, MatrixData, VectorData, as_matrix, as_vector
 
 
 class AffineInequality(AbstractConstraint):

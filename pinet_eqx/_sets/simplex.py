@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Int
 
-from .._cones import ScaledSimplex
-from .._lifting import ConeBlock, LiftedPieces
-from .._parameter import Parameter
-from ._base import AbstractConstraint, VectorData
+from .._problem.cones import ScaledSimplex
+from .._problem.parameter import Parameter
+from .._problem.pieces import ConeBlock, LiftedPieces
+from .base import AbstractConstraint, VectorData
 from .cones import as_scalar
 
 

@@ -43,14 +43,21 @@ import numpy as np
 import scipy.linalg
 from jaxtyping import Array, Float, Int
 
-from ._equilibrate import (
+from .._linalg.equilibration import (
     Equilibration,
     equilibrate as _ruiz,
     equilibrate_traced,
     group_labels,
     lifted_start,
 )
-from ._errors import INCONSISTENT_EQUALITY
+
+INCONSISTENT_EQUALITY = (
+    "Projector(constraints): the fixed equality system A y = b is inconsistent: "
+    "after dropping {dropped} linearly dependent row(s), the remaining rows fix y "
+    "in a way that violates row(s) {rows} by up to {residual:.3e}. Check that `b` "
+    "lies in the range of `A` (dependent rows must have consistent right-hand "
+    "sides)."
+)
 
 
 class AbstractAffineProjection(eqx.Module):

@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from . import _blocks as blocks
-from ._affine import AbstractAffineProjection
-from ._lifting import InstanceData, max_abs
+from .._problem import blocks
+from .._problem.lifting import InstanceData, max_abs
+from .affine import AbstractAffineProjection
 
 CHECK_EVERY = 5
 # A tolerance is raised to this many roundings of the lifted point, the lowest

@@ -30,9 +30,9 @@ import numpy as np
 import scipy.sparse as sp
 from jaxtyping import Array, Float, Int
 
-from ._affine import AbstractAffineProjection, lifted_rhs
-from ._host_solve import gram_lu
-from ._sparse import SparseMatrix
+from .._linalg.host_solve import gram_lu
+from .._linalg.sparse import SparseMatrix
+from .affine import AbstractAffineProjection, lifted_rhs
 
 # A level joins the current scan while the padded work stays within this factor
 # of the real work (plus `_LEVEL_SLACK` entries per level, about what one
