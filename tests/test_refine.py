@@ -298,13 +298,9 @@ def test_eliminated_refinement_step_is_the_general_one(items, monkeypatch):
     pairs = []
     eliminated = _refine.step_eliminated
 
-    def both(problem, fixed, r, r_low, totals_low, y, data, hi, lo, pre, solver):
-        new = eliminated(
-            problem, fixed, r, r_low, totals_low, y, data, hi, lo, pre, solver
-        )
-        general = _refine.step(
-            problem, r, r_low, totals_low, y, data, hi, lo, pre, solver, None
-        )
+    def both(problem, fixed, rows, y, data, flags, pre, solver):
+        new = eliminated(problem, fixed, rows, y, data, flags, pre, solver)
+        general = _refine.step(problem, rows, y, data, flags, pre, solver, None)
         pairs.append((np.asarray(y - new), np.asarray(y - general)))
         return new
 

@@ -20,7 +20,8 @@ from .._linalg.residual import stored
 from .._solver import douglas_rachford as dr
 from .._solver.instance import Instance, Iterated
 from . import derivative as active_set
-from .refine import polish as _polish, refine
+from .polish import polish as _polish
+from .refine import refine
 
 
 def finish(

@@ -43,10 +43,10 @@ import numpy as np
 from .._linalg.krylov import ConjugateGradient, default_rtol
 from .._linalg.residual import rounding_weights, stored, two_sum
 from .._problem import blocks
-from .._problem.lifting import InstanceData, LiftedProblem
-from .._solver import douglas_rachford as dr
+from .._problem.lifting import LiftedProblem
 from . import derivative as _active_set
 from .derivative import clip_rows
+from .polish import polish
 from .rowsolve import solve_active, unit_rows
 
 # Refinement steps onto the active rows (see `refine`): far from the set
@@ -111,6 +111,33 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     if problem.per_instance:
         residual = residual.with_matrix(jnp.concatenate([E, C]))
     hi, lo = flags
+    pinned, shifted = _pinned(problem, data, hi, lo)
+    correct = _corrector(problem, rows, residual, y, shifted, hi, lo, pre)
+    polished = jnp.asarray(False)
+    iterate = y
+    if y_raw is not None:
+        # It must meet its active rows to its solve's accuracy only: the
+        # refinement closes that gap (checked on the point returned).
+        candidate, polished, bound, _ = polish(
+            problem, rows, y_raw, data, flags, tol, _POLISH_SLACK
+        )
+        y = stored(jnp.where(polished, candidate, y))
+    rhs = jnp.concatenate([data.q, pinned, -data.cone_offset])
+    out, viol = _refined(problem, correct, residual, y, rhs, shifted, E, C)
+    if y_raw is not None:
+        # A polished point that ends above the tolerance is not certified; the
+        # iterate, as the iteration left it, is then no worse.
+        certified = viol <= bound
+        failed = polished & ~certified
+        out = jnp.where(failed, iterate, out)
+        viol = jnp.where(failed, problem.violation(iterate, data), viol)
+        polished = polished & certified
+    return out, viol, polished
+
+
+def _pinned(problem, data, hi, lo):
+    """Each inequality row's bound to take its residual against, and `data`
+    with the inequality bounds shifted by it."""
     # Each inequality row's residual is taken against a bound: the one it is
     # pinned to, else its finite one (the upper if both are). The residuals of
     # the rows at or near a bound are then small and nearly exact in the working
@@ -126,6 +153,12 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     shifted = dataclasses.replace(
         data, lb_w=data.lb_w - pinned, ub_w=data.ub_w - pinned
     )
+    return pinned, shifted
+
+
+def _corrector(problem, rows, residual, y, shifted, hi, lo, pre):
+    """One refinement step, `correct(y, r, r_low, last)`: the corrected point
+    from the residuals `r` (and what rounding took from them, `r_low`)."""
     # The forward pass does not warn: a failed refinement is simply dropped.
     # Each step's solve (conjugate gradients, for a large active set) stops at
     # the square root of the dtype's default accuracy: a step leaves that
@@ -148,27 +181,23 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
         def correct(y, r, r_low, last):
             if rows is not None and not last:
                 return step_eliminated(
-                    problem, rows, r, r_low, totals_low, y, shifted, hi, lo, pre,
-                    solver,
+                    problem, rows, (r, r_low, totals_low), y, shifted, (hi, lo),
+                    pre, solver,
                 )  # fmt: skip
             # The last step is at rounding level: weighted, it goes where the
             # grid can represent it (see `rounding_weights`).
             weights = rounding_weights(y) if last else None
             return step(
-                problem, r, r_low, totals_low, y, shifted, hi, lo, pre, solver,
-                weights,
+                problem, (r, r_low, totals_low), y, shifted, (hi, lo), pre,
+                solver, weights,
             )  # fmt: skip
 
-    polished = jnp.asarray(False)
-    iterate = y
-    if y_raw is not None:
-        # It must meet its active rows to its solve's accuracy only: the
-        # refinement closes that gap (checked on the point returned).
-        candidate, polished, bound, _ = polish(
-            problem, rows, y_raw, data, flags, tol, _POLISH_SLACK
-        )
-        y = stored(jnp.where(polished, candidate, y))
-    rhs = jnp.concatenate([data.q, pinned, -data.cone_offset])
+    return correct
+
+
+def _refined(problem, correct, residual, y, rhs, shifted, E, C):
+    """`_REFINE_STEPS` steps of `correct` from `y`, kept where that is finite,
+    no less feasible and a small move: `(point, violation)`."""
     # The cone rows' values M y + o are of the order of y, not small: what
     # rounding takes from them (r_low) is carried along, for the faces.
     r, r_low = residual(y, rhs)
@@ -196,102 +225,26 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
         & (moved <= jnp.maximum(jnp.sqrt(eps) * size, _MOVE_FACTOR * before))
     )
     out, viol = jnp.where(keep, fix, y), jnp.where(keep, after, before)
-    if y_raw is not None:
-        # A polished point that ends above the tolerance is not certified; the
-        # iterate, as the iteration left it, is then no worse.
-        certified = viol <= bound
-        failed = polished & ~certified
-        out = jnp.where(failed, iterate, out)
-        viol = jnp.where(failed, problem.violation(iterate, data), viol)
-        polished = polished & certified
-    return out, viol, polished
+    return out, viol
 
 
-def polish(problem, rows, y_raw, data, flags, tol, slack=1.0):
-    """The projection of `y_raw` onto the face of the active set `flags`, and
-    whether it is the projection onto the whole set.
-
-    The face's projection is one solve of the active-row system
-    (`_active_set.polish`). It is accepted when it satisfies the optimality
-    conditions to `tol` (raised to the rounding of its values): it is finite,
-    its multipliers have the signs of their bounds, it satisfies the rows it
-    leaves free, and it meets its active rows to `slack` times the tolerance
-    (more than 1 where a refinement follows and closes that gap; more than that
-    means a badly conditioned active set, where the refinement is no more
-    reliable than the solve). Polyhedral sets only.
-
-    **Arguments:**
-
-    - `problem`, `rows`, `data`: as for `refine`.
-    - `y_raw`: the point projected.
-    - `flags`: the iterate's activity flags (see `_active_set.activity`).
-    - `tol`: the tolerance of the optimality conditions.
-    - `slack`: the allowance on the active rows, a multiple of the tolerance.
-
-    **Returns:** `(candidate, accepted, bound, flags)`, `bound` the tolerance
-    as raised and `flags` the `(hi, lo)` of the face `candidate` lies on (the
-    iterate's, except for sparse rows: see `_active_set.polish`).
-    """
-    y_raw, data, flags = jax.lax.stop_gradient((y_raw, data, flags))
-    hi, lo = flags
-    d = problem.dim
-    # Its multipliers' signs are tested, so its solve runs to full accuracy.
-    accurate = ConjugateGradient(rtol=default_rtol(y_raw.dtype), on_failure="ignore")
-    candidate, wrong_sign, *face = _active_set.polish(
-        rows, y_raw, data, hi, lo, problem.box_index, accurate
-    )
-    bound = dr.resolvable_tol(tol, jnp.max(jnp.abs(candidate)))
-    pinned_y, pinned_w = hi[:d] | lo[:d], hi[d:] | lo[d:]
-    free = dataclasses.replace(
-        data,
-        lb_y=jnp.where(pinned_y, -jnp.inf, data.lb_y),
-        ub_y=jnp.where(pinned_y, jnp.inf, data.ub_y),
-        lb_w=jnp.where(pinned_w, -jnp.inf, data.lb_w),
-        ub_w=jnp.where(pinned_w, jnp.inf, data.ub_w),
-    )
-    accepted = jnp.all(jnp.isfinite(candidate)) & (wrong_sign <= bound)
-    if not getattr(rows, "certifies", False):
-        # (A polish certified in float64, `SparseRows`', is taken as it is: in
-        # float32 the products with large entries would round far above the
-        # rounding of the point.)
-        accepted = (
-            accepted
-            & (problem.violation(candidate, free) <= bound)
-            & (problem.violation(candidate, data) <= slack * bound)
-        )
-    return candidate, accepted, bound, tuple(face)
-
-
-def step(
-    problem: LiftedProblem,
-    r,
-    r_low,
-    totals_low,
-    y,
-    data: InstanceData,
-    hi,
-    lo,
-    pre,
-    solver,
-    weights=None,
-):
+def step(problem: LiftedProblem, rows, y, data, flags, pre, solver, weights=None):
     """One refinement step of `y` onto its active constraints.
 
     **Arguments:**
 
     - `problem`: the lifted problem; `data` the instance's data (matrices
         included).
-    - `r`: $[E; C] y - (q, h, -o)$, the residual of the stacked matrix (cone
-        offsets $o$ last), computed nearly exactly (see `_residual.RowResidual`),
-        with `data`'s inequality bounds offset by the same $h$, rounded to the
-        working precision.
-    - `r_low`: what that rounding took from `r` (used for the cone rows, whose
-        values are not small).
-    - `totals_low`: what float32 rounding took from the simplex totals, or
-        `None` (see `RowResidual.totals_low`).
+    - `rows`: `(r, r_low, totals_low)`: `r` is $[E; C] y - (q, h, -o)$, the
+        residual of the stacked matrix (cone offsets $o$ last), computed nearly
+        exactly (see `_residual.RowResidual`), with `data`'s inequality bounds
+        offset by the same $h$, rounded to the working precision; `r_low` what
+        that rounding took from `r` (used for the cone rows, whose values are
+        not small); `totals_low` what float32 rounding took from the simplex
+        totals, or `None` (see `RowResidual.totals_low`).
     - `y`: the point to refine.
-    - `hi`, `lo`: the activity flags of $y$'s coordinates then the inequality
-        rows (see `_active_set.activity`).
+    - `flags`: `(hi, lo)`, the activity flags of $y$'s coordinates then the
+        inequality rows (see `_active_set.activity`).
     - `pre`: the cone blocks' prox arguments at the final iterate (user units),
         which fix each block's face.
     - `solver`: the linear solver (symmetric positive semi-definite).
@@ -300,6 +253,7 @@ def step(
 
     **Returns:** the refined point.
     """
+    (r, r_low, totals_low), (hi, lo) = rows, flags
     E, C = data.dense_matrices()
     d, m_eq, m = problem.dim, problem.n_eq, problem.n_ineq
     box = np.asarray(problem.box_index, np.int32)
@@ -336,19 +290,7 @@ def step(
     return y - (delta if inverse is None else inverse * delta)
 
 
-def step_eliminated(
-    problem: LiftedProblem,
-    fixed: _active_set.FixedRows,
-    r,
-    r_low,
-    totals_low,
-    y,
-    data: InstanceData,
-    hi,
-    lo,
-    pre,
-    solver,
-):
+def step_eliminated(problem: LiftedProblem, fixed, rows, y, data, flags, pre, solver):
     """`step` without weights, for fixed matrices: the same minimum-norm
     correction, with the equality rows eliminated on the host.
 
@@ -359,8 +301,9 @@ def step_eliminated(
     solve with their Gram matrix, of the size of the rows left (a second-order
     cone on its surface adds one), where `step`'s includes the equality rows
     and all of $y$. Arguments as for `step`, with `fixed` the host
-    factorisation (built with `cone`).
+    factorisation (`FixedRows`, built with `cone`).
     """
+    (r, r_low, totals_low), (hi, lo) = rows, flags
     _, C = data.dense_matrices()
     assert fixed.cone is not None  # built for cones
     m_eq, m = problem.n_eq, problem.n_ineq

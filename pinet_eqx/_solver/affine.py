@@ -244,6 +244,39 @@ def build_affine_projection(
     """
     m_eq, d = E.shape
     m = C.shape[0]
+    d_r_eq, d_y, d_w = _scalings(E, C, equilibration, column_groups)
+    # The row scaling does not change the affine set, only the conditioning of the
+    # factorisation below; the column scaling changes the metric of the iteration.
+    E_s = d_r_eq[:, None] * E * d_y[None, :]
+    C_t = C * d_y[None, :] / d_w[:, None]
+    keep = independent_rows(E_s)
+    r = keep.size
+    M = np.block([[E_s[keep], np.zeros((r, m))], [C_t, -np.eye(m)]])
+    n = d + m
+
+    Q, R = cast("tuple[np.ndarray, np.ndarray]", scipy.linalg.qr(M.T, mode="full"))
+    rank = r + m
+    # Particular solution Q_1 R^{-T} b for b = [D_r q_keep; 0], as a map from q.
+    if rank:
+        # trans=1, i.e. "T": solve R^T x = b.
+        R_inv_T = scipy.linalg.solve_triangular(R[:rank], np.eye(rank), trans=1)
+        G = Q[:, :rank] @ R_inv_T[:, :r]  # (n, r)
+    else:
+        G = np.zeros((n, 0))
+    P = np.zeros((m_eq, n))
+    P[keep] = (G * d_r_eq[keep][None, :]).T
+
+    op = _form(form, Q, rank, P, C_t, d_y, d_w)
+    dropped = np.setdiff1d(np.arange(m_eq), keep)
+    info = FactorisationInfo(dropped_rows=dropped, P_y=P[:, :d], d_y=d_y)
+    return op, info
+
+
+def _scalings(E, C, equilibration, column_groups):
+    """The equilibration's row scaling of $E$ and column scalings of $y$ and
+    $w$, `(d_r_eq, d_y, d_w)` (ones without equilibration)."""
+    m_eq, d = E.shape
+    m = C.shape[0]
     if equilibration is not None and m_eq + m > 0:
         lifted = np.block([[E, np.zeros((m_eq, m))], [C, -np.eye(m)]])
         groups, n_groups = group_labels(column_groups, d + m)
@@ -259,27 +292,14 @@ def build_affine_projection(
         d_r_eq, d_y, d_w = d_r[:m_eq], d_c[:d], d_c[d:]
     else:
         d_r_eq, d_y, d_w = np.ones(m_eq), np.ones(d), np.ones(m)
-    # The row scaling does not change the affine set, only the conditioning of the
-    # factorisation below; the column scaling changes the metric of the iteration.
-    E_s = d_r_eq[:, None] * E * d_y[None, :]
-    C_t = C * d_y[None, :] / d_w[:, None]
-    keep = independent_rows(E_s)
-    r = keep.size
-    M = np.block([[E_s[keep], np.zeros((r, m))], [C_t, -np.eye(m)]])
-    n, k = d + m, d - r
+    return d_r_eq, d_y, d_w
 
-    Q, R = cast("tuple[np.ndarray, np.ndarray]", scipy.linalg.qr(M.T, mode="full"))
-    rank = r + m
-    # Particular solution Q_1 R^{-T} b for b = [D_r q_keep; 0], as a map from q.
-    if rank:
-        # trans=1, i.e. "T": solve R^T x = b.
-        R_inv_T = scipy.linalg.solve_triangular(R[:rank], np.eye(rank), trans=1)
-        G = Q[:, :rank] @ R_inv_T[:, :r]  # (n, r)
-    else:
-        G = np.zeros((n, 0))
-    P = np.zeros((m_eq, n))
-    P[keep] = (G * d_r_eq[keep][None, :]).T
 
+def _form(form, Q, rank, P, C_t, d_y, d_w) -> AbstractAffineProjection:
+    """The projection Module of `form`, from the QR factor `Q` of the lifted
+    matrix (of rank `rank`) and the particular-solution map `P`."""
+    d, m = d_y.shape[0], d_w.shape[0]
+    n, k = d + m, d - (rank - m)
     if form == "auto":
         form = "nullspace" if 2 * k * n < d * d + 2 * m * d else "eliminated"
     common = dict(d_y=jnp.asarray(d_y), d_w=jnp.asarray(d_w))
@@ -308,9 +328,7 @@ def build_affine_projection(
             f"Projector(affine_form={form!r}): must be 'auto', 'nullspace', "
             "'eliminated' or 'dense'."
         )
-    dropped = np.setdiff1d(np.arange(m_eq), keep)
-    info = FactorisationInfo(dropped_rows=dropped, P_y=P[:, :d], d_y=d_y)
-    return op, info
+    return op
 
 
 def build_affine_projection_traced(
