@@ -146,19 +146,7 @@ def autotune(
     """
     start = time.perf_counter()
     Y, arrays, grid, n_iters = _checked(projector, y_raw, params, sigmas, n_iters)
-    # Scores measure the iteration itself: a refinement would take every sigma's
-    # output to rounding level and leave nothing to rank. Nothing is
-    # differentiated here, so the adjoint is the one that allows a tolerance.
-    plain = projector.with_settings(
-        refine=False, inference=False, adjoint=ImplicitAdjoint()
-    )
-    exact = plain.with_settings(tol=1e-9, n_iter=5000)
-    Pi = eqx.filter_jit(jax.vmap(lambda y, p: exact(y, **p)))(Y, arrays)
-    reference_distance = jnp.linalg.norm(Pi - Y, axis=1)
-    # A point already in the set has distance 0; score it against a tiny distance
-    # instead of dividing by zero.
-    reference_distance = jnp.maximum(reference_distance, 1e-12)
-
+    plain, reference_distance = _reference(projector, Y, arrays)
     tols = (violation_tol, suboptimality_tol)
     sigma, viol, subopt = _tune_sigma(
         plain, Y, arrays, reference_distance, grid, tune_iter, tols, sigma_batch
@@ -263,3 +251,21 @@ def _tune_n_iter(plain, sigma, Y, arrays, reference_distance, n_iters, tols):
     n_viol, n_subopt = np.asarray(n_viol), np.asarray(n_subopt)
     n_iter = n_iters[_choose(n_viol, n_subopt, violation_tol, suboptimality_tol, True)]
     return n_iter, n_viol, n_subopt
+
+
+def _reference(projector, Y, arrays):
+    """The projector that is scored, `plain`, and each point's distance to its
+    exact projection (1e-9 accurate, and at least 1e-12)."""
+    # Scores measure the iteration itself: a refinement would take every sigma's
+    # output to rounding level and leave nothing to rank. Nothing is
+    # differentiated here, so the adjoint is the one that allows a tolerance.
+    plain = projector.with_settings(
+        refine=False, inference=False, adjoint=ImplicitAdjoint()
+    )
+    exact = plain.with_settings(tol=1e-9, n_iter=5000)
+    Pi = eqx.filter_jit(jax.vmap(lambda y, p: exact(y, **p)))(Y, arrays)
+    reference_distance = jnp.linalg.norm(Pi - Y, axis=1)
+    # A point already in the set has distance 0; score it against a tiny distance
+    # instead of dividing by zero.
+    reference_distance = jnp.maximum(reference_distance, 1e-12)
+    return plain, reference_distance

@@ -77,43 +77,26 @@ def working_face(
         bound = np.where(sign > 0, up_n[work], -lo_n[work])
         return N, GramSolver(N), np.concatenate([qn, bound])
 
-    while True:  # release wrongly signed constraints until none is left
-        N, gram, b = face(work, sign)
-        if not gram.ok:
-            return None
-        u = gram.solve(N @ r - b)  # the multipliers: equalities, then the rest
-        wrong = u[m_eq:] < 0
-        if not wrong.any():
-            break
-        work, sign = work[~wrong], sign[~wrong]
+    start = _release(face, work, sign, r, m_eq)
+    if start is None:
+        return None
+    work, sign, N, gram, b, u = start
     x = r - N.T @ u
     changes = 0
     while True:
-        value = Bn @ x
-        tol = 1e-9 * (1.0 + np.abs(value))
-        over = np.where(np.isfinite(up_n), value - up_n, -np.inf)
-        under = np.where(np.isfinite(lo_n), lo_n - value, -np.inf)
-        over[work] = under[work] = -np.inf
-        excess = np.maximum(over, under)
-        p = int(np.argmax(excess))
-        if excess[p] <= tol[p]:
+        violated = _most_violated(Bn, x, lo_n, up_n, work)
+        if violated is None:
             break
-        s_p = 1.0 if over[p] >= under[p] else -1.0
+        p, s_p, slack = violated  # slack: how far it is violated
         n_p = s_p * Bn[p].toarray().ravel()
-        slack = float(excess[p])  # how far the new constraint is violated
         u_p = 0.0
         while True:
             changes += 1
             if changes > max_changes:
                 return None
-            w = gram.solve(N @ n_p)
-            z = n_p - N.T @ w
-            curvature = float(n_p @ z)
-            full = slack / curvature if curvature > _TINY else np.inf
-            w_in, u_in = w[m_eq:], u[m_eq:]
-            leaving = np.flatnonzero(w_in > _TINY)
-            ratios = np.maximum(u_in[leaving], 0.0) / w_in[leaving]
-            partial = ratios.min(initial=np.inf)
+            w, z, curvature, full, partial, leaving, ratios = _ratio_test(
+                gram, N, n_p, u, slack, m_eq
+            )
             if not (np.isfinite(full) or np.isfinite(partial)):
                 return None  # infeasible: nothing moves the violated constraint
             t = min(full, partial)
@@ -121,28 +104,88 @@ def working_face(
             u = u - t * w
             u_p += t
             slack -= t * curvature
-            if full <= partial:
-                work, sign = np.append(work, p), np.append(sign, s_p)
-                u = np.append(u, u_p)
-            else:
-                k = int(leaving[np.argmin(ratios)])
-                work, sign = np.delete(work, k), np.delete(sign, k)
-                u = np.delete(u, m_eq + k)
+            entering = (p, s_p, u_p) if full <= partial else None
+            work, sign, u = _changed(work, sign, u, entering, leaving, ratios, m_eq)
             N, gram, b = face(work, sign)
             if not gram.ok:
                 return None
             if full <= partial:
                 break
-        # The steps accumulate rounding, and on badly conditioned faces more:
-        # x and u restart from the face's own projection at each addition,
-        # unless that gives a multiplier the wrong sign (nearly dependent
-        # working rows, whose multipliers the solve no longer pins down): the
-        # method would then drop rows with zero steps and cycle.
-        restart = gram.solve(N @ r - b)
-        if restart[m_eq:].min(initial=0.0) >= 0:
-            u = restart
-            x = r - N.T @ u
+        x, u = _restarted(gram, N, r, b, x, u, m_eq)
     out_hi, out_lo = np.zeros(B.shape[0], bool), np.zeros(B.shape[0], bool)
     out_hi[work[sign > 0]] = True
     out_lo[work[sign < 0]] = True
     return out_hi, out_lo
+
+
+def _release(face, work, sign, r, m_eq):
+    """The starting face: the working set less its wrongly signed constraints,
+    released until none is left; `(work, sign, N, gram, b, u)`, with `u` the
+    multipliers (equalities first), or `None` where a face is singular."""
+    while True:
+        N, gram, b = face(work, sign)
+        if not gram.ok:
+            return None
+        u = gram.solve(N @ r - b)
+        wrong = u[m_eq:] < 0
+        if not wrong.any():
+            return work, sign, N, gram, b, u
+        work, sign = work[~wrong], sign[~wrong]
+
+
+def _most_violated(Bn, x, lo_n, up_n, work):
+    """The constraint outside the working set that `x` violates most, as
+    `(row, sign, violation)`, or `None` where none is violated (to 1e-9
+    relative)."""
+    value = Bn @ x
+    tol = 1e-9 * (1.0 + np.abs(value))
+    over = np.where(np.isfinite(up_n), value - up_n, -np.inf)
+    under = np.where(np.isfinite(lo_n), lo_n - value, -np.inf)
+    over[work] = under[work] = -np.inf
+    excess = np.maximum(over, under)
+    p = int(np.argmax(excess))
+    if excess[p] <= tol[p]:
+        return None
+    return p, 1.0 if over[p] >= under[p] else -1.0, float(excess[p])
+
+
+def _ratio_test(gram, N, n_p, u, slack, m_eq):
+    """The step direction that moves the violated row `n_p` towards its bound
+    on the current face: `(w, z, curvature, full, partial, leaving, ratios)`,
+    `full` the step that reaches the bound and `partial` the one at which the
+    first working constraint (`leaving`, with `ratios`) loses its sign."""
+    w = gram.solve(N @ n_p)
+    z = n_p - N.T @ w
+    curvature = float(n_p @ z)
+    full = slack / curvature if curvature > _TINY else np.inf
+    w_in, u_in = w[m_eq:], u[m_eq:]
+    leaving = np.flatnonzero(w_in > _TINY)
+    ratios = np.maximum(u_in[leaving], 0.0) / w_in[leaving]
+    partial = ratios.min(initial=np.inf)
+    return w, z, curvature, full, partial, leaving, ratios
+
+
+def _restarted(gram, N, r, b, x, u, m_eq):
+    """`(x, u)` restarted from the face's own projection, where that keeps every
+    multiplier's sign.
+
+    The steps accumulate rounding, and on badly conditioned faces more; a
+    restart with a multiplier of the wrong sign (nearly dependent working rows,
+    whose multipliers the solve no longer pins down) would make the method drop
+    rows with zero steps and cycle, so the steps' point is kept then.
+    """
+    restart = gram.solve(N @ r - b)
+    if restart[m_eq:].min(initial=0.0) >= 0:
+        return r - N.T @ restart, restart
+    return x, u
+
+
+def _changed(work, sign, u, entering, leaving, ratios, m_eq):
+    """The working set after one change: the violated constraint `entering`
+    `(row, sign, multiplier)` added, or (`None`) the first to lose its sign
+    dropped."""
+    if entering is not None:
+        p, s_p, u_p = entering
+        return np.append(work, p), np.append(sign, s_p), np.append(u, u_p)
+    k = int(leaving[np.argmin(ratios)])
+    return np.delete(work, k), np.delete(sign, k), np.delete(u, m_eq + k)

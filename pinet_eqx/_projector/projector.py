@@ -180,14 +180,7 @@ class Projector(eqx.Module):
             deprecated,
         )
         check_adjoint(self.adjoint, self.solver.tol)
-        if not isinstance(equilibrate, (bool, Equilibration)):
-            raise TypeError(
-                f"Projector(equilibrate={equilibrate!r}): must be True, False or a "
-                "pinet_eqx.Equilibration."
-            )
-        if equilibrate is True:
-            equilibrate = Equilibration()
-        self.equilibration = _compat.equilibration(equilibrate or None, deprecated)
+        self.equilibration = _equilibration(equilibrate, deprecated)
         if refine not in (True, False, "auto"):
             raise ValueError(
                 f"Projector(refine={refine!r}): must be True, False or 'auto'."
@@ -383,3 +376,15 @@ class Projector(eqx.Module):
                 f" got {y.shape}.{hint}"
             )
         return y
+
+
+def _equilibration(equilibrate, deprecated: dict) -> Equilibration | None:
+    """`Projector(equilibrate=...)` checked, as an `Equilibration` or `None`."""
+    if not isinstance(equilibrate, (bool, Equilibration)):
+        raise TypeError(
+            f"Projector(equilibrate={equilibrate!r}): must be True, False or a "
+            "pinet_eqx.Equilibration."
+        )
+    if equilibrate is True:
+        equilibrate = Equilibration()
+    return _compat.equilibration(equilibrate or None, deprecated)
