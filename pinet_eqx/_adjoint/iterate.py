@@ -81,8 +81,8 @@ def iterate(instance: Instance, diagnostics: bool) -> Iterated:
     if y is None or diagnostics:
         P = dr.prepare(y_raw, data, op, sigma, problem.groups)
         z, t = dr.z_and_t(s, P, op)
-    if y is None:
-        y = op.d_y * z[: problem.dim]
+        if y is None:
+            y = op.d_y * z[: problem.dim]
     return Iterated(
         s=s,
         n_iter=n_iter,
