@@ -2,21 +2,46 @@
 
 import importlib.metadata
 
+# Registers the module paths of the flat layout, which old pickles name.
+from . import _moved as _moved
 from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,
     ImplicitAdjoint as ImplicitAdjoint,
     UnrolledAdjoint as UnrolledAdjoint,
 )
 from ._autotune import AutotuneResult as AutotuneResult, autotune as autotune
-from ._cones import (
+from ._cvxpy import from_cvxpy as from_cvxpy
+from ._linalg import (
+    BackwardNotConvergedWarning as BackwardNotConvergedWarning,
+    BiCGStab as BiCGStab,
+    ConjugateGradient as ConjugateGradient,
+    Equilibration as Equilibration,
+    equilibrate as equilibrate,
+)
+from ._metrics import relative_suboptimality as relative_suboptimality
+from ._net import (
+    HardConstrainedNet as HardConstrainedNet,
+    trainable_filter as trainable_filter,
+)
+from ._problem import (
     AbstractCone as AbstractCone,
     AbstractPolishableCone as AbstractPolishableCone,
+    ConeBlock as ConeBlock,
     L1Cone as L1Cone,
     L2Cone as L2Cone,
+    LiftedPieces as LiftedPieces,
     LInfCone as LInfCone,
+    Parameter as Parameter,
     ScaledSimplex as ScaledSimplex,
+    project_box as project_box,
+    project_l1_norm_cone as project_l1_norm_cone,
+    project_linf_norm_cone as project_linf_norm_cone,
+    project_second_order_cone as project_second_order_cone,
+    project_simplex as project_simplex,
 )
-from ._constraints import (
+from ._projector import Projector as Projector
+from ._serialise import load as load, save as save
+from ._sets import (
     AbstractConstraint as AbstractConstraint,
     AffineInequality as AffineInequality,
     Box as Box,
@@ -26,36 +51,16 @@ from ._constraints import (
     SecondOrderCone as SecondOrderCone,
     Simplex as Simplex,
 )
-from ._cvxpy import from_cvxpy as from_cvxpy
-from ._equilibrate import Equilibration as Equilibration, equilibrate as equilibrate
-from ._krylov import (
-    BackwardNotConvergedWarning as BackwardNotConvergedWarning,
-    BiCGStab as BiCGStab,
-    ConjugateGradient as ConjugateGradient,
-)
-from ._lifting import ConeBlock as ConeBlock, LiftedPieces as LiftedPieces
-from ._metrics import relative_suboptimality as relative_suboptimality
-from ._net import (
-    HardConstrainedNet as HardConstrainedNet,
-    trainable_filter as trainable_filter,
-)
-from ._parameter import Parameter as Parameter
-from ._primitives import (
-    project_box as project_box,
-    project_l1_norm_cone as project_l1_norm_cone,
-    project_linf_norm_cone as project_linf_norm_cone,
-    project_second_order_cone as project_second_order_cone,
-    project_simplex as project_simplex,
-)
-from ._projector import Projector as Projector
-from ._serialise import load as load, save as save
 from ._sharding import (
     data_mesh as data_mesh,
     replicate as replicate,
     shard_batch as shard_batch,
 )
-from ._solution import RESULTS as RESULTS, ProjectionSolution as ProjectionSolution
-from ._solver import DouglasRachford as DouglasRachford
+from ._solver import (
+    RESULTS as RESULTS,
+    DouglasRachford as DouglasRachford,
+    ProjectionSolution as ProjectionSolution,
+)
 
 try:
     __version__ = importlib.metadata.version("pinet_eqx")

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float, Int
 
-from ._adjoint import ImplicitAdjoint
-from ._projector import Projector
+from ._adjoint.adjoint import ImplicitAdjoint
+from ._projector.projector import Projector
 
 DEFAULT_SIGMAS = np.logspace(-3, np.log10(5.05), 100)
 DEFAULT_N_ITERS = (50, 100, 150, 200, 250, 300, 350, 400)
@@ -145,6 +145,36 @@ def autotune(
     **Returns:** an `AutotuneResult`, whose `projector` carries the chosen settings.
     """
     start = time.perf_counter()
+    Y, arrays, grid, n_iters = _checked(projector, y_raw, params, sigmas, n_iters)
+    plain, reference_distance = _reference(projector, Y, arrays)
+    tols = (violation_tol, suboptimality_tol)
+    sigma, viol, subopt = _tune_sigma(
+        plain, Y, arrays, reference_distance, grid, tune_iter, tols, sigma_batch
+    )
+    n_iter, n_viol, n_subopt = _tune_n_iter(
+        plain, sigma, Y, arrays, reference_distance, n_iters, tols
+    )
+
+    # Inference keeps at least the iterations it had: tuning for the training
+    # budget must not make inference less accurate.
+    n_test = max(n_iter, projector.n_iter_test)
+    tuned = projector.with_settings(sigma=sigma, n_iter=n_iter, n_iter_test=n_test)
+    return AutotuneResult(
+        projector=tuned,
+        sigma=sigma,
+        n_iter=n_iter,
+        sigmas=grid,
+        sigma_violation=viol,
+        sigma_suboptimality=subopt,
+        n_iters=n_iters,
+        n_iter_violation=n_viol,
+        n_iter_suboptimality=n_subopt,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _checked(projector, y_raw, params, sigmas, n_iters):
+    """`autotune`'s arguments checked: `(Y, params, sigma grid, sorted n_iters)`."""
     Y = jnp.asarray(y_raw)
     if Y.ndim != 2 or Y.shape[1] != projector.dim:
         raise ValueError(
@@ -168,24 +198,18 @@ def autotune(
         raise ValueError(
             "autotune(n_iters=...): must be a non-empty list of ints >= 1."
         )
+    return Y, arrays, grid, n_iters
 
-    # Scores measure the iteration itself: a refinement would take every sigma's
-    # output to rounding level and leave nothing to rank. Nothing is
-    # differentiated here, so the adjoint is the one that allows a tolerance.
-    plain = projector.with_settings(
-        refine=False, inference=False, adjoint=ImplicitAdjoint()
-    )
-    exact = plain.with_settings(tol=1e-9, n_iter=5000)
-    Pi = eqx.filter_jit(jax.vmap(lambda y, p: exact(y, **p)))(Y, arrays)
-    reference_distance = jnp.linalg.norm(Pi - Y, axis=1)
-    # A point already in the set has distance 0; score it against a tiny distance
-    # instead of dividing by zero.
-    reference_distance = jnp.maximum(reference_distance, 1e-12)
+
+def _tune_sigma(plain, Y, arrays, reference_distance, grid, tune_iter, tols, batch):
+    """The grid's best $\\sigma$ after `tune_iter` iterations, ties re-scored
+    with fewer: `(sigma, violations, suboptimalities)` of the grid."""
+    violation_tol, suboptimality_tol = tols
 
     def score_grid(sigma_values, iters):
         base = plain.with_settings(sigma=1.0, n_iter=iters, tol=None)
         values = jnp.asarray(sigma_values, Y.dtype)
-        out = _score_sigmas(base, values, Y, arrays, reference_distance, sigma_batch)
+        out = _score_sigmas(base, values, Y, arrays, reference_distance, batch)
         return tuple(np.asarray(o, np.float64) for o in out)
 
     viol, subopt = score_grid(grid, tune_iter)
@@ -206,7 +230,13 @@ def autotune(
         best = int(tied[passing][np.nanargmin(v[passing])])
         tied = tied[passing & (v <= _TIE_FLOOR * violation_tol)]
     sigma = float(grid[best])
+    return sigma, viol, subopt
 
+
+def _tune_n_iter(plain, sigma, Y, arrays, reference_distance, n_iters, tols):
+    """The smallest count in `n_iters` meeting `tols` at `sigma`:
+    `(n_iter, violations, suboptimalities)` of the counts."""
+    violation_tol, suboptimality_tol = tols
     # Each count continues from the iterates of the one before (the iteration
     # is a fixed map of its state), so the counts cost the largest one in all,
     # and one compiled call per distinct step between them.
@@ -220,20 +250,22 @@ def autotune(
         done = n
     n_viol, n_subopt = np.asarray(n_viol), np.asarray(n_subopt)
     n_iter = n_iters[_choose(n_viol, n_subopt, violation_tol, suboptimality_tol, True)]
+    return n_iter, n_viol, n_subopt
 
-    # Inference keeps at least the iterations it had: tuning for the training
-    # budget must not make inference less accurate.
-    n_test = max(n_iter, projector.n_iter_test)
-    tuned = projector.with_settings(sigma=sigma, n_iter=n_iter, n_iter_test=n_test)
-    return AutotuneResult(
-        projector=tuned,
-        sigma=sigma,
-        n_iter=n_iter,
-        sigmas=grid,
-        sigma_violation=viol,
-        sigma_suboptimality=subopt,
-        n_iters=n_iters,
-        n_iter_violation=n_viol,
-        n_iter_suboptimality=n_subopt,
-        seconds=time.perf_counter() - start,
+
+def _reference(projector, Y, arrays):
+    """The projector that is scored, `plain`, and each point's distance to its
+    exact projection (1e-9 accurate, and at least 1e-12)."""
+    # Scores measure the iteration itself: a refinement would take every sigma's
+    # output to rounding level and leave nothing to rank. Nothing is
+    # differentiated here, so the adjoint is the one that allows a tolerance.
+    plain = projector.with_settings(
+        refine=False, inference=False, adjoint=ImplicitAdjoint()
     )
+    exact = plain.with_settings(tol=1e-9, n_iter=5000)
+    Pi = eqx.filter_jit(jax.vmap(lambda y, p: exact(y, **p)))(Y, arrays)
+    reference_distance = jnp.linalg.norm(Pi - Y, axis=1)
+    # A point already in the set has distance 0; score it against a tiny distance
+    # instead of dividing by zero.
+    reference_distance = jnp.maximum(reference_distance, 1e-12)
+    return plain, reference_distance

@@ -9,7 +9,7 @@ import equinox as eqx
 import jax.tree_util as jtu
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
-from ._projector import Projector
+from ._projector.projector import Projector
 
 
 class HardConstrainedNet(eqx.Module):

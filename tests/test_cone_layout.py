@@ -14,9 +14,9 @@ import optax
 import pytest
 
 import pinet_eqx as pe
-from pinet_eqx import _forward
-from pinet_eqx._equilibrate import equilibrate_traced, group_labels
-from pinet_eqx._frozen import thaw
+from pinet_eqx._linalg.equilibration import equilibrate_traced, group_labels
+from pinet_eqx._projector.frozen import thaw
+from pinet_eqx._solver import instance
 
 
 def _mixed_constraints(rng, d=9):
@@ -104,7 +104,7 @@ def test_per_instance_scaling_is_applied_per_instance():
 
     def factorise(E, q):
         data = problem.data({"E": E, "q": q}, E.dtype, True)
-        return _forward._factorise(proj, problem, data)
+        return instance.factorise(proj, problem, data)
 
     ops = jax.vmap(factorise)(Es, qs)
     ratio = np.asarray(ops.d_y[0] / ops.d_y[1])

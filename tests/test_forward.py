@@ -243,8 +243,8 @@ def test_float32_drifts_are_skipped_through_rounding(case):
 def test_drift_steps_are_those_of_the_iteration():
     """The state after the skipped steps is the iteration's own after as many
     steps, and the drift ends right after them."""
-    from pinet_eqx import _douglas_rachford as dr
-    from pinet_eqx._frozen import thaw
+    from pinet_eqx._projector.frozen import thaw
+    from pinet_eqx._solver import douglas_rachford as dr
 
     poly, y_raw = _drifting_case()
     y_raw = jnp.asarray(y_raw)

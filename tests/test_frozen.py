@@ -12,7 +12,7 @@ import optax
 import pytest
 
 import pinet_eqx as pe
-from pinet_eqx._frozen import Frozen, thaw
+from pinet_eqx._projector.frozen import Frozen, thaw
 
 
 def _net(key, d=6, m_eq=2, m_ineq=3, d_in=4):

@@ -107,7 +107,7 @@ def test_far_raw_outputs_reach_the_projection_in_bounded_work():
     method's face, polished: every instance successful and within 1e-6 of
     Clarabel's projection (float64, case30), in a bounded number of host
     factorisations (a count, not a time)."""
-    from pinet_eqx._host_solve import FACTORISATIONS
+    from pinet_eqx._linalg.host_solve import FACTORISATIONS
 
     case = grid("case30")
     proj = grid_projector(case, inference=True)
@@ -124,7 +124,7 @@ def test_dual_method_finishes_where_the_rounds_cycle(monkeypatch):
     (here forced: it names every bound), Goldfarb and Idnani's dual method
     finds the face, and every instance is still the projection (float64,
     case30, 100 times the spread)."""
-    from pinet_eqx import _host_polish
+    from pinet_eqx._active_set import host_polish as _host_polish
 
     calls = []
 

@@ -1,4 +1,4 @@
-"""Tests for the cone and simplex projections in `pinet_eqx._primitives`.
+"""Tests for the cone and simplex projections in `pinet_eqx._problem.primitives`.
 
 Values are checked against cvxpy + Clarabel; derivatives against `jax.jacrev` of
 unrolled reference implementations that use a different algorithm (active-set
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from hypothesis.extra import numpy as hnp
 
-from pinet_eqx._primitives import (
+from pinet_eqx._problem.primitives import (
     project_box,
     project_l1_norm_cone,
     project_linf_norm_cone,

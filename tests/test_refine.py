@@ -27,8 +27,13 @@ from helpers import (
 )
 
 import pinet_eqx as pe
-from pinet_eqx._cones import _surface_value
-from pinet_eqx._residual import SlicePlan, exact_residual, pairwise_sum, split_rows
+from pinet_eqx._linalg.residual import (
+    SlicePlan,
+    exact_residual,
+    pairwise_sum,
+    split_rows,
+)
+from pinet_eqx._problem.cones import _surface_value
 from pinet_eqx.problems import make_dc3
 
 
@@ -282,7 +287,7 @@ def test_eliminated_refinement_step_is_the_general_one(items, monkeypatch):
     equality rows on the host (`step_eliminated`); its correction is the
     general step's minimum-norm one (up to their regularisations), on
     iterates far enough from converged that the corrections are large."""
-    from pinet_eqx import _refine
+    from pinet_eqx._active_set import refine as _refine
 
     rng = np.random.default_rng(len(items))
     spec, y0 = random_set_spec(rng, 10, items)
@@ -293,13 +298,9 @@ def test_eliminated_refinement_step_is_the_general_one(items, monkeypatch):
     pairs = []
     eliminated = _refine.step_eliminated
 
-    def both(problem, fixed, r, r_low, totals_low, y, data, hi, lo, pre, solver):
-        new = eliminated(
-            problem, fixed, r, r_low, totals_low, y, data, hi, lo, pre, solver
-        )
-        general = _refine.step(
-            problem, r, r_low, totals_low, y, data, hi, lo, pre, solver, None
-        )
+    def both(problem, fixed, rows, y, data, flags, pre, solver):
+        new = eliminated(problem, fixed, rows, y, data, flags, pre, solver)
+        general = _refine.step(problem, rows, y, data, flags, pre, solver, None)
         pairs.append((np.asarray(y - new), np.asarray(y - general)))
         return new
 

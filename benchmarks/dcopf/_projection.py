@@ -296,7 +296,7 @@ def distances(
     With `n_solver=0` (a machine without Clarabel, the GPU one) the centre is
     our own projection of zero and no solver is timed.
     """
-    from pinet_eqx._host_solve import FACTORISATIONS
+    from pinet_eqx._linalg.host_solve import FACTORISATIONS
 
     jdtype = jnp.dtype(dtype)
     rng = np.random.default_rng(seed)

@@ -283,17 +283,7 @@ def solve_dc3_convex(
     `ImportError` if OSQP is not installed, and `RuntimeError` if it does not solve
     some context.
     """
-    if solver != "osqp":
-        raise ValueError(
-            f"`solve_dc3_convex` got `solver={solver!r}`, but only 'osqp' is supported."
-        )
-    X = problem.X if X is None else np.asarray(X, dtype=np.float64)
-    if X.ndim != 2 or X.shape[1] != problem.n_eq:
-        raise ValueError(
-            f"`solve_dc3_convex` got `X` with shape {X.shape}, but expected shape "
-            f"(n, {problem.n_eq}): one context per row. For a single context `x`, "
-            "pass `x[None]`."
-        )
+    X = _contexts(problem, X, solver)
     try:
         # An optional extra: pyright checks the package without it.
         import osqp  # pyright: ignore[reportMissingImports]
@@ -334,3 +324,19 @@ def solve_dc3_convex(
             )
         Y[i] = result.x
     return Y
+
+
+def _contexts(problem: DC3Problem, X, solver: str) -> np.ndarray:
+    """`solve_dc3_convex`'s `X` and `solver` checked: the contexts, one a row."""
+    if solver != "osqp":
+        raise ValueError(
+            f"`solve_dc3_convex` got `solver={solver!r}`, but only 'osqp' is supported."
+        )
+    X = problem.X if X is None else np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != problem.n_eq:
+        raise ValueError(
+            f"`solve_dc3_convex` got `X` with shape {X.shape}, but expected shape "
+            f"(n, {problem.n_eq}): one context per row. For a single context `x`, "
+            "pass `x[None]`."
+        )
+    return X

@@ -1,0 +1,84 @@
+"""The third phase of one instance's forward pass: the finish onto the active set.
+
+At inference (and in training mode with `refine=True` or `polish=True`) the
+iterate is finished on the face that Douglas-Rachford identified: polished to
+that face's projection (polyhedral sets), refined against its rows' exact
+residuals (dense sets, `refine`), or polished on the host (sparse sets,
+`host_polish`). The derivative stays the unfinished map's: the correction is at
+rounding level, and a polished point's own derivative is its face's.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from .._linalg.residual import stored
+from .._solver import douglas_rachford as dr
+from .._solver.instance import Instance, Iterated
+from . import derivative as active_set
+from .polish import polish as _polish
+from .refine import refine
+
+
+def finish(
+    instance: Instance, it: Iterated
+) -> tuple[Float[Array, " d"], Float[Array, ""] | None, Bool[Array, ""] | bool]:
+    """Phase three: the finished point `y` of `instance`, with its constraint
+    violation where the refinement measured it (else `None`) and whether the
+    polish found the projection.
+
+    **Returns:** `(y, violation, polished)`.
+    """
+    problem, rows, data = instance.problem, instance.rows, instance.data
+    y, flags = it.y, it.flags
+    polished = False
+    viol = None
+    if not (instance.refining or (instance.finishing and instance.polish)):
+        return y, viol, polished
+    # The derivative of the unrefined map is kept (stop_gradient): the
+    # refinement's correction is at rounding level, and a polished point's
+    # own derivative is its face's: the iterate's (dense sets), or the one
+    # the host's polish ends on (sparse sets, `on_face` below). y is as
+    # stored so that y - y_plain below is exactly zero (see
+    # `_residual.stored`).
+    y = stored(y)
+    y_plain = jax.lax.stop_gradient(y)
+    pre = None
+    if flags is None:
+        # Off the active-set path (every set with cones), P and z were
+        # computed by the iteration's read-out.
+        flags = active_set.activity(it.s, it.P, instance.op, it.z)
+        if problem.groups:
+            pre = dr.cone_argument(it.s, it.z, it.P)
+    y_raw = instance.y_raw
+    if instance.refining:
+        # Polyhedral sets are first polished (see `refine`).
+        fix, viol, polished = refine(
+            problem, rows, instance.refinement, y_plain, data, flags, pre,
+            y_raw if instance.polish else None, it.status_tol,
+        )  # fmt: skip
+    else:
+        # Without the refinement (sparse sets; training mode with
+        # `polish=True`): the polished point where it is the projection.
+        candidate, polished, _, face = _polish(
+            problem, rows, y_raw, data, flags, it.status_tol
+        )
+        fix = jnp.where(polished, candidate, y_plain)
+        if it.inputs is not None:
+            # Its derivative is its face's, which the host's polish
+            # (`_host_polish`) may have moved away from the iterate's.
+            face = jax.tree.map(partial(jnp.where, polished), face, tuple(flags))
+            y_plain = y = active_set.on_face(
+                it.inputs,
+                value=fix,
+                flags=jax.lax.stop_gradient(tuple(face)),
+                fixed=rows,
+                cfg=it.cfg,
+            )
+    # y - y is exactly zero, so the value is exactly `fix`.
+    y = (y - jax.lax.stop_gradient(y_plain)) + jax.lax.stop_gradient(fix)
+    return y, viol, polished

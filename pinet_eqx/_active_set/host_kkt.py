@@ -1,0 +1,249 @@
+"""The fixed KKT pattern of a sparse polyhedral set, on the host: the one
+factorisation structure that the polish's face solves and its interior-point
+method (`_host_ipm`) share.
+
+For $\\min_y \\tfrac12\\|y - r\\|^2$ subject to $E y = q$ and bounds on the rows
+of $G = [I; C]$ (rows of $E$ and $C$ scaled to unit length), every system
+either of them solves is
+
+$$K(D) = \\begin{bmatrix} I + G^\\top D G & E^\\top \\\\ E & -\\delta I
+\\end{bmatrix}$$
+
+for some non-negative diagonal weights $D$: the barrier's $Z S^{-1}$ in the
+interior-point method, a penalty on a face's rows in `face_projection`. Its
+sparsity never changes, so its pattern and QDLDL's ordering are built once per
+set of matrices, and each system costs one numeric $L D L^\\top$ with iterative
+refinement against the unregularised $K$.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import qdldl
+import scipy.sparse as sp
+
+from .._linalg.host_solve import FACTORISATIONS, unit_rows
+
+# The static regularisation of K's diagonal (both blocks), removed by refinement.
+_DELTA = 1e-11
+# The most refinement steps of each solve against the unregularised K: the
+# bus-balance rows of a grid are nearly dependent (a Laplacian's rows sum to
+# almost nothing), so their multipliers grow large and the shift's error with
+# them.
+_REFINE_STEPS = 4
+# ... stopped once the residual is this small against the right-hand side.
+_REFINE_TOL = 1e-10
+# The face projections: the penalty weight of the face's rows, the most
+# multiplier steps, the residual of those rows (relative to their bounds) that
+# ends them, and the refinement steps of each.
+_FACE_PENALTY = 1e10
+_FACE_STEPS = 8
+_FACE_TOL = 1e-13
+_FACE_REFINE = 1
+
+
+class KKTPattern:
+    """The fixed part of the interior-point systems of one set: the rows
+    scaled to unit length, and the sparsity pattern of $K$ with, for each of
+    its entries, where the diagonal weights $D$ enter.
+
+    **Arguments:**
+
+    - `E`: the equality rows (`scipy.sparse`, float64).
+    - `C`: the inequality rows (`scipy.sparse`, float64); every coordinate of
+        $y$ and every row of `C` may carry bounds.
+    """
+
+    def __init__(self, E: Any, C: Any):
+        self.E, self.e_norms = unit_rows(sp.csr_matrix(E))
+        Cn, self.c_norms = unit_rows(sp.csr_matrix(C))
+        d = self.E.shape[1]
+        self.d, self.m_eq, self.k = d, self.E.shape[0], Cn.shape[0]
+        self.G: Any = sp.vstack([sp.identity(d, format="csr"), Cn]).tocsr()
+        self.GT: Any = self.G.T.tocsr()
+        n = d + self.m_eq
+        # Every contribution to K: (row, column, constant value, weight index);
+        # a weight index of -1 marks a constant entry.
+        E_coo = self.E.tocoo()
+        C_coo = Cn.tocoo()
+        a, b, pair_row, c_col, c_val = _row_pairs(C_coo, self.k)
+        diag = np.arange(d)
+        rows = np.concatenate(
+            [diag, diag, c_col[a], d + E_coo.row, E_coo.col, d + np.arange(self.m_eq)]
+        )
+        cols = np.concatenate(
+            [diag, diag, c_col[b], E_coo.col, d + E_coo.row, d + np.arange(self.m_eq)]
+        )
+        const = np.concatenate(
+            [
+                np.ones(d),
+                np.zeros(d),
+                np.zeros(a.size),
+                E_coo.data,
+                E_coo.data,
+                np.zeros(self.m_eq),
+            ]
+        )
+        coef = np.concatenate(
+            [np.zeros(d), np.ones(d), c_val[a] * c_val[b], np.zeros(2 * E_coo.nnz)]
+        )
+        coef = np.concatenate([coef, np.zeros(self.m_eq)])
+        weight = np.concatenate(
+            [
+                np.full(d, -1),
+                diag,
+                d + pair_row,
+                np.full(2 * E_coo.nnz + self.m_eq, -1),
+            ]
+        )
+        # The regularisation: +delta on the first block, -delta on the second.
+        sign = np.concatenate([np.ones(d), -np.ones(self.m_eq)])
+        # Keep the upper triangle (QDLDL's input), in CSC order of (column, row).
+        upper = rows <= cols
+        keys = cols[upper].astype(np.int64) * n + rows[upper]
+        uniq, self._slot = np.unique(keys, return_inverse=True)
+        self._const = np.bincount(self._slot, const[upper], uniq.size)
+        self._coef, self._weight = coef[upper], weight[upper]
+        diag_keys = np.arange(n, dtype=np.int64) * (n + 1)
+        self._diag_slot = np.searchsorted(uniq, diag_keys)
+        self._sign = sign
+        self._indices = (uniq % n).astype(np.int32)
+        self._indptr = np.searchsorted(uniq // n, np.arange(n + 1)).astype(np.int32)
+        # The whole symmetric K as CSR, its entries taken from the upper
+        # triangle's: one product per refinement step.
+        row_u, col_u = uniq % n, uniq // n
+        off = np.flatnonzero(row_u != col_u)
+        full_row = np.concatenate([row_u, col_u[off]])
+        full_col = np.concatenate([col_u, row_u[off]])
+        order = np.argsort(full_row * n + full_col, kind="stable")
+        self._full_source = np.concatenate([np.arange(uniq.size), off])[order]
+        self._full_indices = full_col[order].astype(np.int32)
+        self._full_indptr = np.searchsorted(full_row[order], np.arange(n + 1)).astype(
+            np.int32
+        )
+        self.n = n
+        # QDLDL's symbolic analysis, kept per thread (a solver is stateful).
+        self._local = threading.local()
+
+    def values(self, D: np.ndarray, delta: float) -> np.ndarray:
+        """The entries of $K$'s upper triangle for the weights `D` (one per row
+        of $G$) and the regularisation `delta`."""
+        w = np.where(self._weight >= 0, D[np.maximum(self._weight, 0)], 0.0)
+        data = self._const + np.bincount(self._slot, self._coef * w, self._const.size)
+        if delta:
+            data[self._diag_slot] += delta * self._sign
+        return data
+
+    def matrix(self, data: np.ndarray) -> Any:
+        return sp.csc_matrix((data, self._indices, self._indptr), (self.n, self.n))
+
+    def factorise(self, D: np.ndarray) -> Any:
+        """A solver with $K(D)$: `solve(rhs)`, refined against the unregularised
+        matrix (see the module docstring)."""
+        data = self.values(D, 0.0)
+        exact = sp.csr_matrix(
+            (data[self._full_source], self._full_indices, self._full_indptr),
+            (self.n, self.n),
+        )
+        data[self._diag_slot] += _DELTA * self._sign
+        upper = self.matrix(data)
+        solver = getattr(self._local, "solver", None)
+        if solver is None:
+            solver = self._local.solver = qdldl.Solver(upper, upper=True)
+        else:
+            solver.update(upper, upper=True)
+        FACTORISATIONS.add()
+
+        def solve(rhs: np.ndarray) -> np.ndarray:
+            x = solver.solve(rhs)
+            size = np.abs(rhs).max()
+            for _ in range(_REFINE_STEPS):
+                res = rhs - exact @ x
+                # Converged (to what the next iterate needs), or not finite.
+                if not np.abs(res).max() > _REFINE_TOL * size:
+                    break
+                x = x + solver.solve(res)
+            return x
+
+        solve.matrix = exact  # type: ignore[attr-defined]
+        return solve
+
+
+def _row_pairs(C_coo: Any, k: int):
+    """Each row's pairs of nonzeros: row $j$ of $C$ adds $D_j c_{ja} c_{jb}$
+    at $(a, b)$ of $G^\\top D G$. Returns `(a, b, row, col, val)`: the pairs'
+    positions in `(col, val)`, the nonzeros sorted by row, and their row."""
+    order = np.argsort(C_coo.row, kind="stable")
+    c_row, c_col, c_val = C_coo.row[order], C_coo.col[order], C_coo.data[order]
+    starts = np.searchsorted(c_row, np.arange(k + 1))
+    counts = np.diff(starts)
+    squares = counts**2
+    pair_row = np.repeat(np.arange(k), squares)
+    first = np.repeat(starts[:-1], squares)
+    within = np.arange(pair_row.size) - np.repeat(np.cumsum(squares) - squares, squares)
+    per_row = np.repeat(counts, squares)
+    return first + within // per_row, first + within % per_row, pair_row, c_col, c_val
+
+
+def face_projection(
+    pattern: KKTPattern,
+    r: np.ndarray,
+    q: np.ndarray,
+    hi: np.ndarray,
+    lo: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+    """The projection of `r` onto the face of the flags `hi`, `lo`, on the
+    fixed pattern: $\\min \\frac12\\|y - r\\|^2$ subject to $E y = q$ and
+    $g_i^\\top y = u_i$ ($\\ell_i$) for the rows $i$ flagged `hi` (`lo`).
+
+    The face's rows enter $K$ as the weights $D = \\rho$ (zero elsewhere), and
+    the method of multipliers removes the penalty's error: each step is one
+    solve with the same factor, and the error along each direction of the
+    face's rows shrinks by $1 / (1 + \\rho \\sigma^2)$ per step. So a face
+    costs one numeric refactorisation of the fixed pattern, where a sparse LU
+    of its own Gram matrix would redo the ordering and the symbolic work.
+
+    **Returns:** `(y, mult)` as `_host_polish._face`: the point and each
+    flagged coordinate's and row's multiplier (positive pushes $y$ down), in
+    the layout of the flags and the units of the rows given; `(None, None)`
+    where the steps do not meet the face's rows to `_FACE_TOL` (a singular
+    or inconsistent face: the caller's own solve decides).
+    """
+    P = pattern
+    d = P.d
+    scale = np.concatenate([np.ones(d), P.c_norms])
+    flagged = hi | lo
+    rows = np.flatnonzero(flagged)
+    target = np.where(hi, upper, lower)[rows] / scale[rows]
+    if not np.all(np.isfinite(target)):
+        return None, None
+    D = np.zeros(P.G.shape[0])
+    D[rows] = _FACE_PENALTY
+    solve = P.factorise(D)
+    G_A = P.G[rows]
+    mu = np.zeros(rows.size)
+    rhs_eq = q / P.e_norms
+    K = solve.matrix
+    x = np.zeros(P.n)
+    for _ in range(_FACE_STEPS):
+        rhs = np.concatenate([r - G_A.T @ (mu - _FACE_PENALTY * target), rhs_eq])
+        # In correction form: each solve's right-hand side is the residual,
+        # so its relative accuracy is the point's, not the penalty's 1e8.
+        for _ in range(_FACE_REFINE):
+            x = x + solve(rhs - K @ x)
+        y = x[:d]
+        gap = G_A @ y - target
+        mu = mu + _FACE_PENALTY * gap
+        size = 1.0 + np.abs(target).max(initial=0.0)
+        if np.abs(gap).max(initial=0.0) <= _FACE_TOL * size:
+            break
+    else:
+        return None, None
+    mult = np.zeros(flagged.shape)
+    mult[rows] = mu / scale[rows]
+    return y, mult

@@ -1,0 +1,16 @@
+"""Numerics with no Πnet concept in them.
+
+Sparse matrices inside `jit` (`sparse`), nearly exact residuals and sums
+(`residual`), full-precision products (`precision`), the Krylov solvers of the
+backward pass (`krylov`), modified Ruiz equilibration (`equilibration`), and the
+host's sparse LU and saddle-point factorisations reached through
+`jax.pure_callback` (`host_solve`). This is the bottom layer: it imports nothing
+from `pinet_eqx`.
+"""
+
+from .equilibration import Equilibration as Equilibration, equilibrate as equilibrate
+from .krylov import (
+    BackwardNotConvergedWarning as BackwardNotConvergedWarning,
+    BiCGStab as BiCGStab,
+    ConjugateGradient as ConjugateGradient,
+)
