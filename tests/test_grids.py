@@ -179,8 +179,8 @@ def test_equal_bounds_stay_on_the_face(side):
     |y_1 - y_2| \\le 1, 0 \\le y \\le 5\\}$, $(1, 1, 1)$ (once released, it
     came back a round later: on ACTIVSg2000's 117 such units, rounds without
     end)."""
-    from pinet_eqx._host_kkt import KKTPattern
-    from pinet_eqx._host_polish import _rounds
+    from pinet_eqx._active_set.host_kkt import KKTPattern
+    from pinet_eqx._active_set.host_polish import _rounds
 
     E = sp.csr_matrix(np.ones((1, 3)))
     C = sp.csr_matrix(np.array([[0.0, 1.0, -1.0]]))
@@ -202,7 +202,7 @@ def test_derivative_face_with_more_rows_than_free_coordinates(monkeypatch):
     larger shift and refines it away: its `x` is still the projection onto
     $\\{x : M x = s\\}$ for consistent right-hand sides, against a dense
     least-squares solve (float64)."""
-    from pinet_eqx._host_solve import SaddleSolver
+    from pinet_eqx._linalg.host_solve import SaddleSolver
 
     f = np.load(DATA / "saddle_dependent_rows.npz")
     M = sp.csr_matrix((f["data"], f["indices"], f["indptr"]), tuple(f["shape"]))
