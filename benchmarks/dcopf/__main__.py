@@ -133,6 +133,11 @@ def _proxy_parser(sub) -> None:
     proxy.add_argument("--n-test", type=int, help="score this many test hours only")
     proxy.add_argument("--repeats", type=int, default=3, help="timed calls (0: none)")
     proxy.add_argument(
+        "--reevaluate",
+        action="store_true",
+        help="score the earlier run's checkpoint again with the current library",
+    )
+    proxy.add_argument(
         "--pin-core",
         type=int,
         help="run on this core only, with JAX's thread pool sized for all (see _pin)",
@@ -159,7 +164,10 @@ def _pin(core: int) -> None:
     os.sched_setaffinity(0, range(os.cpu_count() or 1))
     jax.devices()
     for thread in os.listdir("/proc/self/task"):
-        os.sched_setaffinity(int(thread), {core})
+        try:
+            os.sched_setaffinity(int(thread), {core})
+        except ProcessLookupError:  # a thread that ended since the listing
+            pass
 
 
 def _proxy(args):
@@ -194,6 +202,12 @@ def _proxy(args):
         from ._proxy_solvers import run as run_solvers
 
         record = run_solvers(data, n_hours=args.solver_hours)
+    elif args.reevaluate:
+        from ._proxy import reevaluate
+
+        record = reevaluate(
+            data, method, out=args.out, tag=args.tag, repeats=args.repeats
+        )
     else:
         from ._proxy import run
 

@@ -291,15 +291,7 @@ def train_proxy(
     (with `build_s`, the model's construction time, projector included).
     """
     case = data.case
-    if method == "ours-sup":
-        train_hours = data.solved(data.train)
-        optima = data.y_opt[train_hours]
-    else:
-        # Hours the solver has not reached yet (a partial cache) are kept: the
-        # other losses need no optimum. Only the solver's verdicts exclude.
-        train_hours = data.train[np.isin(data.status[data.train], USABLE)]
-        optima = None
-    scaling = scalings(case, method, data.loads[train_hours], optima)
+    scaling, train_hours = _scalings(data, method)
     start = time.perf_counter()
     key = jax.random.key(seed)
     sizes = dict(width=width, depth=depth)
@@ -326,6 +318,19 @@ def train_proxy(
     return model, grid, dict(info, build_s=build_s)
 
 
+def _scalings(data: HourlyData, method: str) -> tuple[dict, np.ndarray]:
+    """`method`'s scalings (see `scalings`) and the training hours they are of."""
+    if method == "ours-sup":
+        train_hours = data.solved(data.train)
+        optima = data.y_opt[train_hours]
+    else:
+        # Hours the solver has not reached yet (a partial cache) are kept: the
+        # other losses need no optimum. Only the solver's verdicts exclude.
+        train_hours = data.train[np.isin(data.status[data.train], USABLE)]
+        optima = None
+    return scalings(data.case, method, data.loads[train_hours], optima), train_hours
+
+
 def make_proxy(case, variant, method, width, depth, fixture=None):
     """The skeleton `pe.load` fills: the grid rebuilt from its name (or the
     fixture), the network of `method` with placeholder scalings."""
@@ -340,6 +345,35 @@ def make_proxy(case, variant, method, width, depth, fixture=None):
 def load_proxy(path: str | pathlib.Path):
     """A network written by `train_proxy`'s checkpoint, ready for inference."""
     return eqx.nn.inference_mode(pe.load(path, make_proxy))
+
+
+def reevaluate(
+    data: HourlyData,
+    method: str,
+    *,
+    out: pathlib.Path,
+    tag: str | None = None,
+    repeats: int = 3,
+) -> dict:
+    """The record of an earlier `run`, its test scored and timed again with
+    the library as it is now (the network is the same checkpoint): training
+    stays as recorded, `test` is replaced and `reevaluated` says when."""
+    import json
+
+    stem = f"{data.case.name}-{data.variant}-{method}" + (f"-{tag}" if tag else "")
+    record = json.loads((out / "proxy" / f"{stem}.json").read_text())
+    model = load_proxy(record["checkpoint"])
+    grid = Grid.of(data.case, _scalings(data, method)[0])
+    part = data.test
+    n_test = record["settings"].get("n_test")
+    if n_test is not None and n_test < part.size:
+        part = part[np.linspace(0, part.size - 1, n_test).astype(int)]
+    record["test"] = evaluate(
+        method, model, data, part, grid, timed=repeats > 0, per_hour=True,
+        repeats=repeats,
+    )  # fmt: skip
+    record["reevaluated"] = dict(machine=provenance.machine())
+    return record
 
 
 def run(
