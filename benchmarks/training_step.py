@@ -69,6 +69,7 @@ import scipy.linalg
 
 from pinet_eqx.problems import DC3Problem, dc3_violation, make_dc3
 
+from ._common import records
 from ._common.problems import (
     DC3_SIZES,
     PAPER_N_ITER,
@@ -103,16 +104,9 @@ CLARABEL_MAX_VAR = 200  # Clarabel takes ~20 s per large instance; skip it there
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One benchmark problem and its batch, in float64 NumPy.
-
-    **Fields:**
-
-    - `size`: `"tiny"`, `"small"` or `"large"`.
-    - `problem`: the `DC3Problem` (its `A`, `G`, `h`).
-    - `X`: the contexts, shape `(batch, n_eq)`.
-    - `Y`: the raw points $A^+ x + 0.5\\,N(0, I)$, shape `(batch, n_var)`.
-    - `V`: the cotangent, $N(0, I)$, shape `(batch, n_var)`.
-    - `source`: where the data came from, for the record.
+    r"""One benchmark problem and its batch, in float64 NumPy: the `DC3Problem`,
+    the contexts `X`, the raw points `Y` ($A^+ x + 0.5\,N(0, I)$), the cotangent
+    `V` ($N(0, I)$) and, for the record, the data's `source`.
     """
 
     size: str
@@ -126,19 +120,9 @@ class Case:
 def make_case(
     size: str, batch: int | None = None, instances=None, seed: int = 0
 ) -> Case:
-    """Generate the problem and the batch of one size.
-
-    **Arguments:**
-
-    - `size`: a key of `benchmarks._common.problems.DC3_SIZES`.
-    - `batch`: the batch size; default `BATCH[size]`.
-    - `instances`: optional folder of the paper's DC3 `.npz` files; used for the
-        small problem only (its 2048 validation and test contexts).
-    - `seed`: the seed of the raw points and the cotangent.
-
-    **Returns:**
-
-    A `Case`, with `X`, `Y` and `V` rounded to float32 values.
+    """The problem and batch of `size` (a key of `DC3_SIZES`), with `X`, `Y`
+    and `V` rounded to float32 values; `batch` defaults to `BATCH[size]`, and
+    `instances` (a folder of the paper's DC3 `.npz` files) gives the small problem.
     """
     batch = BATCH[size] if batch is None else batch
     n_var, n_eq, n_ineq, n_examples = DC3_SIZES[size][:4]
@@ -169,19 +153,13 @@ def _f32_grid(a: np.ndarray) -> np.ndarray:
 
 
 class ExactProjection:
-    r"""The exact projection onto $\{z : A z = x,\ G z \le h\}$, in float64 NumPy.
+    r"""The exact projection onto $\{z : A z = x,\ G z \le h\}$ in float64 NumPy
+    (`A` of full row rank).
 
     With $N$ an orthonormal basis of the null space of $A$ and $z_0$ the projection
     of $y$ onto $\{A z = x\}$, the projection onto $\{A z = x,\ G_S z = h_S\}$ is
     $z = z_0 - N K^\top \lambda_S$ with $K = G_S N$ and
-    $K K^\top \lambda_S = G_S z_0 - h_S$; $\lambda_S$ are the KKT multipliers of
-    the rows $S$. Working in the null space keeps each step to a QR of the small
-    $K^\top$ instead of one of $[A; G_S]^\top$.
-
-    **Arguments:**
-
-    - `A`, `G`, `h`: the constraint data, shapes `(m, n)`, `(k, n)`, `(k,)`, with
-        `A` of full row rank.
+    $K K^\top \lambda_S = G_S z_0 - h_S$: a QR of the small $K^\top$ per step.
     """
 
     def __init__(self, A, G, h):
@@ -193,12 +171,9 @@ class ExactProjection:
         self._GN = self.G @ self.N
 
     def restricted(self, y, x, active):
-        r"""The projection of `y` onto $\{A z = x,\ G_S z = h_S\}$, $S$ = `active`.
-
-        **Returns:**
-
-        `(z, lam, Q)`: the point, the multipliers of every row of `G` (zero off
-        $S$) and an orthonormal basis `Q` of the rows of $G_S N$.
+        r"""The projection of `y` onto $\{A z = x,\ G_S z = h_S\}$, $S$ = `active`:
+        `(z, lam, Q)`, with the multipliers of every row of `G` (zero off $S$) and an
+        orthonormal basis `Q` of the rows of $G_S N$.
         """
         z = y - self._Q1 @ scipy.linalg.solve_triangular(
             self._R1, self.A @ y - x, trans="T"
@@ -216,23 +191,11 @@ class ExactProjection:
         return z - self.N @ (K.T @ lam[active]), lam, Q
 
     def project(self, y, x, max_steps: int = 100):
-        r"""Project `y` by a primal-dual active-set method, certified by KKT.
-
-        From the rows violated by the projection onto $\{A z = x\}$, it projects
-        onto the active rows, drops those with negative multipliers and adds the
-        violated ones, until the set no longer changes: then $z$ satisfies the KKT
-        conditions up to rounding.
-
-        **Arguments:**
-
-        - `y`: the point to project, shape `(n,)`.
-        - `x`: the context, shape `(m,)`.
-        - `max_steps`: the most active-set changes.
-
-        **Returns:**
-
-        `(z, active, lam, slack, Q)` as in `restricted`, or `None` when the set
-        did not settle within `max_steps`.
+        r"""Project `y` by a primal-dual active-set method, certified by KKT: from
+        the rows violated by the projection onto $\{A z = x\}$, project onto the active
+        rows, drop those with negative multipliers and add the violated ones until the
+        set repeats. Returns `(z, active, lam, slack, Q)`, or `None` when the set did
+        not settle within `max_steps`.
         """
         active = np.zeros(self.G.shape[0], bool)
         tol = 1e-12 * (1.0 + np.abs(self.h))
@@ -274,21 +237,10 @@ def _clarabel(problem: DC3Problem):
 
 
 def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
-    r"""The exact projection and VJP of the first `n` instances, in float64.
-
-    **Arguments:**
-
-    - `case`: the benchmark case.
-    - `n`: how many instances (the first rows of the batch).
-    - `clarabel`: whether to cross-check each projection with Clarabel; default:
-        on problems with at most `CLARABEL_MAX_VAR` variables, when cvxpy is
-        installed (the GPU machine may lack it).
-    - `progress`: whether to show a progress bar on stderr.
-
-    **Returns:**
-
-    A dict with `y` and `vjp` (shape `(n, n_var)`), `well_defined` (shape `(n,)`,
-    no weakly active row), `n_active` (shape `(n,)`) and a summary for the record.
+    r"""The exact projection and VJP of the first `n` instances, in float64:
+    a dict with `y`, `vjp`, `well_defined` (no weakly active row), `n_active` and
+    the record's `summary`. `clarabel`: cross-check each projection with Clarabel
+    (default: when cvxpy is installed and `n_var <= CLARABEL_MAX_VAR`).
     """
     from tqdm.auto import tqdm
 
@@ -369,7 +321,6 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
 
 
 def _cholesky() -> dict:
-    """A direct solve of the active-set system in the backward pass."""
     import lineax as lx
 
     import pinet_eqx as pe
@@ -377,30 +328,14 @@ def _cholesky() -> dict:
     return {"adjoint": pe.ImplicitAdjoint(linear_solver=lx.Cholesky())}
 
 
-def _dense() -> dict:
-    """The affine projection as one dense matrix product per iteration."""
-    return {"affine_form": "dense"}
-
-
-def _n_iter20() -> dict:
-    """20 training iterations instead of the default 50: the recipe of the
-    `train_iterations` ablation (`benchmarks.dc3 ablations`)."""
-    return {"n_iter": 20}
-
-
-def _n_iter20_polish() -> dict:
-    """20 training iterations, with the polish in training mode too: exact
-    outputs wherever the active set is identified."""
-    return {"n_iter": 20, "polish": True}
-
-
-# Candidates to time beside the defaults (`--variants`), as the `pe.Projector`
-# keywords they set; the targets are met with the defaults.
+# Candidates to time beside the defaults (`--variants`, whose help says what
+# each is), as the `pe.Projector` keywords they set; the targets are met with
+# the defaults. `n_iter20` is the `train_iterations` ablation's recipe.
 VARIANTS = {
     "cholesky": _cholesky,
-    "dense": _dense,
-    "n_iter20": _n_iter20,
-    "n_iter20-polish": _n_iter20_polish,
+    "dense": lambda: {"affine_form": "dense"},
+    "n_iter20": lambda: {"n_iter": 20},
+    "n_iter20-polish": lambda: {"n_iter": 20, "polish": True},
 }
 
 
@@ -469,20 +404,10 @@ def _timed(fn, args, repeats: int) -> tuple[object, dict]:
 
 
 def measure(project, params, case: Case, dtype, repeats: int) -> dict:
-    r"""Time one layer's forward and forward+backward on `case`.
-
-    **Arguments:**
-
-    - `project`: a function `(params, Y, X) -> Y_proj` on batches.
-    - `params`: its array arguments (a pytree, or `None`).
-    - `case`: the benchmark case.
-    - `dtype`: the JAX dtype to cast the batch to.
-    - `repeats`: timed calls after the first.
-
-    **Returns:**
-
-    A dict with the timings `fwd` and `fwd_bwd` (seconds), the outputs `y` and
-    `grad` as float64 NumPy arrays, and the warnings raised, counted by message.
+    r"""Time one layer's forward and forward+backward on `case`, in `dtype`:
+    `project(params, Y, X)` on batches, `repeats` timed calls after the first.
+    Returns the timings `fwd` and `fwd_bwd`, the outputs `y` and `grad` (float64
+    NumPy) and the warnings raised, counted by message.
     """
     import jax
     import jax.numpy as jnp
@@ -517,14 +442,10 @@ def measure(project, params, case: Case, dtype, repeats: int) -> dict:
 
 
 def accuracy(result: dict, case: Case, truth: dict) -> dict:
-    """Gradient and projection errors of one layer against the ground truth.
-
-    **Returns:**
-
-    `grad_rel_err_{worst,median}`: $\\|g - g^\\star\\| / \\|g^\\star\\|$ over the
-    well-defined checked instances; `y_err_max`: the largest
-    $\\|y - y^\\star\\|_\\infty$ there; `cv_max`: the largest constraint violation
-    over the whole batch.
+    r"""Errors of one layer against the ground truth: `grad_rel_err_{worst,median}`
+    ($\|g - g^\star\| / \|g^\star\|$ over the well-defined checked instances),
+    `y_err_max` (largest $\|y - y^\star\|_\infty$ there) and `cv_max` (the batch's
+    largest constraint violation).
     """
     n = len(truth["y"])
     ok = truth["well_defined"]
@@ -552,13 +473,9 @@ def run_case(
     with_ref: bool,
     variants: tuple[str, ...] = (),
 ):
-    """Both layers, and any `variants` of ours, on one case in one dtype.
-
-    **Returns:**
-
-    A JSON-ready dict: `size`, `dtype`, `batch`, `ours`, `reference` (or `None`),
-    one `ours[NAME]` per variant, and the `ratio` ours/reference of the median
-    times.
+    """Both layers, and any `variants` of ours, on one case in one dtype: a
+    JSON-ready entry with `size`, `dtype`, `batch`, one entry per layer (the
+    `reference` `None` without it) and the `ratio` ours/reference of the medians.
     """
     import jax
     import jax.numpy as jnp
@@ -622,17 +539,17 @@ def _layers(entry: dict) -> list[str]:
 
 
 def markdown(record: dict) -> str:
-    """The results as markdown tables: per layer, then ours/reference ratios.
-
-    **Arguments:**
-
-    - `record`: the dict `main` returns.
-
-    **Returns:**
-
-    The tables as one string.
-    """
-    m = record["machine"]
+    """The results (`main`'s record) as Markdown: per layer, then the ratios
+    ours/reference."""
+    m, results = record["machine"], record["results"]
+    columns = "size|dtype|batch|layer|compile fwd|fwd|compile fwd+bwd|fwd+bwd|"
+    columns += "grad err worst / median|y err|CV"
+    rows = [
+        [e["size"], e["dtype"], e["batch"], *_row(name, e[name]).split(" | ")]
+        for e in results
+        for name in _layers(e)
+        if e[name] is not None
+    ]
     lines = [
         f"Training step, {m['device_kind']} ({m['cpu']}), jax {m['jax']}, matmul "
         f"precision {m['matmul_precision']}, commit {m['git']}.",
@@ -641,32 +558,18 @@ def markdown(record: dict) -> str:
         "Gradient error: ||g - g*|| / ||g*|| (worst / median) against the exact "
         "float64 VJP; y err: max |y - y*|; CV: max violation over the batch.",
         "",
-        "| size | dtype | batch | layer | compile fwd | fwd | compile fwd+bwd | "
-        "fwd+bwd | grad err worst / median | y err | CV |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        records.table(columns.split("|"), rows),
     ]
-    for e in record["results"]:
-        for name in _layers(e):
-            if e[name] is not None:
-                lines.append(
-                    f"| {e['size']} | {e['dtype']} | {e['batch']} | "
-                    f"{_row(name, e[name])} |"
-                )
-    if any(e["reference"] for e in record["results"]):
-        lines += [
-            "",
-            "| size | dtype | layer | ours/reference fwd | ours/reference fwd+bwd |",
-            "|---|---|---|---|---|",
-        ]
-        for e in record["results"]:
-            if e["reference"] is None:
-                continue
-            for name in _layers(e)[:-1]:
-                r = _ratio(e, name)
-                lines.append(
-                    f"| {e['size']} | {e['dtype']} | {name} | {r['fwd']:.2f} | "
-                    f"{r['fwd_bwd']:.2f} |"
-                )
+    ratios = [
+        [e["size"], e["dtype"], name, f"{r['fwd']:.2f}", f"{r['fwd_bwd']:.2f}"]
+        for e in results
+        if e["reference"] is not None
+        for name in _layers(e)[:-1]
+        for r in [_ratio(e, name)]
+    ]
+    if ratios:
+        columns = ["size", "dtype", "layer", "ours/reference fwd"]
+        lines += ["", records.table([*columns, "ours/reference fwd+bwd"], ratios)]
     return "\n".join(lines)
 
 
@@ -713,16 +616,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Run the benchmark, print the table and write the JSON record.
-
-    **Arguments:**
-
-    - `argv`: the command-line arguments; default `sys.argv[1:]`.
-
-    **Returns:**
-
-    The record written to `--out`: `machine`, `settings`, `ground_truth` (per
-    size) and `results` (one entry per size and dtype).
+    """Run the benchmark, print the table and write the JSON record to `--out`
+    (`machine`, `settings`, `ground_truth` per size, `results` per size and dtype);
+    returns the record.
     """
     import jax
 

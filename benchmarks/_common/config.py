@@ -110,15 +110,10 @@ class Config:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainingConfig(Config):
-    """The hyperparameters of the shared training loop (`training.train_loop`).
-
-    **Fields:**
-
-    - `epochs`, `batch_size`: the minibatch schedule (see `training.plan`).
-    - `lr`, `lr_schedule`: Adam's rate, constant or with a cosine decay to 1%.
-    - `validate_every`: epochs between validation points (`None`: about 50
-        points in all).
-    - `max_time_s`: stop once the training time exceeds it (`None`: no limit).
+    """The shared training loop's hyperparameters: `epochs`, `batch_size` (see
+    `training.plan`), Adam's `lr` with `lr_schedule` (constant or cosine to 1%),
+    `validate_every` (epochs; `None`: about 50 points) and `max_time_s` (`None`: no
+    limit).
     """
 
     epochs: int
@@ -142,15 +137,9 @@ class PaperTrainingConfig(TrainingConfig):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SolverConfig(Config):
     """How the harness times and scores a solver that solves one instance at a
-    time (see `timing.InferenceTiming`).
-
-    **Fields:**
-
-    - `timing_batch_rows`: rows of the batch to time (`None`: as many as take
-        about `timing_budget_s` seconds).
-    - `timing_budget_s`: see above.
-    - `timing_repeats`: the most timed repeats of the batch.
-    - `test_rows`: score only the first test rows (`None`: all).
+    time (see `timing.InferenceTiming`): `timing_batch_rows` (`None`: as many as
+    take about `timing_budget_s`), `timing_repeats` (the most batch repeats) and
+    `test_rows` (score only the first; `None`: all).
     """
 
     timing_batch_rows: int | None = None

@@ -27,20 +27,11 @@ from .timing import InferenceTiming, time_inference
 
 @dataclasses.dataclass
 class Trained:
-    """What a method returns after training.
-
-    **Fields:**
-
-    - `predict`: maps contexts `X` (a NumPy array of shape `(n, n_context)`) to
-        predictions `Y` of shape `(n, n_var)`. For network methods it is the whole
-        jitted model, applied to the batch; the harness blocks on the result.
-    - `predict_single`: maps one context `x` to one `y`; by default `predict` on
-        a batch of one.
-    - `info`: anything worth recording (tuned hyperparameters, solver statistics).
-    - `model`: the trained model, where there is one (for ablations that
-        re-evaluate it with other settings); not written to the results.
-    - `timing`: how to time its inference (slow methods time fewer repeats or
-        rows).
+    """What a method returns after training: `predict(X) -> Y` on a NumPy batch
+    (for networks, the whole jitted model; the harness blocks on the result),
+    `predict_single(x) -> y` (default `predict` on a batch of one), `info` to record,
+    the `model` where there is one (for the ablations; not written) and how to time
+    its inference (`timing`).
     """
 
     predict: Callable
@@ -51,13 +42,9 @@ class Trained:
 
 
 class Registry:
-    """The methods of a suite, imported on demand.
-
-    **Arguments:**
-
-    - `package`: the suite's package, e.g. `"benchmarks.dc3"`.
-    - `methods`: `name: (description, where)`, `where` a module of the package
-        (`"_pinet"`) or an attribute of one (`"_solvers:SCS"`).
+    """The methods of a suite (`package`, e.g. `"benchmarks.dc3"`), imported on
+    demand: `methods` maps a name to `(description, where)`, `where` a module of the
+    package (`"_pinet"`) or an attribute of one (`"_solvers:SCS"`).
     """
 
     def __init__(self, package: str, methods: dict[str, tuple[str, str]]):
@@ -79,18 +66,10 @@ class Registry:
 class Run:
     """Progress bar, wall clock and validation learning curve of one training run.
 
-    The clock starts when the `Run` is created, so setup (equilibration,
-    factorisation, auto-tuning) and JIT compilation count as training time.
-    Validation pauses it: the curve's times are training time only.
-
-    **Arguments:**
-
-    - `data`: the data set: `X_valid`, `J_valid` (optimal values),
-        `relative_suboptimality(Y, J_star, X)` and `violation(Y, X)`.
-    - `total_steps`: the number of optimiser steps, for the progress bar.
-    - `description`: the bar's label.
-    - `n_valid`: how many validation contexts to evaluate at each `validate`.
-    - `disable`: hide the progress bar.
+    The clock starts with the `Run`, so setup (equilibration, factorisation,
+    auto-tuning) and JIT compilation count as training time; validation pauses it.
+    `data` needs `X_valid`, `J_valid`, `relative_suboptimality(Y, J_star, X)` and
+    `violation(Y, X)`; `n_valid` contexts are evaluated at each `validate`.
     """
 
     def __init__(
@@ -209,24 +188,14 @@ def run_method(
     prog: str,
     start: float | None = None,
 ):
-    """Train (or set up) a method, score it on the test set and time inference.
+    """Train (or set up) `module` on `data`, score it on the test set and time
+    inference (`repeats` batch repeats, 5x as many single).
 
-    **Arguments:**
-
-    - `module`: the method (`fit`).
-    - `data`: the data set (`name`, `X_test`, `test_metrics(Y) -> Metrics`, and
-        what `Run` and the method need).
-    - `config`: the method's `Config`; its `test_rows` (if it has one) limits
-        the test metrics to the first rows, its `n_valid` the validation contexts.
-    - `method`, `label`, `seed`, `dataset`: recorded as such.
-    - `repeats`: timed repeats of batch inference (single inference: 5x).
-    - `quiet`: hide the progress bar.
-    - `prog`: the command recorded with the arguments.
-    - `start`: `time.perf_counter()` when the run began (default: now).
-
-    **Returns:** the result record, the test `Metrics` and the `Trained` model.
-    `machine` holds the load average at the start and the end and the process's
-    peak memory.
+    `config` is the method's `Config` (its `test_rows` limits the test metrics,
+    its `n_valid` the validation contexts); `method`, `label`, `seed`, `dataset` and
+    `prog` are recorded. Returns the result record (its `machine` with the load
+    average at start and end and the peak memory), the test `Metrics` and the
+    `Trained` model.
     """
     import jax
 
@@ -290,27 +259,13 @@ def train_and_save(
     start: float | None = None,
     extra: Callable | None = None,
 ):
-    """Configure, train, score and time one method on `data`; write its results.
+    """Configure, train, score and time `method` of `registry` on `data`, and write
+    its results to `out/{data.name}/{label}/seed{seed}` (`label` defaults to the
+    method; an earlier run there is overwritten).
 
-    **Arguments:**
-
-    - `registry`: the suite's methods; `method` is one of them.
-    - `data`: the loaded data set (`name`, `sizes`, `source`); `problem` and
-        `size` name it in the record.
-    - `prog`: the suite's command, recorded with the arguments.
-    - `seed`: seeds the initialisation, shuffling and tuning points.
-    - `overrides`: hyperparameters replacing the method's defaults (unknown keys
-        are an error naming them).
-    - `out`: the results root; the run goes to `out/{data.name}/{label}/seed{seed}`
-        (an earlier run there is overwritten).
-    - `label`: the results sub-folder, default the method's name.
-    - `repeats`: timed repeats of batch inference (single inference: 5x).
-    - `quiet`: hide the progress bar and the summary.
-    - `start`: `time.perf_counter()` when the run began (default: now).
-    - `extra`: `extra(trained) -> dict`, added to the record before it is written.
-
-    **Returns:** the result record (also in `results.json`), its folder and the
-    `Trained` model.
+    `overrides` replace the method's default hyperparameters (an unknown key is an
+    error); `extra(trained) -> dict` is added to the record. Returns the record
+    (also in `results.json`), its folder and the `Trained` model.
     """
     module = registry.get(method)
     config = module.default_config(data).with_overrides(overrides, method)

@@ -17,22 +17,10 @@ def projection_layer(
     n_var: int, n_param: int, constraints: Callable, solve_method: str = SOLVE_METHOD
 ):
     r"""A differentiable projection onto $\{y : \text{constraints}(y, x)\}$ by
-    cvxpylayers.
-
-    Solves $\min_y \frac12\|y - r\|^2$ subject to `constraints(y, x)` (a list of
-    DPP-compliant CVXPY constraints in the variable `y` and the parameter `x`)
-    for each row of a batch $(R, X)$ with diffcp; the vector-Jacobian product
-    comes from diffcp's adjoint of the cone program. It runs eagerly (not under
-    `jax.jit`).
-
-    **Arguments:**
-
-    - `n_var`, `n_param`: the sizes of `y` and `x`.
-    - `constraints`: `constraints(y, x) -> list` of CVXPY constraints.
-    - `solve_method`: diffcp's cone solver.
-
-    **Returns:** `project(R, X) -> Y` for batches `(B, n_var)`, `(B, n_param)`,
-    or single vectors.
+    cvxpylayers: $\min_y \frac12\|y - r\|^2$ subject to `constraints(y, x)`
+    (DPP-compliant CVXPY constraints in `y` and the parameter `x`), solved with
+    diffcp's `solve_method`, its VJP from diffcp's adjoint. Eager (not under
+    `jax.jit`); returns `project(R, X) -> Y` for batches or single vectors.
     """
     import cvxpy as cp
     from cvxpylayers.jax import CvxpyLayer

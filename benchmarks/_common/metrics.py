@@ -27,16 +27,10 @@ METRICS = (
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Metrics:
-    """Per-instance test metrics of one method's predictions.
-
-    **Fields:**
-
-    - `rs`: the relative suboptimality of each instance, clipped at 0.
-    - `cv`: the largest constraint violation of each instance.
-    - `parts`: the violation of each named part of the constraints (e.g. `eq`,
-        `ineq`, `cone`), per instance.
-    - `signed_rs`: the unclipped RS, where a suite reports it (an infeasible
-        output can beat the optimum).
+    """Per-instance test metrics of one method's predictions: `rs` (relative
+    suboptimality, clipped at 0), `cv` (largest violation), `parts` (the violation
+    of each named part, e.g. `eq`, `ineq`, `cone`) and `signed_rs` (unclipped, where
+    a suite reports it: an infeasible output can beat the optimum).
     """
 
     rs: np.ndarray

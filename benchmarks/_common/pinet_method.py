@@ -18,17 +18,10 @@ from .problems import PAPER_N_ITER, PAPER_OMEGA
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PinetConfig(TrainingConfig):
-    """The projector's hyperparameters, on top of the training loop's.
-
-    **Fields:**
-
-    - `sigma`, `omega`: Douglas-Rachford's step and relaxation.
-    - `n_iter`, `n_iter_test`: its iterations in training and at inference.
-    - `bwd_max_steps`: the step limit of the implicit backward solve (`None`:
-        the adjoint's default).
-    - `equilibrate`: Ruiz equilibration.
-    - `autotune`, `autotune_points`: run `pinet_eqx.autotune` first, on this
-        many validation contexts.
+    """The projector's hyperparameters on top of the training loop's: `sigma`,
+    `omega`, `n_iter` (training), `n_iter_test` (inference), `bwd_max_steps`
+    (`None`: the adjoint's default), `equilibrate`, and `autotune` on
+    `autotune_points` validation contexts first.
     """
 
     sigma: float | Literal["auto"] = "auto"

@@ -53,17 +53,11 @@ def peak_rss_gb() -> float:
 
 
 def machine(devices: bool = False) -> dict:
-    """The machine and software that produced a result, and how busy it was.
-
-    **Arguments:**
-
-    - `devices`: also record JAX's first device (`device_kind`), the device count
-        and `jax_default_matmul_precision` (which decides, on a GPU, whether
-        float32 products run as TF32).
-
-    **Returns:** `cpu`, `cpu_count`, `platform`, `python`, `jax`, `jax_backend`,
-    `git`, `date` (UTC) and `load_avg` (`os.getloadavg()` when the record is made:
-    other jobs on the machine inflate every time in the record).
+    """The machine and software that produced a result, and how busy it was:
+    `cpu`, `cpu_count`, `platform`, `python`, `jax`, `jax_backend`, `git`, `date`
+    (UTC) and `load_avg` (other jobs inflate every time). With `devices`, also
+    `device_kind`, `device_count` and `matmul_precision` (on a GPU, whether float32
+    products run as TF32).
     """
     import jax
 

@@ -51,13 +51,11 @@ def reference_available() -> bool:
 class _ReferenceLayer:
     """The reference's projection as batched, jitted functions.
 
-    Subclasses build `self._project` (a reference `Project`) and set `sigma`,
-    `omega` and `dtype`, and implement `_instance(Y, P)`, which turns a batch of
-    points `Y` of shape `(B, n_var)` and the per-instance data `P` into the
-    reference's `ProjectionInstance`. `P` is what changes per instance: the
-    contexts `X` of shape `(B, n_eq)` for a DC3 polytope, or a dict of arrays
-    (each of shape `(B, ...)`), which matches our `jax.vmap(lambda y, p: proj(y,
-    **p))`.
+    Subclasses build `self._project` (a reference `Project`), set `sigma`, `omega`
+    and `dtype`, and implement `_instance(Y, P)`: a batch `Y` of shape `(B, n_var)`
+    and the per-instance data `P` (DC3: the contexts `X`; else a dict of `(B, ...)`
+    arrays, as our `jax.vmap(lambda y, p: proj(y, **p))` takes) to the reference's
+    `ProjectionInstance`.
     """
 
     def _call(self, Y, P, n_iter: int, n_iter_bwd: int, s0=None):
@@ -73,21 +71,9 @@ class _ReferenceLayer:
         return y_instance.x[..., 0], s_next
 
     def projection(self, n_iter: int, n_iter_bwd: int = 25):
-        """The projection as a plain function, differentiable and not yet jitted.
-
-        For a caller that builds its own loss around the layer (for example a
-        `jax.jit(jax.value_and_grad(loss))` training step).
-
-        **Arguments:**
-
-        - `n_iter`: the number of forward iterations.
-        - `n_iter_bwd`: the number of iterations of the reference's backward
-            linear solve, used when the function is differentiated.
-
-        **Returns:**
-
-        A function `(Y, P) -> Y_proj`, with `Y` and `Y_proj` of shape
-        `(B, n_var)`.
+        """`(Y, P) -> Y_proj`, differentiable and not jitted, for a caller that builds
+        its own loss around the layer: `n_iter` forward iterations, `n_iter_bwd` of the
+        reference's backward linear solve.
         """
         return lambda Y, P: self._call(Y, P, n_iter, n_iter_bwd)[0]
 
@@ -105,35 +91,16 @@ class _ReferenceLayer:
         return self._project.initialize(self._instance(Y, P))
 
     def make_continuation(self, n_iter: int):
-        """A jitted projection that resumes from a governing sequence.
-
-        Running `n_iter` iterations from the state another call returned gives the
-        same iterate as one longer run, so a benchmark can follow the constraint
-        violation iteration by iteration without recompiling.
-
-        **Returns:**
-
-        A jitted function `(Y, P, S) -> (Y_proj, S_next)`, with `S` from
-        `initial_state` or from an earlier call.
+        """A jitted `(Y, P, S) -> (Y_proj, S_next)` running `n_iter` iterations from
+        the state `S` (`initial_state` or an earlier call's): the same iterate as one
+        longer run, so a benchmark can follow the violation without recompiling.
         """
         return jax.jit(lambda Y, P, S: self._call(Y, P, n_iter, 1, s0=S))
 
     def make_vjp(self, n_iter: int, n_iter_bwd: int = 25):
-        r"""A jitted vector-Jacobian product, by the reference's implicit backward.
-
-        The function computes $\nabla_Y \sum_{ij} V_{ij}\, \Pi(Y)_{ij}$, that is
-        $V$ times the Jacobian of the projection.
-
-        **Arguments:**
-
-        - `n_iter`: the number of forward iterations.
-        - `n_iter_bwd`: the number of iterations of the reference's backward
-            linear solve.
-
-        **Returns:**
-
-        A jitted function `(Y, P, V) -> grad` with `Y`, `V` and `grad` of shape
-        `(B, n_var)`.
+        r"""A jitted `(Y, P, V) -> grad`, $\nabla_Y \sum_{ij} V_{ij}\, \Pi(Y)_{ij}$, by
+        the reference's implicit backward (`n_iter` forward iterations, `n_iter_bwd` of
+        its backward linear solve).
         """
         projection = self.projection(n_iter, n_iter_bwd)
 
@@ -144,25 +111,10 @@ class _ReferenceLayer:
 
 
 class ReferenceDC3Projector(_ReferenceLayer):
-    r"""The reference's Douglas-Rachford projection onto a DC3 polytope.
-
-    The projection is $\Pi(y_{raw}) = \arg\min_y \|y - y_{raw}\|_2$ subject to
-    $A y = x$ and $G y \le h$, approximated by `n_iter` iterations of the
-    reference's solver (Grontas et al., 2025). We give the reference $-\infty$ as
-    the inequality's lower bound.
-
-    **Arguments:**
-
-    - `A`: the equality matrix, shape `(n_eq, n_var)`.
-    - `G`: the inequality matrix, shape `(n_ineq, n_var)`.
-    - `h`: the inequality bound, shape `(n_ineq,)`.
-    - `sigma`: the reference's step size $\sigma$.
-    - `omega`: the reference's relaxation $\omega$.
-    - `equilibrate`: whether to apply the reference's Ruiz equilibration.
-    - `equilibration_max_iter`: its number of Ruiz iterations.
-    - `equilibration_tol`: its Ruiz tolerance.
-    - `dtype`: the floating dtype of the data, by default JAX's default float
-        (`float32` unless `jax_enable_x64` is set).
+    r"""The reference's Douglas-Rachford projection onto $\{y : A y = x,\ G y \le h\}$
+    (Grontas et al., 2025; we give it $-\infty$ as the lower bound), with its step
+    `sigma`, relaxation `omega` and optional Ruiz equilibration; `dtype` defaults to
+    JAX's default float.
     """
 
     def __init__(
@@ -246,23 +198,10 @@ class ReferenceDC3Projector(_ReferenceLayer):
         )
 
     def cv(self, Yproj, X, per_instance: bool = False):
-        r"""The constraint violation, in the original coordinates and in float64.
-
-        For each instance this is
-        $\max(\|A y - x\|_\infty, \|\max(G y - h, 0)\|_\infty)$. (The
-        reference's own `Project.cv` evaluates scaled data on unscaled points when
-        equilibration is on, so we do not use it.)
-
-        **Arguments:**
-
-        - `Yproj`: the points, shape `(B, n_var)`.
-        - `X`: the contexts, shape `(B, n_eq)`.
-        - `per_instance`: whether to return every instance's violation rather than
-            the largest.
-
-        **Returns:**
-
-        The largest violation, a float, or a NumPy array of shape `(B,)`.
+        r"""The constraint violation in the original coordinates, in float64:
+        $\max(\|A y - x\|_\infty, \|\max(G y - h, 0)\|_\infty)$, the largest or (with
+        `per_instance`) per instance. (The reference's `Project.cv` evaluates scaled
+        data on unscaled points when equilibrating, so we do not use it.)
         """
         Y = np.asarray(Yproj, dtype=np.float64)
         X = np.asarray(X, dtype=np.float64)

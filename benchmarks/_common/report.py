@@ -74,27 +74,13 @@ def report(
     suite: Suite,
     record: bool = False,
 ) -> list[pathlib.Path]:
-    """Write the figures and tables of every data set in `results_dir`.
+    """Write the figures and tables of every data set in `results_dir` (every
+    `results.json` below it, with its `per_instance.csv`; the data set and label
+    come from the file) to `out_dir` (default `results_dir`); with `record`, also
+    the suite's committed record `tables` and its page. Returns the paths written.
 
-    **Arguments:**
-
-    - `results_dir`: a folder holding `{dataset}/{label}/seed{seed}/results.json`
-        (any nesting: every `results.json` below it is read, and the data set and
-        label come from the file, not the path).
-    - `out_dir`: where to write; `results_dir` by default.
-    - `suite`: the benchmark suite (title, command, method order).
-    - `record`: also write the tables as the suite's committed record `tables`
-        (`benchmarks/{suite.folder}/records/`) and render its page.
-
-    **Returns:**
-
-    The paths written: two PNGs per data set (the curves figure only when some
-    run recorded a learning curve) and `tables.md`.
-
-    **Raises:**
-
-    `FileNotFoundError` if `results_dir` holds no `results.json`; `ValueError` if
-    none of them can be read. A run whose files are missing or incomplete is
+    Raises `FileNotFoundError` if `results_dir` holds no `results.json`, and
+    `ValueError` if none can be read; a run with missing or incomplete files is
     skipped with a warning.
     """
     results_dir = pathlib.Path(results_dir)
@@ -441,15 +427,8 @@ def _table(header: list[str], rows: list[list], align: str) -> list[str]:
 def _describe(record: dict) -> str:
     """'100 variables, 50 equalities, 50 inequalities', or what the record holds."""
     ds = record.get("dataset", {})
-    parts = [
-        f"{ds[k]} {word}"
-        for k, word in (
-            ("n_var", "variables"),
-            ("n_eq", "equalities"),
-            ("n_ineq", "inequalities"),
-        )
-        if k in ds
-    ]
+    words = {"n_var": "variables", "n_eq": "equalities", "n_ineq": "inequalities"}
+    parts = [f"{ds[k]} {word}" for k, word in words.items() if k in ds]
     kind = ", ".join(f"{k} {ds[k]}" for k in ("problem", "size") if k in ds)
     return "; ".join(p for p in (kind, ", ".join(parts)) if p)
 
@@ -471,16 +450,8 @@ def _accuracy_table(series: dict[tuple, list[_Run]]) -> list[str]:
                 _stat([t.get("train_s") for t in timing]),
             ]
         )
-    header = [
-        "Method",
-        "Precision",
-        "Seeds",
-        "Mean RS",
-        "Max CV",
-        "Optimal [%]",
-        "Training time [s]",
-    ]
-    return _table(header, rows, "llrrrrr")
+    header = "Method|Precision|Seeds|Mean RS|Max CV|Optimal [%]|Training time [s]"
+    return _table(header.split("|"), rows, "llrrrrr")
 
 
 def _inference_table(series: dict[tuple, list[_Run]]) -> list[str]:
@@ -507,21 +478,9 @@ def _inference_table(series: dict[tuple, list[_Run]]) -> list[str]:
         )
     sizes.discard(None)
     batch = f"Batch ({sizes.pop()})" if len(sizes) == 1 else "Batch"
-    header = [
-        "Method",
-        "Seed",
-        "Repeats (single / batch)",
-        "Single median [s]",
-        "LQ",
-        "UQ",
-        "Min",
-        "Max",
-        f"{batch} median [s]",
-        "LQ",
-        "UQ",
-        "Min",
-        "Max",
-    ]
+    quartiles = ["LQ", "UQ", "Min", "Max"]
+    header = ["Method", "Seed", "Repeats (single / batch)", "Single median [s]"]
+    header += [*quartiles, f"{batch} median [s]", *quartiles]
     lines = _table(header, rows, "lrr" + "r" * 10)
     if len(sizes) > 1:
         lines.append("")
@@ -603,15 +562,9 @@ def _head_to_head_table(series: dict[tuple, list[_Run]]) -> list[str]:
             )
     if not rows:
         return []
-    header = [
-        "Method",
-        "Seed",
-        "Reference's final val RS / CV",
-        "Time to reach it [s]",
-        "Reference's training [s]",
-        "Ratio",
-    ]
-    return _table(header, rows, "lrrrrr")
+    header = "Method|Seed|Reference's final val RS / CV|Time to reach it [s]|"
+    header += "Reference's training [s]|Ratio"
+    return _table(header.split("|"), rows, "lrrrrr")
 
 
 def markdown(

@@ -46,23 +46,13 @@ class SolverStats:
 def fit_solver(
     make_solve: Callable, config: SolverConfig, run: Run, info: dict, n_var: int
 ) -> Trained:
-    """Set a solver up (the "training" time) and return its predictors.
+    """Set a solver up (the "training" time, one `run` step) and return its
+    predictors on float64 NumPy rows.
 
-    **Arguments:**
-
-    - `make_solve`: `make_solve(stats) -> solve`, with `solve(x, warm_start=True)`
-        solving one context and counting it in `stats` (a `SolverStats`).
-    - `config`: the solver's configuration (recorded in `info["config"]`) and
-        how to time it.
-    - `run`: the harness's `Run`; the set-up counts as one step.
-    - `info`: what to record (the solver, its precision, ...).
-    - `n_var`: the size of a solution.
-
-    **Returns:** a `Trained` whose predictors take and return float64 NumPy
-    arrays, one row per instance: `predict` solves the rows in turn, each
-    warm-started from the previous one (the solvers' default), and
-    `predict_single` solves cold, since timing one instance over and over from
-    its own solution would time a solver confirming a solved problem.
+    `make_solve(stats) -> solve`, `solve(x, warm_start=True)` solving one context
+    and counting it in `stats`. `predict` solves the rows in turn, each warm-started
+    from the previous; `predict_single` solves cold (timing one instance from its
+    own solution would time a solver confirming a solved problem).
     """
     run.set_total(1)
     info["config"] = config.as_dict()

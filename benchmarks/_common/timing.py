@@ -37,13 +37,10 @@ def stats(seconds) -> dict:
 def time_interleaved(
     calls: dict[str, Callable[[], object]], repeats: int, warmup: int = 2
 ) -> dict:
-    """Time each of `calls` (`name: call()`) `repeats` times, taking turns.
-
-    Each call runs `warmup` times untimed first. The order of the turns reverses
-    from one repeat to the next, so that no call always follows the same one.
-
-    **Returns:** `stats` of each name's seconds, and `load`: the larger 1-minute
-    load average of the start and the end.
+    """Time each of `calls` (`name: call()`) `repeats` times, taking turns in an
+    order that reverses each repeat, after `warmup` untimed calls. Returns the
+    `stats` of each name and `load`, the larger 1-minute load average of start and
+    end.
     """
     import jax
 
@@ -70,18 +67,11 @@ def time_calls(call: Callable[[], object], repeats: int, warmup: int = 2) -> dic
 
 @dataclasses.dataclass(frozen=True)
 class InferenceTiming:
-    """How `time_inference` times a method; the defaults suit a jitted network.
-
-    **Fields:**
-
-    - `max_repeats`: the most timed batch repeats (`None`: as asked), for
-        methods whose batch takes seconds.
-    - `warmup`: untimed calls before timing.
-    - `batch_rows`: time this many rows of the batch and scale the times to the
-        whole batch (valid where rows are solved one after another).
-    - `budget_s`: without `batch_rows`, time as many rows (at least 8) as take
-        about this long at the method's mean solve time,
-        `Trained.info["solve_s_mean"]`.
+    """How `time_inference` times a method (the defaults suit a jitted network):
+    at most `max_repeats` batch repeats (`None`: as asked), `warmup` untimed calls;
+    `batch_rows` times that many rows and scales to the batch (for rows solved one
+    after another); else `budget_s` picks as many rows (at least 8) as take about
+    that long at `Trained.info["solve_s_mean"]`.
     """
 
     max_repeats: int | None = None
@@ -116,20 +106,12 @@ def time_inference(
     batch_size: int = 1024,
     single_repeats: int | None = None,
 ) -> dict:
-    """Batch and single-instance inference times of a trained method.
-
-    **Arguments:**
-
-    - `trained`: a `Trained` (its `predict`, `predict_single`, `timing`, `info`).
-    - `data`: the data set; the batch is its first `batch_size` test contexts
-        (`timing_batch`), the single instance its first.
-    - `repeats`: timed batch repeats (capped by `trained.timing.max_repeats`).
-    - `batch_size`: the batch.
-    - `single_repeats`: timed single-instance repeats (default 5x `repeats`).
-
-    **Returns:** `batch` and `single` (`stats`), `batch_size` and, where fewer
-    rows were solved, `batch_extrapolated_from` (their number; the batch times
-    are scaled by `batch_size / rows`).
+    """Batch and single-instance inference times of `trained` on the first
+    `batch_size` test contexts of `data` (`timing_batch`) and on its first:
+    `repeats` batch repeats (capped by `trained.timing.max_repeats`) and
+    `single_repeats` (default 5x). Returns `batch` and `single` (`stats`),
+    `batch_size` and, where fewer rows were solved, `batch_extrapolated_from` (the
+    batch times are scaled by `batch_size / rows`).
     """
     policy = trained.timing
     if policy.max_repeats is not None:

@@ -51,14 +51,11 @@ def optimiser(config: TrainingConfig, total_steps: int) -> optax.GradientTransfo
 
 
 class Plan(NamedTuple):
-    """The minibatch schedule every training loop follows.
-
-    **Fields:** the training contexts `X_train` (a JAX array of JAX's default
-    float; `None` when each epoch draws a fresh batch), their number `n`, the
-    `batch` size, the number of batches per epoch `per_epoch` (the last, partial
-    batch is used too), `epochs`, `every` (epochs between validation points;
-    default about 50 points in all) and `max_time` (stop after the epoch in which
-    training time exceeds it; `None`: no limit).
+    """The minibatch schedule every training loop follows: `X_train` (JAX's
+    default float; `None` when each epoch draws a fresh batch), its size `n`,
+    `batch`, `per_epoch` batches (the last partial one too), `epochs`, `every`
+    (epochs between validation points; about 50 points by default) and `max_time`
+    (stop after the epoch that exceeds it; `None`: no limit).
     """
 
     X_train: jax.Array | None
@@ -117,19 +114,12 @@ def train_loop(
 ):
     """Run the epochs of `plan(data, config)` and record the validation curve.
 
-    **Arguments:**
-
-    - `state`: what the steps update (parameters, optimiser state, ...).
-    - `step`: `step(state, X) -> (state, loss)` on one batch of contexts.
-    - `data`, `config`: see `plan`.
-    - `rng`: shuffles the training contexts (or draws the fresh batches).
-    - `run`: counts the steps, times the first (trace and compile), validates.
-    - `predictor`: `predictor(state) -> predict`, `predict(X) -> Y` for validation.
-    - `stop_in_epoch`: check `config.max_time_s` after every step rather than
-        every epoch, for steps so slow that one epoch can take many minutes.
-
-    **Returns:** the final state, the epochs done (a fraction when stopped within
-    an epoch) and whether the time budget stopped the training.
+    `step(state, X) -> (state, loss)` updates `state` on one batch; `rng` shuffles
+    (or draws) the batches; `run` counts the steps and validates with
+    `predictor(state)(X)`. `stop_in_epoch` checks `config.max_time_s` after every
+    step, for steps so slow that one epoch takes minutes. Returns the final state,
+    the epochs done (a fraction when stopped within one) and whether the time budget
+    stopped training.
     """
     schedule = plan(data, config)
     run.set_total(schedule.epochs * schedule.per_epoch)
@@ -176,24 +166,12 @@ def fit_model(
 ) -> Trained:
     """Train an Equinox model with jitted minibatch Adam steps (`train_loop`).
 
-    **Arguments:**
-
-    - `model`: an Equinox model.
-    - `data`, `config`: see `plan`.
-    - `seed`: seeds the shuffling.
-    - `run`: the `Run` that times, shows progress and records curves.
-    - `loss`: `loss(model, X) -> scalar`, on a batch of contexts.
-    - `apply`: `apply(model, X) -> Y` on a batch of contexts (JAX arrays), in
-        inference mode; it also makes the validation predictions.
-    - `apply_single`: `apply_single(model, x) -> y` for one context (default:
-        `apply` on a batch of one).
-    - `info`: recorded in `Trained.info`.
-    - `filter_spec`: what to train (default `pinet_eqx.trainable_filter(model)`,
-        which leaves a projector's frozen data alone).
-
-    **Returns:** a `Trained` in inference mode whose predictors take NumPy
-    contexts and are jitted with the model as an argument, not a closed-over
-    constant, so that its arrays are not folded into the compiled program.
+    `loss(model, X)` is minimised over the leaves `filter_spec` selects (default
+    `pinet_eqx.trainable_filter(model)`, leaving a projector's frozen data alone);
+    `apply(model, X) -> Y` (inference mode) also makes the validation predictions,
+    and `apply_single(model, x)` defaults to `apply` on a batch of one. Returns a
+    `Trained` in inference mode whose predictors take NumPy contexts and are jitted
+    with the model as an argument, so its arrays are not folded into the program.
     """
     dtype = jnp.result_type(float)
     batch_predict = eqx.filter_jit(apply)
@@ -248,27 +226,14 @@ def fit_eager(
     run: Run,
     info: dict | None = None,
 ) -> Trained:
-    """Train `model` through a projection layer that cannot be jitted, with Adam.
+    """Train `model` (the backbone) with Adam through a layer that cannot be jitted,
+    `project(R, X) -> Y` (differentiable by `jax.vjp`), on the jit-able
+    `loss(Y, X)`.
 
-    The loop is `train_loop` (same `plan`, batches and validation points), with
-    the step built by hand around the eager layer and `max_time_s` checked after
-    every step, since one epoch can take many minutes.
-
-    **Arguments:**
-
-    - `model`: the backbone (an Equinox model mapping a context to `y_raw`).
-    - `project`: `project(R, X) -> Y`, the eager layer on a batch of raw outputs
-        `R` and contexts `X`, differentiable by `jax.vjp`.
-    - `loss`: `loss(Y, X) -> scalar`, jit-able.
-    - `data`: the data set (see `plan`).
-    - `config`: a `TrainingConfig` with `timing_repeats` (and, optionally,
-        `timing_batch_rows`) for the inference timing.
-    - `seed`: seeds the batch order or the fresh batches.
-    - `run`: the harness's `Run`.
-    - `info`: recorded in the returned `Trained.info`.
-
-    **Returns:** a `Trained` whose `predict` runs the jitted backbone, then the
-    layer.
+    The loop is `train_loop`'s, with the step built around the eager layer and
+    `max_time_s` checked after every step. `config` also gives `timing_repeats`
+    (and optionally `timing_batch_rows`). Returns a `Trained` whose `predict` runs
+    the jitted backbone, then the layer.
     """
     dtype = jnp.result_type(float)
     params, static = eqx.partition(model, eqx.is_inexact_array)

@@ -49,7 +49,7 @@ import numpy as np
 
 import pinet_eqx as pe
 
-from .._common import plots
+from .._common import plots, records
 from .._common.provenance import command_line, describe, machine
 from .._common.timing import time_calls
 from . import _data, _pinet
@@ -94,37 +94,29 @@ def _points(data: _data.Dataset, n: int, seed: int, dtype):
     return X, Y
 
 
-def study_config(args, data, out):
+def _train_rows(args, out, runs) -> dict:
+    """Train `(label, method, overrides)` each into `OUT/runs`; one `_row` each."""
     rows = []
-    epochs = _epochs(args)
-    for label, overrides in CONFIGS.items():
-        record, _, _ = train(
-            args.problem,
-            args.size,
-            "pinet",
-            label=label,
-            overrides={**overrides, **epochs},
-            out=out / "runs",
-            repeats=5 if args.quick else 20,
-        )
-        rows.append(_row(label, record))
-    return {"rows": rows}
-
-
-def study_inf(args, data, out):
-    rows = []
-    epochs = _epochs(args)
-    for method in ("pinet", "soft"):
+    for label, method, overrides in runs:
         record, _, _ = train(
             args.problem,
             args.size,
             method,
-            overrides=epochs,
+            label=label,
+            overrides={**overrides, **_epochs(args)},
             out=out / "runs",
             repeats=5 if args.quick else 20,
         )
-        rows.append(_row(method, record))
+        rows.append(_row(label or method, record))
     return {"rows": rows}
+
+
+def study_config(args, data, out):
+    return _train_rows(args, out, [(k, "pinet", v) for k, v in CONFIGS.items()])
+
+
+def study_inf(args, data, out):
+    return _train_rows(args, out, [(None, m, {}) for m in ("pinet", "soft")])
 
 
 def _epochs(args) -> dict:
@@ -324,22 +316,9 @@ def study_sigma_omega(args, data, out):
 def study_vjp(args, data, out):
     if not jax.config.jax_enable_x64:
         # x64 is global in JAX; run this study in a float64 process of its own.
-        command = [
-            sys.executable,
-            "-m",
-            "benchmarks.dc3",
-            "ablations",
-            "--which",
-            "vjp",
-            "--precision",
-            "64",
-            "--size",
-            args.size,
-            "--problem",
-            args.problem,
-            "--out",
-            str(out),
-        ] + (["--quick"] if args.quick else [])
+        command = [sys.executable, "-m", "benchmarks.dc3", "ablations", "--which"]
+        command += ["vjp", "--precision", "64", "--size", args.size, "--problem"]
+        command += [args.problem, "--out", str(out)] + ["--quick"] * args.quick
         subprocess.run(command, check=True)
         return json.loads((out / "vjp.json").read_text())
     config = _pinet.default_config(data)
@@ -430,18 +409,15 @@ def study_cv_iters(args, data, out):
     return {"rows": rows}
 
 
-def _table(title: str, header: list[str], rows: list[list], first="right") -> list:
-    """The lines of a Markdown section `title` with a table: numbers
-    right-aligned, the first column `first`-aligned, and a blank line after."""
-    align = [":---" if first == "left" else "---:"] + ["---:"] * (len(header) - 1)
-    return [
-        f"## {title}",
-        "",
-        "| " + " | ".join(header) + " |",
-        "| " + " | ".join(align) + " |",
-        *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows),
-        "",
-    ]
+def _section(title: str, columns: list[str], rows: list[list]) -> list[str]:
+    """A Markdown section `title` holding one table, and a blank line after."""
+    return [f"## {title}", "", records.table(columns, rows), ""]
+
+
+def _tuned(info: dict) -> str:
+    if "sigma_used" not in info:
+        return ""
+    return f"{info['sigma_used']:.4g} / {info.get('n_iter_used', '')}"
 
 
 def _markdown(results: dict, args, provenance: dict) -> str:
@@ -451,52 +427,40 @@ def _markdown(results: dict, args, provenance: dict) -> str:
         f"`{command_line(PROG)}` on {describe(provenance)}, float{args.precision}.",
         "",
     ]
+    get = {k: v["rows"] for k, v in results.items()}.get
     for study in ("config", "inf"):
         if study in results:
-            lines += [
-                f"## {study}",
-                "",
-                "| Label | Mean RS | Max CV | Optimal [%] | "
-                "Training [s] | Batch-1024 [s] | sigma / n_iter |",
-                "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
-            ]
-            for r in results[study]["rows"]:
-                info = r["info"]
-                tuned = (
-                    f"{info.get('sigma_used', ''):.4g} / {info.get('n_iter_used', '')}"
-                    if "sigma_used" in info
-                    else ""
-                )
-                lines.append(
-                    f"| `{r['label']}` | {r['rs_mean']:.2e} | "
-                    f"{r['cv_max']:.1e} | {r['optimal_pct']:.1f} | "
-                    f"{r['train_s']:.1f} | {r['batch_s']:.4f} | {tuned} |"
-                )
-            lines.append("")
+            lines += _section(
+                study,
+                ["Label", "Mean RS", "Max CV", "Optimal [%]", "Training [s]",
+                 "Batch-1024 [s]", "sigma / n_iter"],
+                [[f"`{r['label']}`", f"{r['rs_mean']:.2e}", f"{r['cv_max']:.1e}",
+                  f"{r['optimal_pct']:.1f}", f"{r['train_s']:.1f}",
+                  f"{r['batch_s']:.4f}", _tuned(r["info"])] for r in get(study)],
+            )  # fmt: skip
     if "n_iter_test" in results:
-        lines += _table(
+        lines += _section(
             "n_iter_test (trained with 50)",
             ["n_iter_test", "Mean RS", "Max CV", "Optimal [%]", "Batch-1024 [s]"],
             [
                 [r["n_iter_test"], f"{r['rs_mean']:.2e}", f"{r['cv_max']:.1e}",
                  f"{r['optimal_pct']:.1f}", f"{r['batch_s']:.4f}"]
-                for r in results["n_iter_test"]["rows"]
+                for r in get("n_iter_test")
             ],
         )  # fmt: skip
     if "mechanisms" in results:
-        lines += _table(
+        lines += _section(
             "Inference mechanisms (one network, library defaults)",
             ["inference settings", "Mean RS", "Max CV", "successful [%]",
              "max iterations", "test set [s]"],
             [
                 [r["label"], f"{r['rs_mean']:.5e}", f"{r['cv_max']:.1e}",
                  f"{r['successful_pct']:.1f}", r["n_iter_max"], f"{r['batch_s']:.4f}"]
-                for r in results["mechanisms"]["rows"]
+                for r in get("mechanisms")
             ],
-            first="left",
         )  # fmt: skip
     if "train_iterations" in results:
-        lines += _table(
+        lines += _section(
             "Training iterations (library defaults otherwise; inference unchanged)",
             ["n_iter (training)", "polish", "Mean RS", "Max CV (inference)",
              "Optimal [%]", "training mode: max / median CV, successful [%]",
@@ -507,51 +471,36 @@ def _markdown(results: dict, args, provenance: dict) -> str:
                  f"{r['train_cv']:.1e} / {r['train_cv_median']:.1e}, "
                  f"{r['train_successful_pct']:.1f}",
                  f"{r['train_s']:.1f}"]
-                for r in results["train_iterations"]["rows"]
+                for r in get("train_iterations")
             ],
         )  # fmt: skip
     if "sigma_omega" in results:
-        lines += [
-            "## sigma and omega (projection only, 50 iterations)",
-            "",
-            "| omega | best sigma | its max CV | sweep time [s] |",
-            "| ---: | ---: | ---: | ---: |",
-        ]
-        for r in results["sigma_omega"]["rows"]:
-            best = int(np.argmin(r["violation"]))
-            lines.append(
-                f"| {r['omega']} | {r['sigma'][best]:.3g} | "
-                f"{r['violation'][best]:.1e} | {r['seconds']:.1f} |"
-            )
-        lines.append("")
+        best = [(r, int(np.argmin(r["violation"]))) for r in get("sigma_omega")]
+        lines += _section(
+            "sigma and omega (projection only, 50 iterations)",
+            ["omega", "best sigma", "its max CV", "sweep time [s]"],
+            [[r["omega"], f"{r['sigma'][i]:.3g}", f"{r['violation'][i]:.1e}",
+              f"{r['seconds']:.1f}"] for r, i in best],
+        )  # fmt: skip
     if "vjp" in results:
-        lines += [
-            "## VJP error against float64 central differences",
-            "",
-            "| adjoint | relative error |",
-            "| :--- | ---: |",
+        active_set = [
+            "active set (default)",
+            f"{results['vjp']['active_set_rel_error']:.1e}",
         ]
-        lines += [
-            f"| fixed point, max_steps = {r['max_steps']} | {r['rel_error']:.1e} |"
-            for r in results["vjp"]["rows"]
-        ]
-        lines.append(
-            f"| active set (default) | {results['vjp']['active_set_rel_error']:.1e} |"
-        )
-        lines.append("")
+        lines += _section(
+            "VJP error against float64 central differences",
+            ["adjoint", "relative error"],
+            [[f"fixed point, max_steps = {r['max_steps']}", f"{r['rel_error']:.1e}"]
+             for r in get("vjp")] + [active_set],
+        )  # fmt: skip
     if "cv_iters" in results:
-        rows = results["cv_iters"]["rows"]
-        lines += [
-            "## Max CV against forward iterations",
-            "",
-            "| iterations | " + " | ".join(r["setting"] for r in rows) + " |",
-            "| ---: |" + " ---: |" * len(rows),
-        ]
-        for j, k in enumerate(rows[0]["n_iter"]):
-            lines.append(
-                f"| {k} | " + " | ".join(f"{r['cv_max'][j]:.1e}" for r in rows) + " |"
-            )
-        lines.append("")
+        rows = get("cv_iters")
+        lines += _section(
+            "Max CV against forward iterations",
+            ["iterations", *(r["setting"] for r in rows)],
+            [[k, *(f"{r['cv_max'][j]:.1e}" for r in rows)]
+             for j, k in enumerate(rows[0]["n_iter"])],
+        )  # fmt: skip
     return "\n".join(lines)
 
 

@@ -54,19 +54,9 @@ def default_config(data: Dataset) -> Config:
 
 
 def make_projection(A, G, h, solve_method: str = SOLVE_METHOD):
-    r"""A differentiable projection onto $\{y : Ay = x, Gy \le h\}$ by cvxpylayers.
-
-    Solves $\min_y \tfrac12\|y - r\|^2$ s.t. $Ay = x$, $Gy \le h$ for each row of
-    a batch $(R, X)$ with diffcp (`benchmarks._common.layers.projection_layer`).
-    It runs eagerly (not under `jax.jit`).
-
-    **Arguments:**
-
-    - `A`, `G`, `h`: the constraint data (NumPy, float64).
-    - `solve_method`: diffcp's cone solver.
-
-    **Returns:** `project(R, X) -> Y` for batches `(B, n)`, `(B, n_eq)`, or single
-    vectors.
+    r"""A differentiable projection onto $\{y : Ay = x, Gy \le h\}$ (float64 NumPy
+    data) by cvxpylayers with diffcp's `solve_method`
+    (`benchmarks._common.layers.projection_layer`); eager, `project(R, X) -> Y`.
     """
     A, G, h = (np.asarray(M, np.float64) for M in (A, G, h))
     return projection_layer(
@@ -75,18 +65,10 @@ def make_projection(A, G, h, solve_method: str = SOLVE_METHOD):
 
 
 def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
-    """Train the shared backbone through the cvxpylayers projection with Adam.
-
-    **Arguments:**
-
-    - `data`: the `Dataset`; at most `MAX_N_VAR` variables.
-    - `config`: `default_config(data)`, possibly overridden.
-    - `seed`: seeds the initialisation (`jax.random.key`) and the batch order
-        (`np.random.default_rng`).
-    - `run`: the harness's `Run` (steps, validation, clock).
-
-    **Returns:** a `Trained` whose `predict` runs the jitted MLP, then the layer's
-    CPU solves (diffcp's thread pool) without the derivative set-up.
+    """Train the shared backbone through the cvxpylayers projection with Adam
+    (`data` of at most `MAX_N_VAR` variables; `seed` seeds the initialisation and the
+    batch order). The `Trained`'s `predict` runs the jitted MLP, then the layer's CPU
+    solves (diffcp's thread pool) without the derivative set-up.
     """
     P = data.problem
     if P.n_var > MAX_N_VAR:

@@ -36,17 +36,11 @@ _SOLUTION_TOL = 1e-6  # largest accepted violation of a cached optimal solution
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Dataset:
-    """One DC3 benchmark: problem data, splits and optimal validation/test values.
-
-    **Fields:**
-
-    - `name`: e.g. `"nonconvex-small"`.
-    - `problem`: the `DC3Problem` (float64 data `Q, p, A, G, h`).
-    - `nonconvex`: whether the objective is $\\tfrac12 y^\\top Q y + p^\\top \\sin y$.
-    - `X_train`, `X_valid`, `X_test`: the contexts of each split.
-    - `Y_valid`, `Y_test`: the optimal solutions of the validation/test contexts.
-    - `J_valid`, `J_test`: their objective values.
-    - `source`: how the data were made (generator arguments or an instance file).
+    r"""One DC3 benchmark: its `name` (e.g. `"nonconvex-small"`), the `DC3Problem`
+    (float64 `Q, p, A, G, h`), whether the objective is the `nonconvex`
+    $\tfrac12 y^\top Q y + p^\top \sin y$, the contexts `X_train`, `X_valid`,
+    `X_test`, the optimal `Y_valid`, `Y_test` and their values `J_valid`, `J_test`,
+    and the data's `source`.
     """
 
     name: str
@@ -148,19 +142,10 @@ def load(
     cache_dir: str | pathlib.Path | None = None,
     verbose: bool = True,
 ) -> Dataset:
-    """Generate a DC3 data set and its optimal validation/test solutions (cached).
-
-    **Arguments:**
-
-    - `problem`: `"convex"` or `"nonconvex"`.
-    - `size`: `"tiny"` (20/10/10, for tests), `"small"` (100/50/50) or `"large"`
-        (1000/500/500).
-    - `seed`: the generator's seed; 17 gives the published DC3 data.
-    - `cache_dir`: where optimal solutions are cached; defaults to
-        `benchmarks/_out/dc3`.
-    - `verbose`: whether to say when solving.
-
-    **Returns:** a `Dataset`.
+    """Generate a DC3 data set (`problem` convex or nonconvex; `size` tiny 20/10/10,
+    small 100/50/50 or large 1000/500/500; `seed` 17 gives the published data) and
+    its optimal validation and test solutions, cached in `cache_dir` (default
+    `benchmarks/_out/dc3`).
     """
     if problem not in PROBLEMS:
         raise ValueError(f"`problem` must be one of {PROBLEMS}, got {problem!r}.")

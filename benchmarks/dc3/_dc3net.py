@@ -84,18 +84,12 @@ def default_config(data: Dataset) -> Config:
 class Completion(eqx.Module):
     r"""The equality completion $y(x, z)$ and the data the correction needs.
 
-    With $D = A_\text{dep}^{-1}$, the completed point is $y_\text{part} = z$,
+    With $D = A_\text{dep}^{-1}$: $y_\text{part} = z$,
     $y_\text{dep} = D(x - A_\text{part} z)$, so $A y = x$ for every $z$, and the
-    inequality slack is $G y - h = G_z z + G_x x - h$ with
-    $G_z = G_\text{part} - G_\text{dep} D A_\text{part}$ and $G_x = G_\text{dep} D$.
-
-    **Fields:**
-
-    - `A_part`: $A_\text{part}$, shape `(n_eq, n_part)`.
-    - `D`: $A_\text{dep}^{-1}$, shape `(n_eq, n_eq)`.
-    - `order`: the permutation that puts `[z, y_dep]` back in variable order.
-    - `A`: $A$, for the equality residual of the loss.
-    - `G_z`, `G_x`, `h`: the slack's data, as above.
+    slack is $G y - h = G_z z + G_x x - h$ with
+    $G_z = G_\text{part} - G_\text{dep} D A_\text{part}$, $G_x = G_\text{dep} D$.
+    `order` puts `[z, y_dep]` back in variable order; `A` is kept for the loss's
+    equality residual.
     """
 
     A_part: jax.Array
@@ -118,31 +112,15 @@ def make_completion(
 ) -> tuple[Completion, dict]:
     r"""Draw the dependent columns of $A$ and precompute the completion.
 
-    The $n_\text{eq}$ dependent columns are the first ones of a random permutation
-    of the variables, redrawn until $A_\text{dep}$ has a condition number at most
-    `max_cond` and, if `corr_lr` is given, the correction is stable at that step
-    size: $\gamma \|G_z\|_2^2 < 1 + \mu$. (Heavy ball with step $\gamma$ and
-    momentum $\mu$ on a quadratic of Hessian $H$ converges iff
-    $\gamma \lambda_\max(H) < 2(1 + \mu)$, and the violation's Hessian is at most
-    $2 G_z^\top G_z$.) $\|G_z\|$ grows with the conditioning of $A_\text{dep}$:
-    on the 1000-variable problem it ranges over 1e4 to 1e5 between draws, so a
-    fixed step such as DC3's 1e-8 diverges for some draws and not for others.
-    The inverse and the products are formed once, in float64, then cast to
-    `dtype`.
-
-    **Arguments:**
-
-    - `problem`: the `DC3Problem`.
-    - `rng`: the NumPy generator that draws the permutations.
-    - `dtype`: the dtype of the arrays (default JAX's default float dtype).
-    - `max_cond`: the largest accepted condition number (default `100 * n_eq`).
-    - `max_tries`: how many permutations to draw before giving up.
-    - `corr_lr`, `corr_momentum`: the correction's step size and momentum, for
-        the stability check; `None` skips it.
-
-    **Returns:** the `Completion` and a dict of facts about it (the condition
-    number, $\gamma\|G_z\|^2/(1 + \mu)$, the number of draws, the dependent
-    columns).
+    The dependent columns are the first $n_\text{eq}$ of a random permutation,
+    redrawn (at most `max_tries` times) until $A_\text{dep}$'s condition number is
+    at most `max_cond` (default `100 * n_eq`) and, given `corr_lr`, the correction
+    is stable: $\gamma \|G_z\|_2^2 < 1 + \mu$ (heavy ball on a quadratic of Hessian
+    $H \preceq 2 G_z^\top G_z$ converges iff $\gamma \lambda_\max(H) < 2(1 + \mu)$).
+    $\|G_z\|$ follows $A_\text{dep}$'s conditioning (1e4 to 1e5 between draws on the
+    large problem), so a fixed step such as DC3's 1e-8 diverges for some draws.
+    Formed in float64, cast to `dtype`. Returns the `Completion` and facts about it
+    (condition number, $\gamma\|G_z\|^2/(1 + \mu)$, draws, dependent columns).
     """
     dtype = jnp.result_type(float) if dtype is None else dtype
     A, G, h = problem.A, problem.G, problem.h
@@ -220,24 +198,12 @@ def correct(
     momentum: float,
     eps: float | None = None,
 ) -> jax.Array:
-    r"""DC3's inequality correction of the partial variables.
-
-    Gradient descent with momentum on $\|\max(G y(x, z) - h, 0)\|^2$ in $z$,
-    through the completion: the gradient is $2 G_z^\top \max(G y - h, 0)$, the
-    step $d \leftarrow \mu d + \gamma \nabla$, $z \leftarrow z - d$. With `eps`
-    it stops early once the largest violation in the batch is at most `eps` (as
-    DC3 does at test time; not differentiable), else it takes exactly `steps`
-    steps (differentiable, for training).
-
-    **Arguments:**
-
-    - `c`: the `Completion`.
-    - `X`, `Z`: contexts `(n, n_eq)` and partial variables `(n, n_part)`.
-    - `steps`: the (largest) number of steps.
-    - `lr`, `momentum`: the step size $\gamma$ and the momentum $\mu$.
-    - `eps`: the violation at which to stop, or `None`.
-
-    **Returns:** the corrected partial variables; complete them for $y$.
+    r"""DC3's inequality correction of the partial variables `Z` (contexts `X`):
+    gradient descent with momentum on $\|\max(G y(x, z) - h, 0)\|^2$ in $z$, the
+    gradient $2 G_z^\top \max(G y - h, 0)$, $d \leftarrow \mu d + \gamma \nabla$,
+    $z \leftarrow z - d$. With `eps` it stops once the batch's largest violation is
+    at most `eps` (DC3's test time; not differentiable), else it takes exactly
+    `steps` steps (differentiable, for training). Complete the result for $y$.
     """
     offset = X @ c.G_x.T - c.h[None, :]  # the slack's part that z does not change
 
@@ -287,17 +253,9 @@ class Network(eqx.Module):
     eps: float = eqx.field(static=True)
 
     def __call__(self, X, stats, *, train: bool, key=None):
-        """The partial variables for a batch `X`, and the updated running stats.
-
-        **Arguments:**
-
-        - `X`: contexts, shape `(n, n_eq)`.
-        - `stats`: per hidden layer, the running `(mean, variance)`.
-        - `train`: batch statistics and dropout (needs `key`), or running
-            statistics and no dropout.
-        - `key`: the dropout key.
-
-        **Returns:** `(Z, stats)`, with `stats` unchanged at inference.
+        """The partial variables for a batch `X` and the running `(mean, variance)`
+        of each hidden layer: with `train`, batch statistics and dropout (needs `key`);
+        else the running statistics, unchanged, and no dropout.
         """
         H = X
         new_stats = []

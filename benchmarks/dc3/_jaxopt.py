@@ -50,19 +50,10 @@ def default_config(data: Dataset) -> Config:
 
 
 def make_projection(A, G, h, tol: float = _TOL, maxiter: int = 4000):
-    r"""A differentiable projection onto $\{y : Ay = x, Gy \le h\}$ by jaxopt.OSQP.
-
-    Solves $\min_y \tfrac12\|y - r\|^2$ s.t. $Ay = x$, $Gy \le h$ for one
-    $(r, x)$; gradients come from jaxopt's implicit differentiation of the KKT
-    conditions at the (inexact, `tol`) solution.
-
-    **Arguments:**
-
-    - `A`, `G`, `h`: the constraint data as JAX arrays of one dtype.
-    - `tol`: OSQP's absolute stopping tolerance.
-    - `maxiter`: OSQP's iteration cap.
-
-    **Returns:** `project(r, x) -> y` for single vectors; vmap it for a batch.
+    r"""A differentiable projection onto $\{y : Ay = x, Gy \le h\}$ by jaxopt.OSQP
+    (absolute tolerance `tol`, `maxiter` iterations), for one `(r, x)`: gradients by
+    jaxopt's implicit differentiation of the KKT conditions at the inexact
+    solution. Returns `project(r, x) -> y`; vmap it for a batch.
     """
     with warnings.catch_warnings():
         # jaxopt warns on import that it is unmaintained; we use it as the paper did.
@@ -92,16 +83,8 @@ class _Model(eqx.Module):
 
 
 def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
-    """Train the shared backbone through the OSQP projection (`fit_model`).
-
-    **Arguments:**
-
-    - `data`: the `Dataset`.
-    - `config`: `default_config(data)`, possibly overridden.
-    - `seed`: seeds the initialisation and the batch order.
-    - `run`: the harness's `Run` (steps, validation, clock).
-
-    **Returns:** a `Trained` whose `predict` is the whole model jitted on a batch.
+    """Train the shared backbone through the OSQP projection (`fit_model`); the
+    `Trained`'s `predict` is the whole model jitted on a batch.
     """
     dtype = jnp.result_type(float)
     P = data.problem

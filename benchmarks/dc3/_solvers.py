@@ -150,18 +150,11 @@ def pick_formulation(problem: DC3Problem, formulation: str = "auto") -> str:
 
 @dataclasses.dataclass
 class IpoptResult:
-    """One IPOPT solve.
-
-    **Fields:**
-
-    - `y`: the point IPOPT returned, shape `(n_var,)`.
-    - `lam_eq`, `lam_ineq`: multipliers of $A y = x$ and $G y \\le h$ such that
-        $\\nabla J(y) + A^\\top \\lambda + G^\\top \\mu = 0$ at a KKT point (with the
-        `"slack"` formulation, $\\lambda$ is recovered from that equation by least
-        squares, and $\\mu$ is IPOPT's bound multiplier of $w \\le h$).
-    - `success`: IPOPT's success flag; `status`: its return status.
-    - `iterations`: IPOPT's iteration count; `seconds`: wall time of the solve.
-    - `kkt`: the KKT residuals of `y` and the multipliers (`kkt_residuals`).
+    r"""One IPOPT solve: the point `y`, the multipliers `lam_eq`, `lam_ineq` with
+    $\nabla J(y) + A^\top \lambda + G^\top \mu = 0$ at a KKT point (with the
+    `"slack"` formulation, $\lambda$ by least squares from that equation and $\mu$
+    IPOPT's multiplier of $w \le h$), `success`, `status`, `iterations`, `seconds`
+    and the `kkt` residuals (`kkt_residuals`).
     """
 
     y: np.ndarray
@@ -175,21 +168,11 @@ class IpoptResult:
 
 
 class NonconvexIpopt:
-    r"""IPOPT for the non-convex DC3 problem, built once and solved per context.
-
-    Solves $\min_y \tfrac12 y^\top Q y + p^\top \sin y$ subject to $A y = x$,
-    $G y \le h$ with the exact Hessian, with $x$ as the NLP's parameter. See the
-    module docstring for the formulations.
-
-    **Arguments:**
-
-    - `problem`: the `DC3Problem`.
-    - `tol`: IPOPT's `tol`; `None` keeps IPOPT's default (1e-8).
-    - `formulation`: `"auto"`, `"full"` or `"slack"`.
-    - `exact_bounds`: set IPOPT's `bound_relax_factor` to 0, so that the returned
-        points satisfy $G y \le h$ to rounding (by default IPOPT relaxes each bound
-        by 1e-8 relative, which leaves violations of about 1e-7).
-    - `ipopt_options`: further IPOPT options, e.g. `{"mu_strategy": "adaptive"}`.
+    r"""IPOPT for the non-convex DC3 problem with the exact Hessian, built once
+    with $x$ as the NLP's parameter and solved per context; see the module docstring
+    for the `formulation`s. `tol` `None` keeps IPOPT's 1e-8; `exact_bounds` sets
+    `bound_relax_factor` to 0 so that points satisfy $G y \le h$ to rounding (IPOPT
+    otherwise relaxes bounds by 1e-8, leaving violations of about 1e-7).
     """
 
     def __init__(
@@ -369,30 +352,14 @@ def solve_nonconvex(
     ipopt_options: dict | None = None,
     kkt_tol: float = 1e-6,
 ) -> np.ndarray:
-    r"""Local optima of the non-convex problem for each row of `X` (IPOPT).
+    r"""Local optima of the non-convex problem for each row of `X` by IPOPT (see
+    `NonconvexIpopt`), from $A^+ x$, in `processes` worker processes.
 
-    Each context $x$ is solved by IPOPT with the exact Hessian from the feasible
-    point $A^+ x$, with bounds honoured exactly (see `NonconvexIpopt`). A solve
-    counts only if IPOPT reports success and the KKT stationarity residual in $y$
-    (`kkt_residuals`, independent of the formulation) is at most `kkt_tol`. A
-    context the `"slack"` formulation does not solve is solved again with the
-    `"full"` one, so that one hard context does not lose a long run.
-
-    **Arguments:**
-
-    - `problem`: the `DC3Problem`.
-    - `X`: the contexts, shape `(n, n_eq)`.
-    - `tol`: IPOPT's tolerance.
-    - `progress`: show a progress bar and a one-line summary.
-    - `processes`: solve in this many worker processes (each builds its solver).
-    - `formulation`: `"auto"`, `"full"` or `"slack"` (see the module docstring).
-    - `ipopt_options`: further IPOPT options.
-    - `kkt_tol`: the largest accepted stationarity residual.
-
-    **Returns:** the solutions, a float64 array of shape `(n, n_var)`.
-
-    **Raises:** `ImportError` without casadi, and `RuntimeError` naming the first
-    context that is not solved.
+    A solve counts only if IPOPT reports success and the stationarity residual in
+    $y$ (`kkt_residuals`) is at most `kkt_tol`; a context the `"slack"` formulation
+    misses is solved again with `"full"`. Returns the float64 solutions; raises
+    `ImportError` without casadi and `RuntimeError` naming the first unsolved
+    context.
     """
     from tqdm.auto import tqdm
 

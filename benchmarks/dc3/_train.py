@@ -43,22 +43,10 @@ def train(
     quiet: bool = False,
     **options,
 ) -> tuple[dict, pathlib.Path, Trained]:
-    """Train `method` on the `problem`/`size` data set and write its results.
-
-    **Arguments:**
-
-    - `problem`, `size`: the data set (see `benchmarks.dc3._data.load`).
-    - `method`: a key of `benchmarks.dc3._methods.METHODS`.
-    - `out`: the results root; the run goes to `out/{data}/{label}/seed{seed}`.
-    - `data_seed`: the DC3 generator's seed.
-    - `instances`: a folder of the paper's DC3 `.npz` files to evaluate on too.
-    - `cache_dir`: where the optimal solutions are cached (see `_data.load`).
-    - `quiet`: hide the progress bar and the summary.
-    - `options`: `seed`, `overrides`, `label` and `repeats`, as for
-        `benchmarks._common.harness.train_and_save`.
-
-    **Returns:** the result record (also in `results.json`), its folder and the
-    `Trained` model.
+    """Train `method` (a key of `_methods.METHODS`) on the `problem`/`size` data
+    set (`_data.load`, generator seed `data_seed`) and write its results; with
+    `instances` (the paper's `.npz` folder) also evaluate on those. `options` as for
+    `_common.harness.train_and_save`, which gives the return value.
     """
     start = time.perf_counter()
     data = _data.load(

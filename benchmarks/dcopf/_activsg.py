@@ -48,15 +48,10 @@ _FIXTURE_EXTRAS = ("bus_ids", "bus_area", "bus_zone", "cost_const", "gen_rows")
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ActivsgData:
-    """A `GridCase` with the MATPOWER data that it has no field for.
-
-    **Fields:**
-
-    - `case`: the `GridCase` (its `p_d` is the base case's `PD` per bus, per unit).
-    - `bus_ids`, `bus_area`, `bus_zone`: `(n_bus,)` the `BUS_I` (MATPOWER's bus
-      numbers), `BUS_AREA` and `ZONE` columns, in the case's bus order.
-    - `cost_const`: `(n_gen,)` the constant costs $c_0$ ($/h), not in `GridCase`.
-    - `gen_rows`: `(n_gen,)` the row of each generator in MATPOWER's gen table.
+    """A `GridCase` (its `p_d` the base case's `PD` per bus, per unit) with the
+    MATPOWER data it has no field for: per bus, `bus_ids` (`BUS_I`), `bus_area`,
+    `bus_zone`; per generator, the constant costs `cost_const` ($c_0$, $/h) and
+    `gen_rows` (its row of MATPOWER's gen table).
     """
 
     case: GridCase
@@ -127,20 +122,12 @@ def _quadratic_costs(tables: dict, gen_rows: np.ndarray, base: float):
 
 
 def load_activsg(name: str) -> ActivsgData:
-    """Builds the DC-OPF data of an ACTIVSg grid from MATPOWER's case file.
-
-    **Arguments:**
-
-    - `name`: one of `CASES`, e.g. `"case_ACTIVSg2000"`.
-
-    **Returns:**
-
-    An `ActivsgData`, buses in MATPOWER's order: `f_max` is `RATE_A / baseMVA`,
-    `+inf` where `RATE_A` is 0 (unlimited in MATPOWER); `p_min`, `p_max` are
-    `PMIN`, `PMAX` as they are; `p_fixed` is `GS / baseMVA` plus the phase-shifter
-    injections. `ValueError` for in-service dispatchable loads (`PMIN < 0 = PMAX`,
-    which the change tables would rescale), `PMIN > PMAX`, no type-3 bus, or costs
-    that are not quadratic.
+    """Builds the DC-OPF data of the ACTIVSg grid `name` (one of `CASES`) from
+    MATPOWER's case file, buses in MATPOWER's order: `f_max` is `RATE_A / baseMVA`
+    (`+inf` where 0, unlimited), `p_min`, `p_max` are `PMIN`, `PMAX`, `p_fixed` is
+    `GS / baseMVA` plus the phase-shifter injections. `ValueError` for in-service
+    dispatchable loads (`PMIN < 0 = PMAX`, which the change tables would rescale),
+    `PMIN > PMAX`, no type-3 bus, or non-quadratic costs.
     """
     tables = _read_tables(name)
     bus, gen, branch = tables["bus"], tables["gen"], tables["branch"]
@@ -225,24 +212,17 @@ def parse_chgtab(path: str | os.PathLike) -> np.ndarray:
 def apply_load_changes(
     p_d: np.ndarray, bus_group: np.ndarray, chgtab: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The active loads of every change set of `chgtab`, as MATPOWER applies them.
+    """The active loads of every change set of `chgtab` (`(n_changes, 7)`, from
+    `parse_chgtab`), as MATPOWER applies them: `(labels, loads)`, sorted labels and
+    `(n_labels, n_bus)` loads.
 
-    Each label starts from `p_d` and applies its rows in table order
-    (`apply_changes`). A load change scales all loads of its buses by one factor
-    (`scale_load`, negative loads included): `CT_REL` by `newval`, `CT_REP` so
-    that their sum becomes `newval`, `CT_ADD` so that it grows by `newval`. With
-    no dispatchable loads, "all" and "fixed" loads are the same; the reactive
-    part does not touch the active one. Other changes raise `ValueError`.
-
-    **Arguments:**
-
-    - `p_d`: `(n_bus,)` base active loads in MATPOWER's bus-table order (MW).
-    - `bus_group`: `(n_bus,)` the area of each bus that `CT_TAREALOAD` refers to.
-    - `chgtab`: `(n_changes, 7)`, as from `parse_chgtab`.
-
-    **Returns:**
-
-    `(labels, loads)`: the sorted labels and the `(n_labels, n_bus)` loads.
+    Each label starts from `p_d` (MW, bus-table order) and applies its rows in order
+    (`apply_changes`). A load change scales all loads of its buses (`bus_group`: the
+    area `CT_TAREALOAD` refers to) by one factor (`scale_load`, negative loads
+    included): `CT_REL` by `newval`, `CT_REP` so their sum becomes `newval`,
+    `CT_ADD` so it grows by `newval`. With no dispatchable loads, "all" and "fixed"
+    loads are the same; the reactive part does not touch the active one. Other
+    changes raise `ValueError`.
     """
     p_d = np.asarray(p_d, dtype=np.float64)
     labels, which = np.unique(chgtab[:, 0], return_inverse=True)
@@ -315,41 +295,6 @@ def split_by_month(hours: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     month = np.asarray(hours).astype("datetime64[M]").astype(np.int64) % 12 + 1
     parts = (month <= 9, month == 10, month >= 11)
     return tuple(np.flatnonzero(part) for part in parts)  # type: ignore[return-value]
-
-
-def sample_e2elr(
-    case: GridCase, n: int, seed: int, *, sigma: float = 0.05, scale=(0.8, 1.2)
-) -> np.ndarray:
-    r"""Random loads as E2ELR samples them: $p_d = \gamma \, \eta \odot \bar p_d$.
-
-    $\gamma \sim U(0.8, 1.2)$ once per sample and $\eta_i = e^{z_i}$,
-    $z_i \sim N(-\sigma^2/2, \sigma^2)$, per bus, so that $E[\eta_i] = 1$: the
-    mean-one log-normal of the E2ELR authors' generator (OPFGenerator's
-    `ScaledLogNormal`; Chen, Tanneau and Van Hentenryck, arXiv:2304.11726).
-
-    **Arguments:**
-
-    - `case`: the grid; $\bar p_d$ is `case.p_d` (buses without load stay at 0).
-    - `n`, `seed`: the number of samples and the seed of `default_rng`.
-    - `sigma`, `scale`: the log-normal's $\sigma$ (5 %) and the bounds of $\gamma$.
-
-    **Returns:**
-
-    An `(n, n_bus)` array of per-unit loads.
-    """
-    rng = np.random.default_rng(seed)
-    gamma = rng.uniform(*scale, size=(n, 1))
-    eta = np.exp(rng.normal(-0.5 * sigma**2, sigma, size=(n, case.n_bus)))
-    return gamma * eta * case.p_d[None, :]
-
-
-def split_indices(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A random 80/10/10 split of `range(n)` (seed `seed`): sorted train,
-    validation and test indices; the test part takes what rounding leaves."""
-    order = np.random.default_rng(seed).permutation(n)
-    n_train, n_val = round(0.8 * n), round(0.1 * n)
-    train, val, test = np.split(order, [n_train, n_train + n_val])
-    return np.sort(train), np.sort(val), np.sort(test)
 
 
 def save_fixture(

@@ -85,18 +85,10 @@ def certify_projection(
     tol: float = 1e-6,
     rounds: int = 10,
 ) -> tuple[np.ndarray, bool]:
-    """Sharpen an approximate projection `y` of `y_raw` (the loads `p_d`) into
-    the exact one and certify it (see the module docstring).
-
-    **Arguments:**
-
-    - `case`: the grid.
-    - `y_raw`, `p_d`: the raw output and the loads.
-    - `y`: an approximate projection, e.g. Clarabel's; only its active set is used.
-    - `tol`: how close (relative) to its limit a row of `y` counts as active.
-    - `rounds`: how many times the face may change before giving up.
-
-    **Returns:** `(y_exact, certified)`; `y_exact` is `y` unchanged when not certified.
+    """Sharpen an approximate projection `y` of `y_raw` (loads `p_d`; only `y`'s
+    active set is used, rows within `tol` relative of their limit) into the exact
+    one and certify it (see the module docstring), letting the face change at most
+    `rounds` times: `(y_exact, certified)`, `y` unchanged when not certified.
     """
     y_raw = np.asarray(y_raw, np.float64)
     eye = sp.identity(case.dim, format="csr")

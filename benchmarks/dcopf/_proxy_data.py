@@ -41,18 +41,11 @@ UNSOLVED, INFEASIBLE, FAILED, SOLVED = -1, 0, 2, 1
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class HourlyData:
-    """One grid, one variant, its hourly loads and the solver's answer per hour.
-
-    **Fields:**
-
-    - `case`: the `GridCase` (for `"pmin0"`, with `p_min` zero).
-    - `variant`: `"real"` or `"pmin0"`.
-    - `loads`: `(n_hours, n_bus)` per-unit loads; `hours` their `datetime64[h]`.
-    - `train`, `val`, `test`: indices of the hours in each part of the split.
-    - `status`: `(n_hours,)` one of `UNSOLVED`, `INFEASIBLE`, `FAILED`, `SOLVED`.
-    - `y_opt`: `(n_hours, dim)` float32 optima (NaN unless solved).
-    - `cost_opt`: `(n_hours,)` float64 optimal costs (NaN unless solved).
-    - `solver_s`: `(n_hours,)` Clarabel's `solve()` seconds (NaN if unsolved).
+    """One grid (`case`, with `p_min` zero for the `"pmin0"` `variant`), its hourly
+    `loads` (per unit) at `hours`, the `train`, `val`, `test` indices, and per hour
+    the solver's `status` (`UNSOLVED`, `INFEASIBLE`, `FAILED`, `SOLVED`), the
+    float32 optimum `y_opt` and float64 `cost_opt` (NaN unless solved) and
+    Clarabel's `solver_s`.
     """
 
     case: GridCase
@@ -142,21 +135,10 @@ def fill_cache(
     budget_s: float | None = None,
     progress: bool = True,
 ) -> dict:
-    """Solves the hours not yet in the cache file `path`, test hours first.
-
-    **Arguments:**
-
-    - `case`, `loads`: the grid (in its variant) and its `(n_hours, n_bus)` loads.
-    - `parts`: `(train, val, test)` indices; solved in the order test, val, train.
-    - `path`: the `.npz` cache, read if it exists and rewritten every 200 hours
-      and at the end; `None` keeps everything in memory.
-    - `budget_s`: stop (with the cache saved) after about this many seconds.
-    - `progress`: a tqdm bar.
-
-    **Returns:**
-
-    A dict of `status`, `y_opt`, `cost_opt` and `solver_s` arrays (see
-    `HourlyData`).
+    """Solves the hours of `loads` not yet in the `.npz` cache `path` (`None`: in
+    memory), in the order test, val, train (`parts`), saving every 200 hours and at
+    the end, and stopping after about `budget_s`. Returns the `status`, `y_opt`,
+    `cost_opt` and `solver_s` arrays of `HourlyData`.
     """
     from tqdm.auto import tqdm
 
@@ -215,21 +197,10 @@ def hourly_data(
     budget_s: float | None = None,
     stride: int = 1,
 ) -> HourlyData:
-    """The hours of grid `name` in `variant`, with Clarabel's optima.
-
-    **Arguments:**
-
-    - `name`: an ACTIVSg case with hourly loads, e.g. `"case_ACTIVSg2000"`.
-    - `variant`: `"real"` or `"pmin0"` (see the module's docstring).
-    - `out`: the results folder; the optima are cached in
-      `out/optima/{name}-{variant}.npz`. `None`: not cached.
-    - `fixture`: read the grid and its week from this fixture instead.
-    - `budget_s`: passed to `fill_cache` (hours left unsolved stay `UNSOLVED`).
-    - `stride`: keep every `stride`-th hour only (a reduced run; not cached).
-
-    **Returns:**
-
-    An `HourlyData`.
+    """The hours of the ACTIVSg grid `name` in `variant` (`"real"` or `"pmin0"`),
+    with Clarabel's optima cached in `out/optima/{name}-{variant}.npz` (`None`: not
+    cached); `fixture` reads the grid and its week from a fixture, `budget_s` goes
+    to `fill_cache`, and `stride` keeps every `stride`-th hour (not cached).
     """
     case, loads, hours, parts = load_hours(name, variant, fixture=fixture)
     if stride > 1:

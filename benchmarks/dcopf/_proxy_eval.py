@@ -148,25 +148,13 @@ def evaluate(
     per_hour: bool = False,
     repeats: int = 3,
 ) -> dict:
-    """Scores `model` on the hours `part` of `data` (the solved ones).
-
-    **Arguments:**
-
-    - `method`, `model`: a method of `METHODS` and its network.
-    - `data`, `part`: the hours and the indices scored.
-    - `grid`: unused (kept for the callers' symmetry).
-    - `timed`: also time `predict` at batch `CHUNK` (`timing.time_calls`,
-      `repeats` calls after the first, which compiles and is the warm-up).
-    - `per_hour`: also list each scored hour's index, gap, cost and largest
-      line loading (for the report's figures).
-
-    **Returns:**
-
-    A dict: `gap_mean` and `gap` (`_percentiles`), `overload_mw`, the share of
-    hours with an overload, the imbalance and bound violations (MW), and for
-    our layer the share `successful`, the normalised residual over eps32, and
-    `infeasible_hours`: what the layer reported on the hours Clarabel found
-    infeasible.
+    """Scores `model` of `method` on the solved hours `part` of `data` (`grid`
+    unused): `gap_mean` and `gap` (`_percentiles`), `overload_mw`, the share of
+    hours overloaded, the imbalance and bound violations (MW) and, for our layer,
+    the share `successful`, the normalised residual over eps32 and
+    `infeasible_hours` (what it reported where Clarabel found none). `timed` also
+    times `predict` at batch `CHUNK` (`repeats` calls after the compiling one);
+    `per_hour` lists each hour's index, gap, cost and largest line loading.
     """
     del grid
     case = data.case

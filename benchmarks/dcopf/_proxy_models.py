@@ -138,22 +138,11 @@ def make_model(
     key,
     scaling: dict | None = None,
 ):
-    """The untrained network of `method`, and what its optimiser must not touch.
-
-    **Arguments:**
-
-    - `case`: the grid (in its variant).
-    - `method`: one of `METHODS`.
-    - `width`, `depth`: the MLP's hidden width and number of hidden layers.
-    - `key`: the MLP's initialisation key.
-    - `scaling`: `x_mean`, `x_std`, `y_center`, `y_scale` arrays (`None`:
-      placeholders of the right shapes, for `pe.load`'s skeleton).
-
-    **Returns:**
-
-    `(model, frozen)`: a float32 model that maps one hour's loads `p_d` to
-    $y$ (ours, called with `q=`) or to $p_g$ (E2ELR, MLP), and the `frozen`
-    selector for `pe.trainable_filter`.
+    """The untrained float32 network of `method` for `case` (an MLP of `depth`
+    hidden layers of `width`, initialised from `key`) and the `frozen` selector for
+    `pe.trainable_filter`. It maps one hour's loads to $y$ (ours, called with `q=`)
+    or to $p_g$ (E2ELR, MLP). `scaling` holds `x_mean`, `x_std`, `y_center`,
+    `y_scale` (`None`: placeholders, for `pe.load`'s skeleton).
     """
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {METHODS}, not {method!r}.")

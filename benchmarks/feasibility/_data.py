@@ -39,24 +39,13 @@ def float32_grid(a) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class CaseData:
-    r"""One case's instances, in float64 NumPy arrays.
-
-    The feasible set of instance $i$ is $\{y : E y = q_i,\ \ell \le C y \le u,\
-    \|S y\|_2 \le f^\top y\}$ (rows of $C$ with infinite bounds are one-sided;
-    `S` has no rows where there is no cone). This generic form is what the CV
-    and the exact projection are computed from; the case's own builder makes the
-    `pe.Projector` from `spec`.
-
-    **Fields:**
-
-    - `name`: the case.
-    - `E`, `q`: the equality matrix `(m, d)` and right-hand sides `(n, m)`.
-    - `C`, `lower`, `upper`: the inequality rows `(k, d)` and bounds `(k,)`.
-    - `S`, `f`: the second-order cone, `(s, d)` and `(d,)`.
-    - `params`: the projector's per-instance `Parameter`s, each `(n, ...)`.
-    - `near`, `far`: the raw outputs, `(n, d)`.
-    - `spec`: arrays the case's projector builder needs.
-    - `info`: how the instances were made.
+    r"""One case's instances in float64 NumPy: instance $i$'s set is
+    $\{y : E y = q_i,\ \ell \le C y \le u,\ \|S y\|_2 \le f^\top y\}$ (`name`; `E`
+    `(m, d)`, `q` `(n, m)`; `C` `(k, d)` with `lower`, `upper`, one-sided where
+    infinite; `S` `(s, d)` and `f`, no rows without a cone). The CV and the exact
+    projection use this form; the case's builder makes the `pe.Projector` from
+    `spec`. Also the projector's per-instance `params` (`(n, ...)`), the raw outputs
+    `near` and `far` (`(n, d)`) and how the instances were made (`info`).
     """
 
     name: str

@@ -253,18 +253,12 @@ def _solve_kkt(K, b):
 
 
 def exact_projections(data: CaseData, rows, method: str, check: int = 0) -> dict:
-    """The exact projections of the near and far raw outputs of instances `rows`
-    (float64), their float64 CV, and the CV of their float32 rounding: the floor.
-
-    **Arguments:**
-
-    - `method`: `"slack"` (`SlackSystem`, for DC3) or `"clarabel"`.
-    - `check`: with `"slack"`, also solve the first `check` instances with
-        Clarabel and record the largest difference.
-
-    **Returns:** per kind: `floor` (max over `rows`), `floor_per_instance`,
-    `exact_cv_max` (float64 CV of the exact points), `failed` (instances with no
-    exact projection, left out of the floor), and the solver's statistics.
+    """The exact projections (float64) of the near and far raw outputs of instances
+    `rows` by `method` (`"slack"`, `SlackSystem`, for DC3, or `"clarabel"`), their
+    float64 CV and the CV of their float32 rounding, the floor. Per kind: `floor`
+    (max over `rows`), `floor_per_instance`, `exact_cv_max`, `failed` (no exact
+    projection; left out of the floor) and the solver's statistics; with `"slack"`,
+    `check` instances are also solved by Clarabel and the largest difference kept.
     """
     start = time.perf_counter()
     if method == "slack":

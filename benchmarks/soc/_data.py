@@ -55,18 +55,11 @@ def generate(A: np.ndarray, rng: np.random.Generator, n: int):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SocData:
-    """One App. B.4 data set: the matrix, validation and test instances.
-
-    There is no fixed training set (`X_train` is `None`): each training epoch
-    draws a fresh batch with `sample_train`, as in the paper.
-
-    **Fields:**
-
-    - `name`: e.g. `"soc-small"`.
-    - `A`: the matrix, shape `(d2, d1)`.
-    - `X_valid`, `J_valid`: validation contexts and optimal values.
-    - `X_test`, `J_test`, `Y_test`: test contexts, optimal values and solutions.
-    - `source`: how the data were made.
+    """One App. B.4 data set (`name`, e.g. `"soc-small"`): the matrix `A`
+    `(d2, d1)`, validation contexts and optimal values, test contexts, values and
+    solutions, and the data's `source`. There is no fixed training set (`X_train`
+    is `None`): each epoch draws a fresh batch with `sample_train`, as in the
+    paper.
     """
 
     name: str

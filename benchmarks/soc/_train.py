@@ -20,20 +20,11 @@ def train(
     data_seed: int = 0,
     **options,
 ) -> tuple[dict, pathlib.Path, Trained]:
-    """Train `method` on the `size` data set and write its results.
-
-    **Arguments:**
-
-    - `size`: `"small"` (25/25) or `"large"` (500/500).
-    - `method`: a key of `benchmarks.soc._methods.METHODS`.
-    - `out`: the results root; the run goes to `out/soc-{size}/{label}/seed{seed}`
-        (an earlier run there is overwritten, so a method can be re-run alone).
-    - `data_seed`: the seed of `A` and of the validation and test instances.
-    - `options`: `seed`, `overrides`, `label`, `repeats` and `quiet`, as for
-        `benchmarks._common.harness.train_and_save`.
-
-    **Returns:** the result record (also in `results.json`), its folder and the
-    `Trained` model.
+    """Train `method` (a key of `_methods.METHODS`) on the `size` data set (small
+    25/25 or large 500/500; `data_seed` seeds `A` and the validation and test
+    instances) and write its results to `out/soc-{size}/{label}/seed{seed}`,
+    overwriting an earlier run. `options` as for `_common.harness.train_and_save`,
+    which gives the return value.
     """
     start = time.perf_counter()
     data = _data.load(size, seed=data_seed)
