@@ -23,16 +23,17 @@ from ._net import (
     HardConstrainedNet as HardConstrainedNet,
     trainable_filter as trainable_filter,
 )
-from ._problem import (
+from ._problem.cones import (
     AbstractCone as AbstractCone,
     AbstractPolishableCone as AbstractPolishableCone,
-    ConeBlock as ConeBlock,
     L1Cone as L1Cone,
     L2Cone as L2Cone,
-    LiftedPieces as LiftedPieces,
     LInfCone as LInfCone,
-    Parameter as Parameter,
     ScaledSimplex as ScaledSimplex,
+)
+from ._problem.parameter import Parameter as Parameter
+from ._problem.pieces import ConeBlock as ConeBlock, LiftedPieces as LiftedPieces
+from ._problem.primitives import (
     project_box as project_box,
     project_l1_norm_cone as project_l1_norm_cone,
     project_linf_norm_cone as project_linf_norm_cone,
