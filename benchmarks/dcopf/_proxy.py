@@ -333,7 +333,8 @@ def reevaluate(
 ) -> dict:
     """The record of an earlier `run`, its test scored and timed again with
     the library as it is now (the network is the same checkpoint): training
-    stays as recorded, `test` is replaced and `reevaluated` says when."""
+    stays as recorded (its machine kept as `trained_on`), `test` and `machine`
+    are replaced, and `reevaluated` is set."""
     import json
 
     stem = f"{data.case.name}-{data.variant}-{method}" + (f"-{tag}" if tag else "")
@@ -348,7 +349,10 @@ def reevaluate(
         method, model, data, part, grid, timed=repeats > 0, per_hour=True,
         repeats=repeats,
     )  # fmt: skip
-    record["reevaluated"] = dict(machine=provenance.machine())
+    # The test (and its timing) is of now; the training of the recorded run.
+    record["trained_on"] = record.get("trained_on", record["machine"])
+    record["machine"] = provenance.machine()
+    record["reevaluated"] = True
     return record
 
 
