@@ -85,19 +85,16 @@ def interior_point(
             if gap < _NEAR_GAP and res < lowest[0]:
                 lowest = (res, state.saved())
             elif lowest[1] is not None and res > _GROWTH * lowest[0]:
-                # Near the end, the solves broke down short of the residual's
-                # tolerance (a nearly degenerate face): the iterate closest to
-                # it names the face best.
+                # Near the end, the solves broke down (the weights span many
+                # orders of magnitude; a nearly degenerate face), within the
+                # residual's tolerance or short of it: the iterate closest to
+                # it names the face as well as any later one would.
                 state.restore(lowest[1])
                 break
             if res < _RESIDUAL_TOL and gap < _GAP_TOL:
+                # (Past the solves' accuracy, a residual grown `_GROWTH`-fold
+                # from its lowest has stopped the method above.)
                 if mu < state.mu_floor:
-                    break
-                if best is not None and res > _GROWTH * best[0]:
-                    # Past the solves' accuracy (the weights span many orders
-                    # of magnitude near the end): the best iterate names the
-                    # face as well as any later one would.
-                    state.restore(best[1])
                     break
                 if best is None or res < best[0]:
                     best = (res, state.saved())

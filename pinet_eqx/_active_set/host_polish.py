@@ -263,15 +263,13 @@ def _rounds(
     hi, lo = hi.copy(), lo.copy()
     upper = np.concatenate([ub_y, ub_w])
     lower = np.concatenate([lb_y, lb_w])
-    # A flag only counts where its bound is finite.
-    hi &= np.isfinite(upper)
-    lo &= np.isfinite(lower) & ~hi
-    # Equal bounds (a unit whose minimum is its maximum) pin their coordinate
-    # or row on every face, with a multiplier of either sign: flagged on one
-    # side, its sign would release it, and the next round add it back.
+    # A flag only counts where its bound is finite. Equal bounds (a unit whose
+    # minimum is its maximum) pin their coordinate or row on every face, with a
+    # multiplier of either sign: flagged on one side, its sign would release
+    # it, and the next round add it back.
     fixed = lower == upper
-    hi |= fixed
-    lo &= ~fixed
+    hi = (hi & np.isfinite(upper)) | fixed
+    lo &= np.isfinite(lower) & ~hi
     y = r
     for _ in range(max_rounds + exact):
         y, mult = None, None

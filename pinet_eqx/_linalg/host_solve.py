@@ -213,7 +213,7 @@ class SaddleSolver:
         try:
             self._lu = self._factorise(_SADDLE_SHIFT)
         except RuntimeError:  # "Factor is exactly singular"
-            largest = spla.norm(self._M, axis=1).max(initial=1.0) ** 2
+            largest = row_norms(self._M).max(initial=1.0) ** 2
             self._steps = _DEPENDENT_REFINE_STEPS
             for shift in _DEPENDENT_SHIFTS:
                 try:
