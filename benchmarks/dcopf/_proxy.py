@@ -323,6 +323,23 @@ def load_proxy(path: str | pathlib.Path):
     return eqx.nn.inference_mode(pe.load(path, make_proxy))
 
 
+def _stem(data: HourlyData, method: str, tag: str | None) -> str:
+    """A run's file name without suffix: `{case}-{variant}-{method}[-{tag}]`."""
+    return f"{data.case.name}-{data.variant}-{method}" + (f"-{tag}" if tag else "")
+
+
+def _scored(method, model, data: HourlyData, grid, n_test, repeats) -> dict:
+    """`evaluate` on the test hours (`n_test` of them, evenly spaced, if given),
+    per hour, timed unless `repeats` is 0."""
+    part = data.test
+    if n_test is not None and n_test < part.size:
+        part = part[np.linspace(0, part.size - 1, n_test).astype(int)]
+    return evaluate(
+        method, model, data, part, grid, timed=repeats > 0, per_hour=True,
+        repeats=repeats,
+    )  # fmt: skip
+
+
 def reevaluate(
     data: HourlyData,
     method: str,
@@ -337,18 +354,12 @@ def reevaluate(
     are replaced, and `reevaluated` is set."""
     import json
 
-    stem = f"{data.case.name}-{data.variant}-{method}" + (f"-{tag}" if tag else "")
-    record = json.loads((out / "proxy" / f"{stem}.json").read_text())
+    path = out / "proxy" / f"{_stem(data, method, tag)}.json"
+    record = json.loads(path.read_text())
     model = load_proxy(record["checkpoint"])
     grid = Grid.of(data.case, _scalings(data, method)[0])
-    part = data.test
     n_test = record["settings"].get("n_test")
-    if n_test is not None and n_test < part.size:
-        part = part[np.linspace(0, part.size - 1, n_test).astype(int)]
-    record["test"] = evaluate(
-        method, model, data, part, grid, timed=repeats > 0, per_hour=True,
-        repeats=repeats,
-    )  # fmt: skip
+    record["test"] = _scored(method, model, data, grid, n_test, repeats)
     # The test (and its timing) is of now; the training of the recorded run.
     record["trained_on"] = record.get("trained_on", record["machine"])
     record["machine"] = provenance.machine()
@@ -373,17 +384,10 @@ def run(
     test hours only, evenly spaced (`None`: all); `repeats` timed calls at
     batch 256 (0: not timed)."""
     case = data.case
-    stem = f"{case.name}-{data.variant}-{method}" + (f"-{tag}" if tag else "")
-    checkpoint = out / "proxy" / f"{stem}.eqx"
+    checkpoint = out / "proxy" / f"{_stem(data, method, tag)}.eqx"
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
     model, grid, info = train_proxy(data, method, checkpoint=checkpoint, **settings)
-    part = data.test
-    if n_test is not None and n_test < part.size:
-        part = part[np.linspace(0, part.size - 1, n_test).astype(int)]
-    test = evaluate(
-        method, model, data, part, grid, timed=repeats > 0, per_hour=True,
-        repeats=repeats,
-    )  # fmt: skip
+    test = _scored(method, model, data, grid, n_test, repeats)
     return dict(
         case=case.name,
         variant=data.variant,
