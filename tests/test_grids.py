@@ -121,7 +121,7 @@ def test_far_raw_outputs_reach_the_projection_in_bounded_work():
 
 def test_dual_method_finishes_where_the_rounds_cycle(monkeypatch):
     """Where the rounds from the interior-point method's face do not settle
-    (here forced: it names every bound), Goldfarb and Idnani's dual method
+    (here forced: both its runs name every bound), Goldfarb and Idnani's dual method
     finds the face, and every instance is still the projection (float64,
     case30, 100 times the spread)."""
     from pinet_eqx._active_set import host_polish as _host_polish
@@ -132,7 +132,7 @@ def test_dual_method_finishes_where_the_rounds_cycle(monkeypatch):
         calls.append(1)
         return working_face(*args, **kwargs)
 
-    def everything(pattern, r, q, lower, upper, y0=None):
+    def everything(pattern, r, q, lower, upper, y0=None, delta=None):
         return r, np.isfinite(upper), np.isfinite(lower) & ~np.isfinite(upper), 0
 
     working_face = _host_polish.working_face
@@ -193,6 +193,92 @@ def test_equal_bounds_stay_on_the_face(side):
     y, fail, *_ = _rounds(E, C, r, q, bounds, hi, lo, 1, pattern=KKTPattern(E, C))
     assert fail == 0.0
     assert_close(y, np.ones(3), 1e-7)
+
+
+def _proxy_faces(name: str) -> tuple:
+    """A captured instance of the host finish on ACTIVSg2000 (a self-supervised
+    proxy's raw output and its Douglas-Rachford or interior-point flags):
+    `(E, C, r, q, bounds, hi, lo)` as `_host_polish._rounds` takes them."""
+    f = np.load(DATA / "activsg2000_proxy_faces.npz")
+    E, C = (
+        sp.csr_matrix(
+            (f[k + "_data"], f[k + "_indices"], f[k + "_indptr"]), f[k + "_shape"]
+        )
+        for k in "ec"
+    )
+    bounds = tuple(f[k] for k in ("lb_y", "ub_y", "lb_w", "ub_w"))
+    return (
+        E,
+        C,
+        f[name + "_r"],
+        f[name + "_q"],
+        bounds,
+        f[name + "_hi"],
+        f[name + "_lo"],
+    )
+
+
+def _clarabel_grid_projection(E, C, r, q, bounds) -> np.ndarray:
+    """The projection of `r` onto $\\{E y = q, \\ell \\le [y; C y] \\le u\\}$ by
+    cvxpy + Clarabel (sparse rows, tolerances 1e-12)."""
+    import cvxpy as cp
+    from helpers import clarabel_solve
+
+    lb_y, ub_y, lb_w, ub_w = bounds
+    lo_w, up_w = np.isfinite(lb_w), np.isfinite(ub_w)
+    x = cp.Variable(r.size)
+    constraints = [E @ x == q, x >= lb_y, x <= ub_y]
+    constraints += [C[lo_w] @ x >= lb_w[lo_w], C[up_w] @ x <= ub_w[up_w]]
+    problem = cp.Problem(cp.Minimize(cp.sum_squares(x - r)), constraints)
+    assert clarabel_solve(problem) == "optimal"
+    return x.value
+
+
+def test_face_one_row_too_many_reaches_the_projection():
+    """From the interior point's face on a captured ACTIVSg2000 instance (one
+    generator pinned at its bound too many), releasing every wrongly signed
+    multiplier per round wanders for 15 rounds; releasing the largest one per
+    round (`release_one`) ends on Clarabel's projection (float64)."""
+    from pinet_eqx._active_set.host_kkt import KKTPattern
+    from pinet_eqx._active_set.host_polish import _rounds
+
+    E, C, r, q, bounds, hi, lo = _proxy_faces("wander")
+    pattern = KKTPattern(E, C)
+    args = (E, C, r, q, bounds, hi, lo, 15)
+    assert _rounds(*args, pattern=pattern)[1] == 1.0, "no longer a wandering face"
+    y, fail, *_ = _rounds(*args, pattern=pattern, release_one=True)
+    assert fail == 0.0
+    assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
+
+
+def test_second_interior_point_names_the_face(monkeypatch):
+    """On a captured ACTIVSg2000 instance whose interior-point face the rounds
+    cannot settle (its equality residual held near 1e-5 by the systems'
+    regularisation), the second run on finer systems names the face: the host
+    finish ends on Clarabel's projection with two interior-point runs and no
+    dual method (float64)."""
+    import pinet_eqx._active_set.host_polish as host_polish
+    from pinet_eqx._active_set.host_kkt import FINE_DELTA, KKTPattern
+
+    deltas = []
+    interior_point = host_polish.interior_point
+
+    def counted(*args, delta=None, **kwargs):
+        deltas.append(delta)
+        return interior_point(*args, delta=delta, **kwargs)
+
+    def no_dual(*args):
+        raise AssertionError("the dual method ran")
+
+    monkeypatch.setattr(host_polish, "interior_point", counted)
+    monkeypatch.setattr(host_polish, "working_face", no_dual)
+    E, C, r, q, bounds, hi, lo = _proxy_faces("fine")
+    y, fail, *_ = host_polish._active_set_method(
+        E, C, KKTPattern(E, C), r, q, *bounds, hi, lo
+    )
+    assert fail == 0.0
+    assert deltas == [None, FINE_DELTA]
+    assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
 
 
 def test_derivative_face_with_more_rows_than_free_coordinates(monkeypatch):

@@ -58,6 +58,7 @@ def interior_point(
     upper: np.ndarray,
     max_iter: int = 60,
     y0: np.ndarray | None = None,
+    delta: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """The projection of `r` onto $\\{y : E y = q,\\ \\ell \\le [y; C y] \\le u\\}$,
     to the accuracy that names its face.
@@ -70,6 +71,8 @@ def interior_point(
         `_host_polish` (coordinates, then rows), infinite where absent.
     - `max_iter`: the most iterations (factorisations).
     - `y0`: where to start (default `r`); any point, feasible or not.
+    - `delta`: the regularisation of its systems (default: the pattern's; see
+        `KKTPattern.factorise`).
 
     **Returns:** `(y, hi, lo, iterations)`: the last iterate, the flags of the
     bounds it finds binding (see `_Iterate.flags`), in the layout of `lower`,
@@ -78,7 +81,7 @@ def interior_point(
     # Far from the set the last iterations can overflow; the method checks
     # its steps for that itself (and stops), so numpy's warnings say nothing.
     with np.errstate(all="ignore"):
-        state = _Iterate(pattern, r, q, lower, upper, y0)
+        state = _Iterate(pattern, r, q, lower, upper, y0, delta)
         it, best, lowest = 0, None, (np.inf, None)
         for it in range(max_iter + 1):
             res, gap, mu = state.residuals()
@@ -111,8 +114,8 @@ class _Iterate:
     $\\lambda$, the slacks $s$ and their multipliers $z$, with the data in
     the scaled units of the pattern."""
 
-    def __init__(self, P: KKTPattern, r, q, lower, upper, y0):
-        self.P, self.r, self.q = P, r, q / P.e_norms
+    def __init__(self, P: KKTPattern, r, q, lower, upper, y0, delta):
+        self.P, self.r, self.q, self.delta = P, r, q / P.e_norms, delta
         scale = np.concatenate([np.ones(P.d), P.c_norms])
         lo_b, up_b = lower / scale, upper / scale
         L, U = np.flatnonzero(np.isfinite(lo_b)), np.flatnonzero(np.isfinite(up_b))
@@ -171,7 +174,7 @@ class _Iterate:
 
     def advance(self, mu) -> bool:
         """One predictor-corrector step; `False` where the solves failed."""
-        solve = self.P.factorise(self._scatter(self.z / self.s))
+        solve = self.P.factorise(self._scatter(self.z / self.s), self.delta)
         s, z = self.s, self.z
 
         def direction(target, homogeneous=False):

@@ -25,10 +25,20 @@ import numpy as np
 import qdldl
 import scipy.sparse as sp
 
-from .._linalg.host_solve import FACTORISATIONS, unit_rows
+from .._linalg.host_solve import FACTORISATIONS, GramSolver, row_norms, unit_rows
 
 # The static regularisation of K's diagonal (both blocks), removed by refinement.
 _DELTA = 1e-11
+# ... and a smaller one, for a second interior-point run where the first one's
+# face did not settle. The grids' balance rows, scaled to unit length, are
+# nearly dependent, so their multipliers reach 1e6 and more, and the shift's
+# error in those rows (about delta times the multipliers) is removed slowly by
+# refinement: at `_DELTA` it can hold the interior-point method's equality
+# residual near 1e-5, where an iterate is still far from the projection along
+# the rows' weak directions (identical units at one bus) and names a wrong face.
+# Not the default: late in the method the smaller shift makes other solves
+# noisier (on case1354pegase at 100 times the spread, 2 of 16 faces go wrong).
+FINE_DELTA = 1e-13
 # The most refinement steps of each solve against the unregularised K: the
 # bus-balance rows of a grid are nearly dependent (a Laplacian's rows sum to
 # almost nothing), so their multipliers grow large and the shift's error with
@@ -134,21 +144,22 @@ class KKTPattern:
         w = np.where(self._weight >= 0, D[np.maximum(self._weight, 0)], 0.0)
         data = self._const + np.bincount(self._slot, self._coef * w, self._const.size)
         if delta:
-            data[self._diag_slot] += delta * self._sign
+            data[self._diag_slot] += (_DELTA if delta is None else delta) * self._sign
         return data
 
     def matrix(self, data: np.ndarray) -> Any:
         return sp.csc_matrix((data, self._indices, self._indptr), (self.n, self.n))
 
-    def factorise(self, D: np.ndarray) -> Any:
+    def factorise(self, D: np.ndarray, delta: float | None = None) -> Any:
         """A solver with $K(D)$: `solve(rhs)`, refined against the unregularised
-        matrix (see the module docstring)."""
+        matrix (see the module docstring); `delta` is the regularisation
+        (default `_DELTA`)."""
         data = self.values(D, 0.0)
         exact = sp.csr_matrix(
             (data[self._full_source], self._full_indices, self._full_indptr),
             (self.n, self.n),
         )
-        data[self._diag_slot] += _DELTA * self._sign
+        data[self._diag_slot] += (_DELTA if delta is None else delta) * self._sign
         upper = self.matrix(data)
         solver = getattr(self._local, "solver", None)
         if solver is None:
@@ -208,7 +219,7 @@ def face_projection(
     costs one numeric refactorisation of the fixed pattern, where a sparse LU
     of its own Gram matrix would redo the ordering and the symbolic work.
 
-    **Returns:** `(y, mult)` as `_host_polish._face`: the point and each
+    **Returns:** `(y, mult)` as `gram_face_projection`: the point and each
     flagged coordinate's and row's multiplier (positive pushes $y$ down), in
     the layout of the flags and the units of the rows given; `(None, None)`
     where the steps do not meet the face's rows to `_FACE_TOL` (a singular
@@ -247,3 +258,54 @@ def face_projection(
     mult = np.zeros(flagged.shape)
     mult[rows] = mu / scale[rows]
     return y, mult
+
+
+def gram_face_projection(
+    E: Any, C: Any, r, q, hi, lo, upper, lower, d
+) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+    """The projection of `r` onto the face of the flags, and each flagged
+    coordinate's and row's multiplier (positive pushes $y$ down: the sign of
+    an upper bound), in the layout of the flags; `(None, None)` if singular."""
+    pinned = (hi | lo)[:d]
+    active = (hi | lo)[d:]
+    bound = np.where(hi, upper, np.where(lo, lower, 0.0))
+    y_pin = np.where(pinned, bound[:d], 0.0)
+    free = np.flatnonzero(~pinned)
+    A: Any = sp.vstack([E, C[np.flatnonzero(active)]]).tocsc()
+    h = np.concatenate([q, bound[d:][active]]) - A @ y_pin
+    M = A[:, free].tocsr()
+    # Rows scaled to unit length (Jacobi): grid rows span four orders of
+    # magnitude, whose squares M M^T would otherwise carry.
+    norms = row_norms(M)
+    # A row on pinned coordinates only is fixed by them: it leaves the solve
+    # (multiplier 0), and the rounds release or satisfy it.
+    used = np.flatnonzero(norms > 0)
+    M, h, norms = M[used], h[used], norms[used]
+    M = sp.diags(1 / norms) @ M
+    gram = GramSolver(M)
+    if not gram.ok:
+        return None, None
+    lam = gram.solve(M @ r[free] - h / norms)
+    y_free = r[free] - M.T @ lam
+    for _ in range(2):  # refinement on the point, against the rows' residual
+        step = gram.solve(M @ y_free - h / norms)
+        y_free = y_free - M.T @ step
+        lam = lam + step
+    lam = _scatter(A.shape[0], used, lam / norms)
+    y = y_pin.copy()
+    y[free] = y_free
+    if not np.all(np.isfinite(y)):
+        return None, None
+    # Stationarity: r - y = A^T lam_all + mu on the pinned coordinates.
+    mult = np.zeros(hi.shape)
+    mu = r - y - A.T @ lam
+    mult[:d] = np.where(pinned, mu, 0.0)
+    mult[d:][active] = lam[E.shape[0] :]
+    return y, mult
+
+
+def _scatter(n: int, index, values) -> np.ndarray:
+    """A length-`n` vector with `values` at `index`, zero elsewhere."""
+    out = np.zeros(n)
+    out[index] = values
+    return out

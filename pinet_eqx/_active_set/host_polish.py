@@ -25,16 +25,15 @@ differentiates (`_active_set.on_face`); the iterate's face may differ.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import jax
 import numpy as np
 import scipy.sparse as sp
 
-from .._linalg.host_solve import ByContent, GramSolver, instances, pool, row_norms
+from .._linalg.host_solve import ByContent, instances, pool
 from .host_dual import working_face
 from .host_ipm import interior_point
-from .host_kkt import KKTPattern, face_projection
+from .host_kkt import FINE_DELTA, KKTPattern, face_projection, gram_face_projection
 from .host_parallel import merge_bounds, parallel_rows, unmerged_flags
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
@@ -180,7 +179,9 @@ def _active_set_method(
     iterate's bounded coordinates, which finish raw outputs near the set;
     then from the face that an interior-point method names
     (`_host_ipm.interior_point`: a cost that hardly depends on the distance);
-    should those not settle, from the face that Goldfarb and Idnani's dual
+    should those not settle, from that face again, releasing one row per
+    round; then from the face of a second interior-point run on more
+    accurate systems; then from the face that Goldfarb and Idnani's dual
     method finds from there (`_host_dual`: one row per step, but it cannot
     cycle); and last from the iterate's whole face (rows too) and from the
     empty face.
@@ -203,39 +204,50 @@ def _active_set_method(
 
     named = {}
 
-    def interior():
+    def interior(delta=None):
         # Started from the last rounds' point, which satisfies E y = q and
         # the iterate's bounded coordinates: some 20% fewer iterations than
         # from r far from the set.
         start = named.get("point")
-        face = interior_point(pattern, r, q, lower, upper, y0=start)[1:3]
-        named["face"] = face
+        face = interior_point(pattern, r, q, lower, upper, y0=start, delta=delta)
+        face = face[1:3]
+        named.setdefault("face", face)
         return face
 
     def dual():
-        # From the interior-point method's face: a few changes from it.
+        # From the first interior-point run's face, a few changes from it
+        # (from the second one's it took longer where both fail: ACTIVSg2000).
         up, down = named.get("face", (hi_y, lo_y))
         return working_face(E, C, r, q, lower, upper, up, down)
 
     # Far from the set the rounds from the iterate's face soon move hundreds
     # of rows at once (near it, tens): they are left as soon as they do.
     near_moves = max(_NEAR_MOVES, int(_NEAR_MOVES_SHARE * hi.shape[0]))
+    # (start, rounds, most moves per round, release one row per round)
     attempts = (
-        (lambda: (hi_y, lo_y), _NEAR_ROUNDS, near_moves),
-        (interior, half, None),
-        # Where the rounds from that face cycle (dependent rows flagged).
-        (dual, half, None),
-        (lambda: (hi, lo), half, None),
-        (lambda: (none, none), _MAX_ROUNDS, None),
+        (lambda: (hi_y, lo_y), _NEAR_ROUNDS, near_moves, False),
+        (interior, half, None, False),
+        # Where the rounds from that face wander: the face has a row too many,
+        # whose pull flips the signs of dependent rows' multipliers.
+        (lambda: named["face"], half, None, True),
+        # Where the face is further off: the first run's systems held its
+        # equality residual too high to resolve the balance rows' weak
+        # directions (see `_host_kkt.FINE_DELTA`).
+        (lambda: interior(FINE_DELTA), half, None, False),
+        # Where those cycle (dependent rows flagged).
+        (dual, half, None, False),
+        (lambda: (hi, lo), half, None, False),
+        (lambda: (none, none), _MAX_ROUNDS, None, False),
     )
     y = r
-    for start, rounds, moves in attempts:
+    for start, rounds, moves, one in attempts:
         flags = start()
         if flags is None:
             continue
         y, fail, up, down = _rounds(
-            E, C, r, q, bounds, *flags, rounds, moves, pattern=pattern, exact=exact
-        )
+            E, C, r, q, bounds, *flags, rounds, moves,
+            pattern=pattern, exact=exact, release_one=one,
+        )  # fmt: skip
         if not fail:
             return y, 0.0, up, down
         named["point"] = y
@@ -243,26 +255,38 @@ def _active_set_method(
 
 
 def _rounds(
-    E, C, r, q, bounds, hi, lo, max_rounds, max_moves=None, *, pattern=None, exact=False
+    E,
+    C,
+    r,
+    q,
+    bounds,
+    hi,
+    lo,
+    max_rounds,
+    max_moves=None,
+    *,
+    pattern=None,
+    exact=False,
+    release_one=False,
 ):
     """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, where
     `bounds` is `(lb_y, ub_y, lb_w, ub_w)`, given up once a round would move
     more than `max_moves` rows (if given): `(y, fail, hi, lo)`, the last
-    face's point and flags.
+    face's point and flags; with `release_one`, each round releases one row
+    only (`_largest`).
 
     With the set's `pattern`, each face is solved on that fixed factor
-    pattern (`_host_ipm.face_projection`: a numeric refactorisation, where a
+    pattern (`_host_kkt.face_projection`: a numeric refactorisation, where a
     Gram matrix's LU redoes its ordering and symbolic work), and by its own
-    Gram matrix (`_face`) only where that does not converge (inconsistent or
-    nearly dependent rows). The pattern's faces are accurate to about 1e-8
-    (its penalty's conditioning), enough for float32 outputs; with `exact`
-    (float64 outputs) the face the rounds settle on is solved and checked
-    once more by its Gram matrix."""
+    Gram matrix (`gram_face_projection`) only where that does not converge
+    (inconsistent or nearly dependent rows). The pattern's faces are accurate
+    to about 1e-8 (its penalty's conditioning), enough for float32 outputs;
+    with `exact` (float64 outputs) the face the rounds settle on is solved and
+    checked once more by its Gram matrix."""
     d = r.shape[0]
     lb_y, ub_y, lb_w, ub_w = bounds
     hi, lo = hi.copy(), lo.copy()
-    upper = np.concatenate([ub_y, ub_w])
-    lower = np.concatenate([lb_y, lb_w])
+    upper, lower = np.concatenate([ub_y, ub_w]), np.concatenate([lb_y, lb_w])
     # A flag only counts where its bound is finite. Equal bounds (a unit whose
     # minimum is its maximum) pin their coordinate or row on every face, with a
     # multiplier of either sign: flagged on one side, its sign would release
@@ -276,7 +300,7 @@ def _rounds(
         if pattern is not None:
             y, mult = face_projection(pattern, r, q, hi, lo, lower, upper)
         if y is None:
-            y, mult = _face(E, C, r, q, hi, lo, upper, lower, d)
+            y, mult = gram_face_projection(E, C, r, q, hi, lo, upper, lower, d)
         if y is None or mult is None:
             return r, 1.0, hi, lo
         value = np.concatenate([y, C @ y])
@@ -301,6 +325,8 @@ def _rounds(
             return y, 0.0, hi, lo
         if max_moves is not None and moves > max_moves:
             break
+        if release_one:
+            release = _largest(release, mult)
         if release.any():
             # Release before adding: adding rows to a face that still holds
             # wrongly signed ones can cycle.
@@ -310,52 +336,13 @@ def _rounds(
     return y, 1.0, hi, lo
 
 
-def _face(
-    E: Any, C: Any, r, q, hi, lo, upper, lower, d
-) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
-    """The projection of `r` onto the face of the flags, and each flagged
-    coordinate's and row's multiplier (positive pushes $y$ down: the sign of
-    an upper bound), in the layout of the flags; `(None, None)` if singular."""
-    pinned = (hi | lo)[:d]
-    active = (hi | lo)[d:]
-    bound = np.where(hi, upper, np.where(lo, lower, 0.0))
-    y_pin = np.where(pinned, bound[:d], 0.0)
-    free = np.flatnonzero(~pinned)
-    A: Any = sp.vstack([E, C[np.flatnonzero(active)]]).tocsc()
-    h = np.concatenate([q, bound[d:][active]]) - A @ y_pin
-    M = A[:, free].tocsr()
-    # Rows scaled to unit length (Jacobi): grid rows span four orders of
-    # magnitude, whose squares M M^T would otherwise carry.
-    norms = row_norms(M)
-    # A row on pinned coordinates only is fixed by them: it leaves the solve
-    # (multiplier 0), and the rounds release or satisfy it.
-    used = np.flatnonzero(norms > 0)
-    M, h, norms = M[used], h[used], norms[used]
-    M = sp.diags(1 / norms) @ M
-    gram = GramSolver(M)
-    if not gram.ok:
-        return None, None
-    lam = gram.solve(M @ r[free] - h / norms)
-    y_free = r[free] - M.T @ lam
-    for _ in range(2):  # refinement on the point, against the rows' residual
-        step = gram.solve(M @ y_free - h / norms)
-        y_free = y_free - M.T @ step
-        lam = lam + step
-    lam = _scatter(A.shape[0], used, lam / norms)
-    y = y_pin.copy()
-    y[free] = y_free
-    if not np.all(np.isfinite(y)):
-        return None, None
-    # Stationarity: r - y = A^T lam_all + mu on the pinned coordinates.
-    mult = np.zeros(hi.shape)
-    mu = r - y - A.T @ lam
-    mult[:d] = np.where(pinned, mu, 0.0)
-    mult[d:][active] = lam[E.shape[0] :]
-    return y, mult
-
-
-def _scatter(n: int, index, values) -> np.ndarray:
-    """A length-`n` vector with `values` at `index`, zero elsewhere."""
-    out = np.zeros(n)
-    out[index] = values
+def _largest(release, mult) -> np.ndarray:
+    """Of the rows `release` flags, the one of the largest multiplier `mult`
+    (a primal active-set step). On a face one row too large whose rows are
+    dependent (generators pinned at their bounds beside the balance rows), the
+    extra row's pull makes many others' multipliers wrongly signed, and
+    releasing them all at once leaves the face far behind."""
+    out = np.zeros_like(release)
+    if release.any():
+        out[np.argmax(np.where(release, np.abs(mult), -np.inf))] = True
     return out
