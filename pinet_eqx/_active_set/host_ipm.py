@@ -34,9 +34,6 @@ _GAP_TOL = 1e-9
 _WIDTH_FRACTION = 1e-1
 # Stop, keeping the best iterate, where the residuals grow this much past it.
 _GROWTH = 100.0
-# Past this complementarity (relative, as `_GAP_TOL`), a residual that grows by
-# `_GROWTH` is the solves' breakdown, not the path's ordinary rise.
-_NEAR_GAP = 1e-4
 # The ratio z / s above which a bound is taken as binding.
 _ACTIVE_RATIO = 100.0
 # Gondzio's centrality correctors per iteration (each one solve, no factorisation).
@@ -82,22 +79,17 @@ def interior_point(
     # its steps for that itself (and stops), so numpy's warnings say nothing.
     with np.errstate(all="ignore"):
         state = _Iterate(pattern, r, q, lower, upper, y0, delta)
-        it, best, lowest = 0, None, (np.inf, None)
+        it, best = 0, None
         for it in range(max_iter + 1):
             res, gap, mu = state.residuals()
-            if gap < _NEAR_GAP and res < lowest[0]:
-                lowest = (res, state.saved())
-            elif lowest[1] is not None and res > _GROWTH * lowest[0]:
-                # Near the end, the solves broke down (the weights span many
-                # orders of magnitude; a nearly degenerate face), within the
-                # residual's tolerance or short of it: the iterate closest to
-                # it names the face as well as any later one would.
-                state.restore(lowest[1])
-                break
             if res < _RESIDUAL_TOL and gap < _GAP_TOL:
-                # (Past the solves' accuracy, a residual grown `_GROWTH`-fold
-                # from its lowest has stopped the method above.)
                 if mu < state.mu_floor:
+                    break
+                if best is not None and res > _GROWTH * best[0]:
+                    # Past the solves' accuracy (the weights span many orders
+                    # of magnitude near the end): the best iterate names the
+                    # face as well as any later one would.
+                    state.restore(best[1])
                     break
                 if best is None or res < best[0]:
                     best = (res, state.saved())
