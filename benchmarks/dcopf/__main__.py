@@ -284,7 +284,7 @@ def main(argv=None) -> int:
             n_solver=args.solver_instances,
             repeats=args.repeats,
         )
-        path = args.out / "distances" / f"{case.name}-float32.json"
+        path = args.out / "distances" / f"{case.name}-float32-b{args.batch}.json"
     elif args.command == "save":
         from ._data import load_case
         from ._fixture import save_case

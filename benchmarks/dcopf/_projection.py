@@ -324,7 +324,7 @@ def distances(
         ys = np.asarray(sol.y, np.float64)
         resid = max(row_residuals(case, ys[i], loads[i]).max() for i in range(batch))
         clarabel = []
-        for i in range(n_solver):
+        for i in range(min(n_solver, batch)):
             try:
                 clarabel.append(1e3 * project_clarabel(case, Y[i], loads[i])[1])
             except RuntimeError:  # Clarabel's own early stops
