@@ -245,7 +245,7 @@ def _active_set_method(
         if flags is None:
             continue
         y, fail, up, down = _rounds(
-            E, C, r, q, bounds, *flags, rounds, moves,
+            E, C, r, q, bounds, flags[0], flags[1], rounds, moves,
             pattern=pattern, exact=exact, release_one=one,
         )  # fmt: skip
         if not fail:
