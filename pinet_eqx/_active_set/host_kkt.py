@@ -138,14 +138,11 @@ class KKTPattern:
         # QDLDL's symbolic analysis, kept per thread (a solver is stateful).
         self._local = threading.local()
 
-    def values(self, D: np.ndarray, delta: float) -> np.ndarray:
-        """The entries of $K$'s upper triangle for the weights `D` (one per row
-        of $G$) and the regularisation `delta`."""
+    def values(self, D: np.ndarray) -> np.ndarray:
+        """The entries of the unregularised $K$'s upper triangle for the
+        weights `D` (one per row of $G$)."""
         w = np.where(self._weight >= 0, D[np.maximum(self._weight, 0)], 0.0)
-        data = self._const + np.bincount(self._slot, self._coef * w, self._const.size)
-        if delta:
-            data[self._diag_slot] += (_DELTA if delta is None else delta) * self._sign
-        return data
+        return self._const + np.bincount(self._slot, self._coef * w, self._const.size)
 
     def matrix(self, data: np.ndarray) -> Any:
         return sp.csc_matrix((data, self._indices, self._indptr), (self.n, self.n))
@@ -154,7 +151,7 @@ class KKTPattern:
         """A solver with $K(D)$: `solve(rhs)`, refined against the unregularised
         matrix (see the module docstring); `delta` is the regularisation
         (default `_DELTA`)."""
-        data = self.values(D, 0.0)
+        data = self.values(D)
         exact = sp.csr_matrix(
             (data[self._full_source], self._full_indices, self._full_indptr),
             (self.n, self.n),

@@ -209,8 +209,7 @@ def _active_set_method(
         # the iterate's bounded coordinates: some 20% fewer iterations than
         # from r far from the set.
         start = named.get("point")
-        face = interior_point(pattern, r, q, lower, upper, y0=start, delta=delta)
-        face = face[1:3]
+        face = interior_point(pattern, r, q, lower, upper, y0=start, delta=delta)[1:3]
         named.setdefault("face", face)
         return face
 
