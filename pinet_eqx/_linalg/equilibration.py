@@ -7,7 +7,7 @@ for JAX (per-instance matrices, traced and batched with `jax.vmap`).
 from __future__ import annotations
 
 import warnings
-from typing import Literal
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -104,6 +104,33 @@ def lifted_start(xp, C, m_eq: int, d: int, groups, n_groups: int):
         norms = _column_norms(xp, padded, groups, n_groups)[d:]
     d_r0 = xp.concatenate([xp.ones(m_eq, C.dtype), 1.0 / norms])
     return d_r0, xp.concatenate([xp.ones(d, C.dtype), norms])
+
+
+def equilibrate_lifted(
+    xp, lifted, C, m_eq: int, d: int, groups, n_groups: int, settings: Equilibration
+):
+    """Ruiz scalings of the lifted matrix $[E\\ 0;\\ C\\ -I]$ (`lifted`),
+    started from `lifted_start`: $D_r = D_r' D_{r,0}$, $D_c = D_c' D_{c,0}$ with
+    $D_r', D_c'$ the sweeps' scalings of $D_{r,0} M D_{c,0}$.
+
+    With `xp` NumPy the sweeps run on the host (`equilibrate`); with `jax.numpy`
+    they are traced (`equilibrate_traced`). `groups` are labels `0..n_groups-1`
+    (see `group_labels`) or `None`.
+
+    **Returns:** `(d_r, d_c)`, of shapes `(m_eq + m,)` and `(d + m,)`.
+    """
+    d_r0, d_c0 = lifted_start(xp, C, m_eq, d, groups, n_groups)
+    start = d_r0[:, None] * lifted * d_c0[None, :]
+    sweeps: dict[str, Any] = dict(
+        n_iter=settings.n_iter, tol=settings.tol, mode=settings.mode
+    )
+    if xp is np:
+        d_r, d_c = equilibrate(start, column_groups=groups, **sweeps)
+    else:
+        d_r, d_c = equilibrate_traced(
+            start, column_groups=groups, n_groups=n_groups, **sweeps
+        )
+    return d_r * d_r0, d_c * d_c0
 
 
 def _sweep(xp, scaled, d_r, d_c, mode, groups, n_groups):

@@ -43,13 +43,7 @@ import numpy as np
 import scipy.linalg
 from jaxtyping import Array, Float, Int
 
-from .._linalg.equilibration import (
-    Equilibration,
-    equilibrate as _ruiz,
-    equilibrate_traced,
-    group_labels,
-    lifted_start,
-)
+from .._linalg.equilibration import Equilibration, equilibrate_lifted, group_labels
 
 INCONSISTENT_EQUALITY = (
     "Projector(constraints): the fixed equality system A y = b is inconsistent: "
@@ -280,15 +274,9 @@ def _scalings(E, C, equilibration, column_groups):
     if equilibration is not None and m_eq + m > 0:
         lifted = np.block([[E, np.zeros((m_eq, m))], [C, -np.eye(m)]])
         groups, n_groups = group_labels(column_groups, d + m)
-        d_r0, d_c0 = lifted_start(np, C, m_eq, d, groups, n_groups)
-        d_r, d_c = _ruiz(
-            d_r0[:, None] * lifted * d_c0[None, :],
-            n_iter=equilibration.n_iter,
-            tol=equilibration.tol,
-            mode=equilibration.mode,
-            column_groups=groups,
+        d_r, d_c = equilibrate_lifted(
+            np, lifted, C, m_eq, d, groups, n_groups, equilibration
         )
-        d_r, d_c = d_r * d_r0, d_c * d_c0
         d_r_eq, d_y, d_w = d_r[:m_eq], d_c[:d], d_c[d:]
     else:
         d_r_eq, d_y, d_w = np.ones(m_eq), np.ones(d), np.ones(m)
@@ -355,16 +343,9 @@ def build_affine_projection_traced(
         [[E, jnp.zeros((m_eq, m), dtype)], [C, -jnp.eye(m, dtype=dtype)]]
     )
     if equilibration is not None:
-        d_r0, d_c0 = lifted_start(jnp, C, m_eq, d, column_groups, n_groups)
-        d_r, d_c = equilibrate_traced(
-            d_r0[:, None] * lifted * d_c0[None, :],
-            n_iter=equilibration.n_iter,
-            tol=equilibration.tol,
-            mode=equilibration.mode,
-            column_groups=column_groups,
-            n_groups=n_groups,
+        d_r, d_c = equilibrate_lifted(
+            jnp, lifted, C, m_eq, d, column_groups, n_groups, equilibration
         )
-        d_r, d_c = d_r * d_r0, d_c * d_c0
     else:
         d_r, d_c = jnp.ones(m_eq + m, dtype), jnp.ones(d + m, dtype)
     Q, R = jnp.linalg.qr((d_r[:, None] * lifted * d_c[None, :]).T)
