@@ -79,9 +79,9 @@ from ._common.problems import (
     PAPER_SIGMA,
     read_paper_instances,
 )
-from ._common.provenance import command_line, machine
+from ._common.provenance import command_line, log, machine
 from ._common.reference import reference_available
-from ._common.timing import time_calls
+from ._common.timing import fmt, time_first
 
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "_out" / "training_step.json"
 PROG = "python -m benchmarks.training_step"
@@ -394,13 +394,8 @@ def _reference(case: Case, dtype):
 
 def _timed(fn, args, repeats: int) -> tuple[object, dict]:
     """The first call's seconds as `compile_s`, then `time_calls` statistics."""
-    import jax
-
-    start = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    first = time.perf_counter() - start
-    stats = time_calls(lambda: fn(*args), repeats, warmup=1)
-    return out, {"compile_s": first, **stats}
+    stats = time_first({"fn": lambda: fn(*args)}, repeats)["fn"]
+    return fn(*args), {"compile_s": stats.pop("first_s"), **stats}
 
 
 def measure(project, params, case: Case, dtype, repeats: int) -> dict:
@@ -491,7 +486,7 @@ def run_case(
         # training run would have x64 off, so the float32 runs do too.
         with jax.enable_x64(dtype_name == "float64"):
             project, params, settings = build(case)
-            _log(f"{case.size} {dtype_name} {name}: compiling and timing")
+            log(f"{case.size} {dtype_name} {name}: compiling and timing")
             result = measure(project, params, case, dtype, repeats)
         entry[name] = {
             "settings": settings,
@@ -500,7 +495,7 @@ def run_case(
             **accuracy(result, case, truth),
             "warnings": result["warnings"],
         }
-        _log(f"  {_row(name, entry[name])}")
+        log(f"  {_row(name, entry[name])}")
     entry.setdefault("reference", None)
     entry["ratio"] = _ratio(entry, "ours")
     return entry
@@ -516,12 +511,8 @@ def _ratio(entry: dict, name: str) -> dict:
     }
 
 
-def _log(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 def _ms(t: dict) -> str:
-    return f"{1e3 * t['median']:.3g} [{1e3 * t['lq']:.3g}, {1e3 * t['uq']:.3g}]"
+    return fmt(t, ".3g", scale=1e3)
 
 
 def _row(name: str, r: dict) -> str:
@@ -630,7 +621,7 @@ def main(argv: list[str] | None = None) -> dict:
     n_check = args.n_grad_check if args.n_grad_check is not None else 8 if quick else 64
     with_ref = not args.no_reference and reference_available()
     if not with_ref and not args.no_reference:
-        _log("The reference (pinet-hcnn) is not installed: timing ours only.")
+        log("The reference (pinet-hcnn) is not installed: timing ours only.")
     command = command_line(PROG, argv)
     record = {
         "machine": {**machine(devices=True), "command": command},
@@ -647,16 +638,16 @@ def main(argv: list[str] | None = None) -> dict:
         "ground_truth": {},
         "results": [],
     }
-    _log(
+    log(
         f"{command}\n{record['machine']['device_kind']}, jax {record['machine']['jax']}"
     )
     for size in sizes:
         if args.instances is not None and size != "small":
-            _log(f"--instances holds the small problem; {size} is generated.")
+            log(f"--instances holds the small problem; {size} is generated.")
         case = make_case(size, args.batch, args.instances)
         truth = exact_vjp(case, n_check, progress=not args.quiet)
         record["ground_truth"][size] = {**truth["summary"], "source": case.source}
-        _log(f"{size}: ground truth {json.dumps(truth['summary'])}")
+        log(f"{size}: ground truth {json.dumps(truth['summary'])}")
         for dtype_name in args.dtypes:
             record["results"].append(
                 run_case(
@@ -670,7 +661,7 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(record, f, indent=2)
-    _log(f"wrote {args.out}")
+    log(f"wrote {args.out}")
     return record
 
 

@@ -89,6 +89,15 @@ def add_report_command(sub) -> None:
     )
 
 
+def report(args, suite) -> None:
+    """Runs the `report` subcommand for `suite` (`report.report`) and prints the
+    paths written."""
+    from .report import report
+
+    for path in report(args.results_dir, args.out, suite, args.record):
+        print(path)
+
+
 def suite_parser(prog: str, doc: str):
     """A suite's parser and its subcommand group (`dest="command"`)."""
     parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])

@@ -21,7 +21,7 @@ import pathlib
 import sys
 
 from .._common import cli
-from ._methods import METHODS
+from ._methods import METHODS, SUITE
 
 DEFAULT_OUT = pathlib.Path("results") / "dc3"
 
@@ -111,10 +111,7 @@ def main(argv=None) -> int:
                 **options,
             )
     elif args.command == "report":
-        from ._report import report
-
-        for path in report(args.results_dir, args.out, args.record):
-            print(path)
+        cli.report(args, SUITE)
     elif args.command == "ablations":
         from ._ablations import run_ablations
 

@@ -63,7 +63,7 @@ import time
 
 import numpy as np
 
-from .._common.provenance import command_line, machine
+from .._common.provenance import command_line, log, machine
 from ._cases import CASES, DEFAULT_CASES, Case
 from ._data import (
     DTYPES,
@@ -74,7 +74,6 @@ from ._data import (
     NEAR_SCALE,
     ROOT,
     CaseData,
-    log,
 )
 from ._exact import ClarabelProjection, exact_projections, polish
 from ._report import markdown, measure

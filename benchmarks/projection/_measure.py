@@ -23,7 +23,7 @@ import numpy as np
 
 from .._common.problems import PAPER_N_ITER, PAPER_N_ITER_BWD, PAPER_OMEGA
 from .._common.provenance import command_line, describe, machine
-from .._common.timing import time_interleaved
+from .._common.timing import fmt, time_interleaved
 
 PROG = "python -m benchmarks.projection"
 TOLERANCE = {"f32": 1e-4, "f64": 1e-6}
@@ -47,11 +47,7 @@ def ms(stats: dict) -> float:
 
 def fmt_t(s: dict) -> str:
     """Timing `stats` as 'median [lq, uq] (min–max)', in milliseconds."""
-    m = {k: 1e3 * s[k] for k in ("median", "lq", "uq", "min", "max")}
-    return (
-        f"{m['median']:.1f} [{m['lq']:.1f}, {m['uq']:.1f}] "
-        f"({m['min']:.1f}–{m['max']:.1f})"
-    )
+    return fmt(s, ".1f", "{median} [{lq}, {uq}] ({min}–{max})", 1e3)
 
 
 def timed(calls: dict, repeats: int) -> dict:

@@ -19,7 +19,7 @@ import pathlib
 import sys
 
 from .._common import cli
-from ._methods import METHODS
+from ._methods import METHODS, SUITE
 
 DEFAULT_OUT = pathlib.Path("results") / "soc"
 
@@ -51,10 +51,7 @@ def main(argv=None) -> int:
                 **cli.train_options(args),
             )
     elif args.command == "report":
-        from ._report import report
-
-        for path in report(args.results_dir, args.out, args.record):
-            print(path)
+        cli.report(args, SUITE)
     return 0
 
 
