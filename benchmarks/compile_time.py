@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from ._common import records
-from ._common.provenance import command_line, describe, log, machine, run_worker
+from ._common.provenance import command_line, describe, log, machine, run_worker, save
 from ._common.timing import fmt, stats
 
 MODULE = "benchmarks.compile_time"
@@ -197,8 +197,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         print(json.dumps(_worker(args.worker, args.size, args.batch)))
         return None
     record = run(args, argv)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1))
+    save(args.out, record)
     print(markdown(record))
     return record
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from ._common import records
 from ._common.problems import constraints_of, random_polytope
-from ._common.provenance import command_line, describe, log, machine, run_worker
+from ._common.provenance import command_line, describe, log, machine, run_worker, save
 
 MODULE = "benchmarks.random_polytopes"
 PROG = f"python -m {MODULE}"
@@ -112,8 +112,7 @@ def main(argv=None) -> dict | None:
         log(f"{dtype}: projecting")
         x64 = {"JAX_ENABLE_X64": "1" if dtype == "float64" else "0"}
         record[dtype] = run_worker(MODULE, [*passed, "--worker", dtype], x64)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1))
+    save(args.out, record)
     print(markdown(record))
     return record
 

@@ -36,7 +36,7 @@ import json
 import os
 import pathlib
 
-from ._common.provenance import command_line, describe, log, run_worker
+from ._common.provenance import command_line, describe, log, run_worker, save
 from ._common.timing import fmt
 
 PROG = "python -m benchmarks.scaling"
@@ -176,9 +176,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     m = records[0]["machine"]
     print(f"{command}\n{describe(m)}, {m['device_kind']}\n")
     print(table(records))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
+    save(args.out, result, indent=2)
     return result
 
 

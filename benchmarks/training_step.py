@@ -79,7 +79,7 @@ from ._common.problems import (
     PAPER_SIGMA,
     read_paper_instances,
 )
-from ._common.provenance import command_line, log, machine
+from ._common.provenance import command_line, log, machine, save
 from ._common.reference import reference_available
 from ._common.timing import fmt, time_first
 
@@ -566,13 +566,12 @@ def markdown(record: dict) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="+", choices=tuple(BATCH), default=None)
+    parser.add_argument("--sizes", nargs="+", choices=tuple(BATCH))
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
-    parser.add_argument("--repeats", type=int, default=None, help="default 10")
+    parser.add_argument("--repeats", type=int, help="default 10")
     parser.add_argument(
         "--n-grad-check",
         type=int,
-        default=None,
         help="instances checked against the exact VJP (default 64)",
     )
     parser.add_argument(
@@ -658,10 +657,7 @@ def main(argv: list[str] | None = None) -> dict:
         timespec="seconds"
     )
     print(markdown(record))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(record, f, indent=2)
-    log(f"wrote {args.out}")
+    log(f"wrote {save(args.out, record, indent=2)}")
     return record
 
 

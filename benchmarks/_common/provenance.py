@@ -72,6 +72,13 @@ def run_worker(module: str, args: list[str], env: dict | None = None, **kwargs):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def save(path: pathlib.Path, record, indent: int = 1) -> pathlib.Path:
+    """Writes `record` as JSON to `path`, making its folder; returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=indent))
+    return path
+
+
 def peak_rss_gb() -> float:
     """Peak resident memory of this process so far, in GiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20

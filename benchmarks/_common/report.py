@@ -110,19 +110,17 @@ def write_record(text: str, suite: Suite, results_dir) -> list[pathlib.Path]:
     from . import provenance, records
 
     body = re.sub(r"^#", "##", text.split("\n", 1)[1], flags=re.M)
-    record = {
-        "suite": suite.folder,
-        "name": "tables",
-        "title": "Full tables",
-        "order": 2,
-        "command": f"{suite.prog} report {results_dir} --record",
-        "machine": "per run, in the tables",
-        "date": datetime.date.today().isoformat(),
-        "commit": provenance.git_commit(),
-        "source": "run",
-        "blocks": records.blocks(body),
-    }
-    return [records.write(record), *records.render([suite.folder])]
+    return records.write_run(
+        suite.folder,
+        "tables",
+        "Full tables",
+        2,
+        body,
+        command=f"{suite.prog} report {results_dir} --record",
+        machine="per run, in the tables",
+        date=datetime.date.today().isoformat(),
+        commit=provenance.git_commit(),
+    )
 
 
 # ----------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import pathlib
 
 DEFAULT_OUT = pathlib.Path("results") / "cvxpy"
@@ -73,7 +72,7 @@ def main(argv=None) -> dict:
 
     jax.config.update("jax_enable_x64", True)
 
-    from .._common.provenance import command_line, log, machine
+    from .._common.provenance import command_line, log, machine, save
     from . import _accuracy, _overhead, _partial_sums, _report, _speed
 
     record = {
@@ -102,8 +101,7 @@ def main(argv=None) -> dict:
         )
     record["machine_after"] = {"load_avg": machine()["load_avg"]}
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(record, indent=1))
+    save(args.out / "results.json", record)
     table = _report.markdown(record)
     (args.out / "results.md").write_text(table)
     print(table)

@@ -2,8 +2,8 @@
 
 The settings the comparison shares with the reference, the interleaved timing of
 jitted calls, the search for the smallest iteration count that reaches a
-tolerance, the backward-pass statistics, the worker processes (one per
-precision) and the writing of the records (`benchmarks/projection/records/`).
+tolerance, the backward-pass statistics, and the worker processes (one per
+precision).
 """
 
 from __future__ import annotations
@@ -276,11 +276,3 @@ def worker_setup(args) -> None:
         jax.config.update("jax_enable_x64", True)
     if not reference_available():
         raise SystemExit(REFERENCE_MISSING)
-
-
-def write_record(name: str, title: str, body: str, order: int) -> None:
-    """Writes `body` (the measured tables, with their header) as the record
-    `name` of `benchmarks/projection/records/` and renders the pages."""
-    from .._common import records
-
-    records.write_run("projection", name, title, order, body)
