@@ -81,6 +81,7 @@ from ._common.problems import (
 )
 from ._common.provenance import command_line, log, machine, save
 from ._common.reference import reference_available
+from ._common.solvers import clarabel
 from ._common.timing import fmt, time_first
 
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "_out" / "training_step.json"
@@ -226,9 +227,7 @@ def _clarabel(problem: DC3Problem):
 
     def solve(y_value, x_value):
         y.value, x.value = y_value, x_value
-        qp.solve(
-            solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
-        )
+        clarabel(qp, 1e-12)
         # cvxpy's multiplier of `G z <= h` for the objective ||z - y||^2 is twice
         # that of the projection's KKT system with 1/2 ||z - y||^2.
         return z.value, cons[1].dual_value / 2

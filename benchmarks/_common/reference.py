@@ -293,15 +293,15 @@ def _check(n_instances: int = 8) -> None:
     # Needs `jax_enable_x64`, set by the caller before any array is created.
     import cvxpy as cp
 
+    from .solvers import clarabel
+
     problem = make_dc3(n_examples=n_instances)
     Y = np.random.RandomState(0).normal(size=(n_instances, problem.n_var))
     expected = []
     for y, x in zip(Y, problem.X):
         z = cp.Variable(problem.n_var)
         constraints = [problem.A @ z == x, problem.G @ z <= problem.h]
-        cp.Problem(cp.Minimize(cp.sum_squares(z - y)), constraints).solve(
-            solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
-        )
+        clarabel(cp.Problem(cp.Minimize(cp.sum_squares(z - y)), constraints), 1e-12)
         expected.append(z.value)
     expected = np.stack(expected)
     for equilibrate, sigma in _SETTINGS:

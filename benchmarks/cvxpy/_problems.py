@@ -24,9 +24,10 @@ set) as $x$, $y_{raw} \sim N(0, I)$.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
+
+from .._common.solvers import clarabel
 
 N_VAR, N_EQ, N_SOC = 30, 5, 8
 SOC_OFFSET = 0.6
@@ -165,11 +166,7 @@ def reference(problem: IssueProblem, inst: Instances, tol: float = 1e-10):
         y_raw.value = inst.Y[i]
         problem.b.value = inst.params["b"][i]
         problem.r.value = inst.params["r"][i]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "may be inaccurate"
-            prob.solve(
-                solver=cp.CLARABEL, tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol
-            )
+        clarabel(prob, tol, quiet=True)
         if prob.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
             raise RuntimeError(f"Clarabel: {prob.status} on instance {i}.")
         out[i] = problem.x.value

@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import pathlib
 import time
-import warnings
 
 import numpy as np
 
 from .._common import records
 from .._common.problems import soc_batch, soc_projector
+from .._common.solvers import clarabel
 from ._measure import (
     N_ITER,
     N_ITER_BWD,
@@ -100,7 +100,7 @@ def soc_truth(E, b, y, d1: int):
         cp.Minimize(cp.sum_squares(z - y)),
         [E @ z == b, cp.SOC(z[d - 1], z[d1 : d - 1])],
     )
-    _clarabel(prob)
+    clarabel(prob, 1e-10, quiet=True)  # inaccurate: polished below
     return _polish_soc(E, b, y, z.value, d1)
 
 
@@ -197,19 +197,8 @@ class AxFamily:
         prob = cp.Problem(
             cp.Minimize(cp.sum_squares(z - y)), [E @ z == b, z >= -1, z <= 1]
         )
-        _clarabel(prob)
+        clarabel(prob, 1e-10, quiet=True)  # inaccurate: polished below
         return _polish_box(E, b, y, z.value)
-
-
-def _clarabel(prob) -> None:
-    import cvxpy as cp
-
-    with warnings.catch_warnings():
-        # "Solution may be inaccurate": the polish below takes care of it.
-        warnings.simplefilter("ignore")
-        prob.solve(
-            solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10
-        )
 
 
 def _polish_box(E, b, y, z):
