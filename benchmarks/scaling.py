@@ -37,6 +37,7 @@ import os
 import pathlib
 
 from ._common.provenance import command_line, describe, log, run_worker, save
+from ._common.records import table as markdown_table
 from ._common.timing import fmt
 
 PROG = "python -m benchmarks.scaling"
@@ -112,12 +113,11 @@ def _child(n: int, args) -> dict:
 
 def table(records: list[dict]) -> str:
     """The markdown table of `records`, one row per device count."""
-    lines = [
-        "| devices | batch | fwd median (IQR), ms | fwd per device, inst/s "
-        "| fwd+bwd median (IQR), ms | fwd+bwd per device, inst/s "
-        "| compile fwd / fwd+bwd, s | peak RSS, GiB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    columns = ["devices", "batch"]
+    for name in ("fwd", "fwd+bwd"):
+        columns += [f"{name} median (IQR), ms", f"{name} per device, inst/s"]
+    columns += ["compile fwd / fwd+bwd, s", "peak RSS, GiB"]
+    rows = []
     for r in records:
         f, b = r["fwd"], r["fwd+bwd"]
         cells = [r["devices"], r["batch"]]
@@ -125,8 +125,8 @@ def table(records: list[dict]) -> str:
             cells += [fmt(t, ".1f", "{median} ({lq}-{uq})", 1e3)]
             cells += [f"{t['throughput_per_device']:.0f}"]
         cells += [f"{f['compile']:.1f} / {b['compile']:.1f}", f"{r['peak_rss_gb']:.2f}"]
-        lines.append("| " + " | ".join(map(str, cells)) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return markdown_table(columns, rows, "r" * len(columns))
 
 
 def main(argv: list[str] | None = None) -> dict | None:
