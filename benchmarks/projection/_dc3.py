@@ -161,22 +161,7 @@ def tables(results: list[dict]) -> str:
         f"the same {N_ITER} iterations, same precision). Ours, default: "
         "`ImplicitAdjoint()`, the exact active-set derivative.",
         "",
-        "| size | prec | ours ms | reference ms | ratio | ours BiCGStab all converged "
-        "| grad error ours / ref | ours, default: ms, grad error | load |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        t = r["bwd"]
-        err = f"{t['grad_err_ours']:.1e} / {t['grad_err_ref']:.1e}"
-        lines.append(
-            f"| {r['size']} | {r['precision']} | {_measure.fmt_t(t['ours'])} | "
-            f"{_measure.fmt_t(t['ref'])} | "
-            f"{t['ref']['median'] / t['ours']['median']:.2f}x | "
-            f"{'yes' if t['bwd_converged'] else 'no'} | {err} | "
-            f"{_measure.fmt_t(t['ours_default'])}, {t['grad_err_ours_default']:.1e} | "
-            f"{t['load']:.1f} |"
-        )
-    lines += [
+        _measure.bwd_table(results),
         "",
         "**Set-up on the host (once per constraint set, not timed above)**",
         "",

@@ -50,6 +50,7 @@ from ._measure import (
     OMEGA,
     TOLERANCE,
     backward_stats,
+    bwd_table,
     fmt_t,
     log,
     matched_adjoint,
@@ -583,23 +584,7 @@ def tables(results: list[dict]) -> str:
         "BiCGStab on the fixed point with its own tolerance and step limit "
         "otherwise).",
         "",
-        "| size | prec | ours ms | reference ms | ratio | ours BiCGStab all converged "
-        "| grad error vs unrolled, ours / ref | vs exact, ours / ref | ours, "
-        "default: ms, vs unrolled, vs exact | load |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        t = r["bwd"]
-        lines.append(
-            f"| {r['size']} | {r['precision']} | {fmt_t(t['ours'])} | "
-            f"{fmt_t(t['ref'])} | {t['ref']['median'] / t['ours']['median']:.2f}x | "
-            f"{'yes' if t['bwd_converged'] else 'no'} | "
-            f"{t['grad_err_ours']:.1e} / {t['grad_err_ref']:.1e} | "
-            f"{t['grad_exact_ours']:.1e} / {t['grad_exact_ref']:.1e} | "
-            f"{fmt_t(t['ours_default'])}, {t['grad_err_ours_default']:.1e}, "
-            f"{t['grad_exact_ours_default']:.1e} | {t['load']:.1f} |"
-        )
-    lines += [
+        bwd_table(results),
         "",
         f"**d) Accuracy after {N_ITER_CONVERGED} iterations** (first {N_TRUTH} "
         "instances; gradients with 200 BiCGStab steps, relative error from the "

@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 
+from .._common import records
 from .._common.problems import PAPER_N_ITER, PAPER_N_ITER_BWD, PAPER_OMEGA
 from .._common.provenance import command_line, describe, machine
 from .._common.timing import fmt, time_interleaved
@@ -48,6 +49,33 @@ def ms(stats: dict) -> float:
 def fmt_t(s: dict) -> str:
     """Timing `stats` as 'median [lq, uq] (min–max)', in milliseconds."""
     return fmt(s, ".1f", "{median} [{lq}, {uq}] ({min}–{max})", 1e3)
+
+
+def bwd_table(results: list[dict]) -> str:
+    """Table c), forward + VJP, of `results`; with each gradient's error from
+    the exact Jacobian too where the family has a ground truth."""
+    exact = "grad_exact_ours" in results[0]["bwd"]
+    columns = ["size", "prec", "ours ms", "reference ms", "ratio"]
+    columns += ["ours BiCGStab all converged"]
+    if exact:
+        columns += ["grad error vs unrolled, ours / ref", "vs exact, ours / ref"]
+        columns += ["ours, default: ms, vs unrolled, vs exact", "load"]
+    else:
+        columns += ["grad error ours / ref", "ours, default: ms, grad error", "load"]
+    rows = []
+    for r in results:
+        t = r["bwd"]
+        errors = [f"{t['grad_err_ours']:.1e} / {t['grad_err_ref']:.1e}"]
+        default = f"{fmt_t(t['ours_default'])}, {t['grad_err_ours_default']:.1e}"
+        if exact:
+            errors.append(f"{t['grad_exact_ours']:.1e} / {t['grad_exact_ref']:.1e}")
+            default += f", {t['grad_exact_ours_default']:.1e}"
+        converged = "yes" if t["bwd_converged"] else "no"
+        cells = [r["size"], r["precision"], fmt_t(t["ours"]), fmt_t(t["ref"])]
+        ratio = f"{t['ref']['median'] / t['ours']['median']:.2f}x"
+        cells += [ratio, converged, *errors, default, f"{t['load']:.1f}"]
+        rows.append(cells)
+    return records.table(columns, rows)
 
 
 def timed(calls: dict, repeats: int) -> dict:
