@@ -264,21 +264,19 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
     for i in rows:
         y, x, g = case.Y[i], case.X[i], case.V[i]
         found = exact.project(y, x)
-        if found is None and not have_cvxpy:
-            # Rare, and without cvxpy there is no fallback: leave it out.
-            fallbacks += 1
-            well_defined[i] = False
-            continue
         if found is None:
-            # Rare; fall back to Clarabel's active set (solved now if needed).
+            # Rare; fall back to Clarabel's active set (solved now if needed), or,
+            # without cvxpy, leave the instance out.
             fallbacks += 1
+            if not have_cvxpy:
+                well_defined[i] = False
+                continue
             solve = solve or _clarabel(P)
             z_c, lam_c = solve(y, x)
             active = (P.h - P.G @ z_c < WEAK_TOL) & (lam_c > WEAK_TOL)
             z, lam, Q = exact.restricted(y, x, active)
-            slack = P.h - P.G @ z
-        else:
-            z, active, lam, slack, Q = found
+            found = z, active, lam, P.h - P.G @ z, Q
+        z, active, lam, slack, Q = found
         kkt = max(
             kkt,
             float(np.abs(P.A @ z - x).max()),
@@ -307,13 +305,9 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
         "clarabel_active_set_mismatches": clarabel_mismatch if clarabel else None,
         "seconds": time.perf_counter() - start,
     }
-    return {
-        "y": Z,
-        "vjp": VJP,
-        "well_defined": well_defined,
-        "n_active": n_active,
-        "summary": summary,
-    }
+    return dict(
+        y=Z, vjp=VJP, well_defined=well_defined, n_active=n_active, summary=summary
+    )
 
 
 # ------------------------------------------------------------ the two layers
