@@ -77,6 +77,14 @@ def train_options(args) -> dict:
     )
 
 
+def train(parser, args, train, *where, **keywords):
+    """Runs the `train` subcommand: `train(*where, args.method, **keywords)` with
+    the options of `add_train_arguments` (`train_options`), a `ConfigError`
+    reported as a usage error."""
+    with config_errors(parser):
+        return train(*where, args.method, **keywords, **train_options(args))
+
+
 def add_report_command(sub) -> None:
     """The `report RESULTS_DIR [--out DIR]` subcommand."""
     report = sub.add_parser("report", help="figures and tables from a results folder")

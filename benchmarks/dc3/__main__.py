@@ -98,18 +98,11 @@ def main(argv=None) -> int:
     elif args.command == "train":
         from ._train import train
 
-        options = cli.train_options(args)
         if args.autotune:
-            options["overrides"]["autotune"] = True
-        with cli.config_errors(parser):
-            train(
-                args.problem,
-                args.size,
-                args.method,
-                data_seed=args.data_seed,
-                instances=args.instances,
-                **options,
-            )
+            args.set.append("autotune=true")
+        where = (args.problem, args.size)
+        data = {"data_seed": args.data_seed, "instances": args.instances}
+        cli.train(parser, args, train, *where, **data)
     elif args.command == "report":
         cli.report(args, SUITE)
     elif args.command == "ablations":

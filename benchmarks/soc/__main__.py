@@ -43,13 +43,7 @@ def main(argv=None) -> int:
     if args.command == "train":
         from ._train import train
 
-        with cli.config_errors(parser):
-            train(
-                args.size,
-                args.method,
-                data_seed=args.data_seed,
-                **cli.train_options(args),
-            )
+        cli.train(parser, args, train, args.size, data_seed=args.data_seed)
     elif args.command == "report":
         cli.report(args, SUITE)
     return 0
