@@ -29,9 +29,10 @@ import numpy as np
 
 from . import plots
 from .metrics import CV_OPTIMAL, RS_OPTIMAL
+from .timing import TIMING_STATS
 
 LOG_FLOOR = 1e-10  # zeros are drawn here on log axes
-TIMING_COLUMNS = ("median", "lq", "uq", "min", "max")
+TIMING_COLUMNS = TIMING_STATS[:5]
 _REQUIRED_METRICS = ("rs_mean", "cv_max", "optimal_pct")
 _CURVE_POINTS = 200  # common time grid on which seeds are averaged
 

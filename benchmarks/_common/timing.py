@@ -157,7 +157,7 @@ def time_inference(
         "batch_size": batch_size,
     }
     if rows < batch_size:
-        for key in ("median", "lq", "uq", "min", "max"):
+        for key in TIMING_STATS[:5]:
             result["batch"][key] *= batch_size / rows
         result["batch_extrapolated_from"] = rows
     return result
