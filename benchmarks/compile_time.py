@@ -50,7 +50,7 @@ def _step(layer: str, size: str, batch: int):
     import pinet_eqx as pe
     from pinet_eqx.problems import dc3_objective, make_dc3
 
-    from ._common.problems import PAPER_SIGMA
+    from ._common.problems import PAPER_SIGMA, dc3_projector
     from ._common.training import backbone
 
     n_var, n_eq, n_ineq = SIZES[size]
@@ -61,11 +61,7 @@ def _step(layer: str, size: str, batch: int):
     objective = jax.vmap(lambda y: dc3_objective(y, Q, p, nonconvex=True))
     mlp = backbone(n_eq, n_var, 0, dtype)
     if layer == "ours":
-        constraints = [
-            pe.Equality(prob.A, pe.Parameter("b")),
-            pe.AffineInequality(prob.G, upper=prob.h),
-        ]
-        model = pe.HardConstrainedNet(mlp, pe.Projector(constraints))
+        model = pe.HardConstrainedNet(mlp, dc3_projector(prob.A, prob.G, prob.h))
 
         def loss(model, X):
             return jnp.mean(objective(jax.vmap(model)(X, b=X)))

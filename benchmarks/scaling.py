@@ -53,6 +53,7 @@ def measure(size: str, per_device: int, repeats: int, dtype: str) -> dict:
 
     import pinet_eqx as pe
 
+    from ._common.problems import dc3_projector
     from ._common.provenance import machine, peak_rss_gb
     from ._common.timing import time_first
     from .training_step import make_case
@@ -60,12 +61,7 @@ def measure(size: str, per_device: int, repeats: int, dtype: str) -> dict:
     n = jax.device_count()
     mesh = pe.data_mesh()
     case = make_case(size, batch=per_device * n)
-    proj = pe.Projector(
-        [
-            pe.Equality(case.problem.A, pe.Parameter("b")),
-            pe.AffineInequality(case.problem.G, upper=case.problem.h),
-        ]
-    )
+    proj = dc3_projector(case.problem.A, case.problem.G, case.problem.h)
     Y, X, V = pe.shard_batch(
         mesh, *(jnp.asarray(a, dtype) for a in (case.Y, case.X, case.V))
     )

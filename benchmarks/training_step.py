@@ -77,6 +77,7 @@ from ._common.problems import (
     PAPER_OMEGA,
     PAPER_RUIZ_ITERS,
     PAPER_SIGMA,
+    dc3_projector,
     read_paper_instances,
 )
 from ._common.provenance import command_line, log, machine, save
@@ -338,14 +339,9 @@ def _ours(case: Case, variant: str | None = None):
     import equinox as eqx
     import jax
 
-    import pinet_eqx as pe
-
     P = case.problem
     keywords = {} if variant is None else VARIANTS[variant]()
-    proj = pe.Projector(
-        [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)],
-        **keywords,
-    )
+    proj = dc3_projector(P.A, P.G, P.h, **keywords)
     params, static = eqx.partition(proj, eqx.is_array)
 
     def project(params, Y, X):

@@ -27,6 +27,7 @@ import dataclasses
 
 import numpy as np
 
+from .._common.problems import dc3_projector
 from .._common.solvers import clarabel
 
 N_VAR, N_EQ, N_SOC = 30, 5, 8
@@ -237,15 +238,7 @@ def dc3(size: str, batch: int, seed: int = 2) -> DC3:
 def dc3_hand_built(data: DC3, **settings):
     """The hand-built projector of `benchmarks/dc3` at the library's defaults
     (`_pinet.make_projector` with `library_defaults=True`)."""
-    import pinet_eqx as pe
-
-    return pe.Projector(
-        [
-            pe.Equality(data.A, pe.Parameter("b")),
-            pe.AffineInequality(data.G, upper=data.h),
-        ],
-        **settings,
-    )
+    return dc3_projector(data.A, data.G, data.h, **settings)
 
 
 def dc3_from_cvxpy(data: DC3, **settings):

@@ -26,7 +26,7 @@ import pinet_eqx as pe
 
 from .._common import pinet_method
 from .._common.harness import Run, Trained
-from .._common.problems import PAPER_SIGMA
+from .._common.problems import PAPER_SIGMA, dc3_projector
 from .._common.training import backbone, fit_model
 from ._data import Dataset
 
@@ -75,18 +75,10 @@ def make_projector(data: Dataset, config: Config) -> pe.Projector:
         settings = {"polish": config.library_polish}
         if config.library_n_iter is not None:
             settings["n_iter"] = config.library_n_iter
-        return pe.Projector(
-            [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)],
-            **settings,
-        )
-    return pe.Projector(
-        [
-            pe.Equality(P.A, pe.Parameter("b")),
-            pe.AffineInequality(P.G, upper=P.h - config.ineq_margin),
-        ],
-        **pinet_method.projector_settings(config),
-        refine=config.refine,
-    )
+        return dc3_projector(P.A, P.G, P.h, **settings)
+    settings = pinet_method.projector_settings(config)
+    h = P.h - config.ineq_margin
+    return dc3_projector(P.A, P.G, h, **settings, refine=config.refine)
 
 
 def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:

@@ -15,7 +15,7 @@ import numpy as np
 from pinet_eqx.problems import dc3_violation
 
 from .._common import records
-from .._common.problems import PAPER_SIGMA
+from .._common.problems import PAPER_SIGMA, dc3_projector
 from . import _families, _measure
 from ._measure import N_ITER, N_ITER_BWD, OMEGA
 
@@ -55,16 +55,7 @@ class DC3Family:
         return v if per_instance else float(v.max())
 
     def ours(self, **settings):
-        import pinet_eqx as pe
-
-        return pe.Projector(
-            [
-                pe.Equality(self.A, pe.Parameter("b")),
-                pe.AffineInequality(self.G, upper=self.h),
-            ],
-            sigma=self.sigma,
-            **settings,
-        )
+        return dc3_projector(self.A, self.G, self.h, sigma=self.sigma, **settings)
 
     def reference(self, sigma, omega, dtype):
         from .._common.reference import ReferenceDC3Projector
