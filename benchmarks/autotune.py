@@ -33,7 +33,7 @@ def main(argv=None) -> None:
     import pinet_eqx as pe
     from pinet_eqx.problems import make_dc3
 
-    from ._common.problems import soc_batch, soc_projector
+    from ._common.problems import dc3_projector, soc_batch, soc_projector
     from ._common.provenance import command_line, describe, machine
 
     dtype = jnp.float64 if args.precision == "f64" else jnp.float32
@@ -41,12 +41,7 @@ def main(argv=None) -> None:
 
     def dc3(n_var, n_eq, n_ineq):
         prob = make_dc3(n_var, n_eq, n_ineq, n_examples=166, seed=17)
-        proj = pe.Projector(
-            [
-                pe.Equality(prob.A, pe.Parameter("b")),
-                pe.AffineInequality(prob.G, upper=prob.h),
-            ]
-        )
+        proj = dc3_projector(prob.A, prob.G, prob.h)
         Y = rng.normal(size=(166, n_var))
         return proj, Y, {"b": prob.X}
 

@@ -22,20 +22,21 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import subprocess
-import sys
 import time
 
 import numpy as np
 
-from ._common.provenance import command_line, describe, machine
-from ._common.timing import stats
+from ._common import records
+from ._common.provenance import command_line, describe, log, machine, run_worker, save
+from ._common.timing import fmt, stats
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-DEFAULT_OUT = ROOT / "benchmarks" / "_out" / "compile_time.json"
+MODULE = "benchmarks.compile_time"
+PROG = f"python -m {MODULE}"
+DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "_out" / "compile_time.json"
 # "tiny" is for dry runs (benchmarks/gpu.sh on a CPU); the paper has no sigma for it.
 SIZES = {"tiny": (20, 10, 10), "small": (100, 50, 50), "large": (1000, 500, 500)}
 PARTS = ("trace", "lower", "compile", "run", "total")
+SPREAD = "{median} [{min}, {max}]"
 
 
 def _step(layer: str, size: str, batch: int):
@@ -49,7 +50,7 @@ def _step(layer: str, size: str, batch: int):
     import pinet_eqx as pe
     from pinet_eqx.problems import dc3_objective, make_dc3
 
-    from ._common.problems import PAPER_SIGMA
+    from ._common.problems import PAPER_SIGMA, dc3_projector
     from ._common.training import backbone
 
     n_var, n_eq, n_ineq = SIZES[size]
@@ -60,11 +61,7 @@ def _step(layer: str, size: str, batch: int):
     objective = jax.vmap(lambda y: dc3_objective(y, Q, p, nonconvex=True))
     mlp = backbone(n_eq, n_var, 0, dtype)
     if layer == "ours":
-        constraints = [
-            pe.Equality(prob.A, pe.Parameter("b")),
-            pe.AffineInequality(prob.G, upper=prob.h),
-        ]
-        model = pe.HardConstrainedNet(mlp, pe.Projector(constraints))
+        model = pe.HardConstrainedNet(mlp, dc3_projector(prob.A, prob.G, prob.h))
 
         def loss(model, X):
             return jnp.mean(objective(jax.vmap(model)(X, b=X)))
@@ -107,48 +104,32 @@ def _worker(layer: str, size: str, batch: int) -> dict:
 
     step, args = _step(layer, size, batch)
     jax.block_until_ready(args)
-    t0 = time.perf_counter()
-    traced = step.trace(*args)
-    t1 = time.perf_counter()
-    lowered = traced.lower()
-    t2 = time.perf_counter()
-    compiled = lowered.compile()
-    t3 = time.perf_counter()
-    jax.block_until_ready(compiled(*args))
-    t4 = time.perf_counter()
-    return {
-        "trace": t1 - t0,
-        "lower": t2 - t1,
-        "compile": t3 - t2,
-        "run": t4 - t3,
-        "total": t4 - t0,
+    stages = {
+        "trace": lambda step: step.trace(*args),
+        "lower": lambda traced: traced.lower(),
+        "compile": lambda lowered: lowered.compile(),
+        "run": lambda compiled: jax.block_until_ready(compiled(*args)),
     }
-
-
-def _spawn(layer: str, size: str, batch: int) -> dict:
-    cmd = [sys.executable, "-m", "benchmarks.compile_time", "--worker", layer]
-    cmd += ["--size", size, "--batch", str(batch)]
-    out = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, check=True, timeout=600
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _reference_available() -> bool:
-    from ._common.reference import reference_available
-
-    return reference_available()
+    seconds = {}
+    for part, stage in stages.items():
+        start = time.perf_counter()
+        step = stage(step)
+        seconds[part] = time.perf_counter() - start
+    return {**seconds, "total": sum(seconds.values())}
 
 
 def run(args, argv) -> dict:
-    layers = ["ours"] + (["reference"] if _reference_available() else [])
+    from ._common.reference import reference_available
+
+    layers = ["ours"] + (["reference"] if reference_available() else [])
     samples = {layer: [] for layer in layers}
+    worker = ["--size", args.size, "--batch", str(args.batch), "--worker"]
     for i in range(args.repeats):
         for layer in layers:
-            print(f"[{i + 1}/{args.repeats}] {layer}", file=sys.stderr, flush=True)
-            samples[layer].append(_spawn(layer, args.size, args.batch))
+            log(f"[{i + 1}/{args.repeats}] {layer}")
+            samples[layer].append(run_worker(MODULE, [*worker, layer], timeout=600))
     record = {
-        "command": command_line("python -m benchmarks.compile_time", argv),
+        "command": command_line(PROG, argv),
         "machine": machine(),
         "size": args.size,
         "batch": args.batch,
@@ -175,30 +156,27 @@ def markdown(record: dict) -> str:
         f"DC3 {record['size']}, batch {record['batch']}, float32; seconds, median "
         "[min, max] over fresh processes.",
         "",
-        "| layer | " + " | ".join(PARTS) + " |",
-        "|---|" + "---|" * len(PARTS),
+        records.table(
+            ["layer", *PARTS],
+            [
+                [layer, *(fmt(parts[p], ".2f", SPREAD) for p in PARTS)]
+                for layer, parts in record["stats"].items()
+            ],
+        ),
     ]
-    for layer, parts in record["stats"].items():
-        cells = [
-            f"{t['median']:.2f} [{t['min']:.2f}, {t['max']:.2f}]"
-            for t in (parts[p] for p in PARTS)
-        ]
-        lines.append(f"| {layer} | " + " | ".join(cells) + " |")
     if "total_ratio" in record:
         r = record["total_ratio"]
         lines += [
             "",
-            f"First call, ours / reference (paired by turn): median {r['median']:.2f} "
-            f"[{r['min']:.2f}, {r['max']:.2f}].",
+            "First call, ours / reference (paired by turn): median "
+            + fmt(r, ".2f", SPREAD)
+            + ".",
         ]
     return "\n".join(lines)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.compile_time",
-        description="Compile time of one paper-recipe DC3 training step.",
-    )
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5, help="fresh processes per layer")
     p.add_argument("--size", choices=tuple(SIZES), default="small")
     p.add_argument("--batch", type=int, default=2048)
@@ -215,8 +193,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         print(json.dumps(_worker(args.worker, args.size, args.batch)))
         return None
     record = run(args, argv)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1))
+    save(args.out, record)
     print(markdown(record))
     return record
 

@@ -25,18 +25,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 
+from ._common import records
 from ._common.problems import constraints_of, random_polytope
-from ._common.provenance import command_line, describe, machine
+from ._common.provenance import command_line, describe, log, machine, run_worker, save
 
-PROG = "python -m benchmarks.random_polytopes"
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+MODULE = "benchmarks.random_polytopes"
+PROG = f"python -m {MODULE}"
 DTYPES = ("float32", "float64")
 
 
@@ -96,11 +94,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=5.0, help="raw output noise")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--dtypes", nargs="+", choices=DTYPES, default=DTYPES)
-    p.add_argument(
-        "--out",
-        type=pathlib.Path,
-        default=ROOT / "benchmarks" / "_out" / "random_polytopes.json",
-    )
+    out = pathlib.Path(__file__).resolve().parent / "_out" / "random_polytopes.json"
+    p.add_argument("--out", type=pathlib.Path, default=out)
     p.add_argument("--worker", choices=DTYPES, help=argparse.SUPPRESS)
     return p
 
@@ -114,38 +109,28 @@ def main(argv=None) -> dict | None:
     passed = [f"--{k}={v}" for k, v in (("sets", args.sets), ("per-set", args.per_set),
               ("scale", args.scale), ("seed", args.seed))]  # fmt: skip
     for dtype in args.dtypes:
-        print(f"{dtype}: projecting", file=sys.stderr, flush=True)
-        env = {**os.environ, "JAX_ENABLE_X64": "1" if dtype == "float64" else "0"}
-        cmd = [sys.executable, "-m", "benchmarks.random_polytopes", *passed]
-        out = subprocess.run(
-            [*cmd, "--worker", dtype], cwd=ROOT, env=env, capture_output=True,
-            text=True, check=True,
-        )  # fmt: skip
-        record[dtype] = json.loads(out.stdout.strip().splitlines()[-1])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1))
+        log(f"{dtype}: projecting")
+        x64 = {"JAX_ENABLE_X64": "1" if dtype == "float64" else "0"}
+        record[dtype] = run_worker(MODULE, [*passed, "--worker", dtype], x64)
+    save(args.out, record)
     print(markdown(record))
     return record
 
 
 def markdown(record: dict) -> str:
     """The table of a record, with its command and machine."""
-    lines = [
-        f"Command: `{record['command']}`. Machine: {describe(record['machine'])}.",
-        "",
-        "| dtype | instances | not successful | iterations | max CV | "
-        "max CV of the successful |",
-        "|---|---|---|---|---|---|",
+    columns = ["dtype", "instances", "not successful", "iterations", "max CV"]
+    rows = [
+        [dtype, r["instances"], r["not_successful"], r["iterations"]]
+        + [f"{r['cv_max']:.1e}", f"{r['cv_max_successful']:.1e}"]
+        for dtype in DTYPES
+        if dtype in record
+        for r in [record[dtype]]
     ]
-    for dtype in DTYPES:
-        if dtype in record:
-            r = record[dtype]
-            lines.append(
-                f"| {dtype} | {r['instances']} | {r['not_successful']} | "
-                f"{r['iterations']} | {r['cv_max']:.1e} | "
-                f"{r['cv_max_successful']:.1e} |"
-            )
-    return "\n".join(lines)
+    return (
+        f"Command: `{record['command']}`. Machine: {describe(record['machine'])}.\n\n"
+        + records.table([*columns, "max CV of the successful"], rows)
+    )
 
 
 if __name__ == "__main__":

@@ -35,41 +35,33 @@ import datetime
 import json
 import os
 import pathlib
-import subprocess
-import sys
+
+from ._common.provenance import command_line, describe, log, run_worker, save
+from ._common.records import table as markdown_table
+from ._common.timing import fmt
 
 PROG = "python -m benchmarks.scaling"
 DEFAULT_OUT = pathlib.Path(__file__).parent / "_out" / "scaling.json"
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def measure(size: str, per_device: int, repeats: int, dtype: str) -> dict:
     """In this process, on all its devices: compile and step times of `fwd` and
     `fwd+bwd`, and the peak memory of the process."""
-    import time
-
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     import pinet_eqx as pe
 
+    from ._common.problems import dc3_projector
     from ._common.provenance import machine, peak_rss_gb
-    from ._common.timing import time_interleaved
+    from ._common.timing import time_first
     from .training_step import make_case
 
     n = jax.device_count()
     mesh = pe.data_mesh()
     case = make_case(size, batch=per_device * n)
-    proj = pe.Projector(
-        [
-            pe.Equality(case.problem.A, pe.Parameter("b")),
-            pe.AffineInequality(case.problem.G, upper=case.problem.h),
-        ]
-    )
+    proj = dc3_projector(case.problem.A, case.problem.G, case.problem.h)
     Y, X, V = pe.shard_batch(
         mesh, *(jnp.asarray(a, dtype) for a in (case.Y, case.X, case.V))
     )
@@ -83,12 +75,7 @@ def measure(size: str, per_device: int, repeats: int, dtype: str) -> dict:
         return jax.value_and_grad(lambda Y: jnp.sum(V * jax.vmap(proj)(Y, b=X)))(Y)
 
     calls = {"fwd": lambda: fwd(Y, X), "fwd+bwd": lambda: fwd_bwd(Y, X, V)}
-    compile_s = {}
-    for name, call in calls.items():
-        start = time.perf_counter()
-        jax.block_until_ready(call())
-        compile_s[name] = time.perf_counter() - start
-    timed = time_interleaved(calls, repeats)
+    timed = time_first(calls, repeats, warmup=2)
     out_spec = str(fwd(Y, X).sharding.spec)
     record = {
         "devices": n,
@@ -100,67 +87,42 @@ def measure(size: str, per_device: int, repeats: int, dtype: str) -> dict:
         "machine": machine(devices=True),
     }
     for name, t in timed.items():
-        record[name] = {
-            **t,
-            "compile": compile_s[name],
-            "throughput_per_device": per_device / t["median"],
-        }
+        t["compile"] = t.pop("first_s")
+        record[name] = {**t, "throughput_per_device": per_device / t["median"]}
     record["max_abs_output"] = float(np.max(np.abs(np.asarray(fwd(Y, X)))))
     return record
 
 
 def _child(n: int, args) -> dict:
-    env = dict(os.environ)
+    env = {}
     if args.platform == "cpu":
-        env["XLA_FLAGS"] = (
-            env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={n}"
-        ).strip()
+        flags = f" --xla_force_host_platform_device_count={n}"
+        env["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + flags).strip()
         env["JAX_PLATFORMS"] = "cpu"
     elif args.platform == "gpu":
         # The first n GPUs.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(n))
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.scaling",
-        "--child",
-        f"--size={args.size}",
-        f"--per-device={args.per_device}",
-        f"--repeats={args.repeats}",
-        f"--dtype={args.dtype}",
-    ]
-    proc = subprocess.run(
-        command,
-        env=env,
-        cwd=pathlib.Path(__file__).parent.parent,
-        capture_output=True,
-        text=True,
-        timeout=args.timeout,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"{n} device(s) failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    command = ["--child", f"--size={args.size}", f"--per-device={args.per_device}"]
+    command += [f"--repeats={args.repeats}", f"--dtype={args.dtype}"]
+    return run_worker("benchmarks.scaling", command, env, timeout=args.timeout)
 
 
 def table(records: list[dict]) -> str:
     """The markdown table of `records`, one row per device count."""
-    lines = [
-        "| devices | batch | fwd median (IQR), ms | fwd per device, inst/s "
-        "| fwd+bwd median (IQR), ms | fwd+bwd per device, inst/s "
-        "| compile fwd / fwd+bwd, s | peak RSS, GiB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    columns = ["devices", "batch"]
+    for name in ("fwd", "fwd+bwd"):
+        columns += [f"{name} median (IQR), ms", f"{name} per device, inst/s"]
+    columns += ["compile fwd / fwd+bwd, s", "peak RSS, GiB"]
+    rows = []
     for r in records:
         f, b = r["fwd"], r["fwd+bwd"]
-        lines.append(
-            f"| {r['devices']} | {r['batch']} "
-            f"| {1e3 * f['median']:.1f} ({1e3 * f['lq']:.1f}-{1e3 * f['uq']:.1f}) "
-            f"| {f['throughput_per_device']:.0f} "
-            f"| {1e3 * b['median']:.1f} ({1e3 * b['lq']:.1f}-{1e3 * b['uq']:.1f}) "
-            f"| {b['throughput_per_device']:.0f} "
-            f"| {f['compile']:.1f} / {b['compile']:.1f} | {r['peak_rss_gb']:.2f} |"
-        )
-    return "\n".join(lines)
+        cells = [r["devices"], r["batch"]]
+        for t in (f, b):
+            cells += [fmt(t, ".1f", "{median} ({lq}-{uq})", 1e3)]
+            cells += [f"{t['throughput_per_device']:.0f}"]
+        cells += [f"{f['compile']:.1f} / {b['compile']:.1f}", f"{r['peak_rss_gb']:.2f}"]
+        rows.append(cells)
+    return markdown_table(columns, rows, "r" * len(columns))
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -190,12 +152,10 @@ def main(argv: list[str] | None = None) -> dict | None:
         print(json.dumps(record))
         return None
 
-    from ._common.provenance import command_line, describe
-
     command = command_line(PROG, argv)
     records = []
     for n in args.devices:
-        _log(f"{n} device(s)...")
+        log(f"{n} device(s)...")
         records.append(_child(n, args))
     result = {
         "command": command,
@@ -212,9 +172,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     m = records[0]["machine"]
     print(f"{command}\n{describe(m)}, {m['device_kind']}\n")
     print(table(records))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
+    save(args.out, result, indent=2)
     return result
 
 

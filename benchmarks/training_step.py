@@ -77,11 +77,13 @@ from ._common.problems import (
     PAPER_OMEGA,
     PAPER_RUIZ_ITERS,
     PAPER_SIGMA,
+    dc3_projector,
     read_paper_instances,
 )
-from ._common.provenance import command_line, machine
+from ._common.provenance import command_line, log, machine, save
 from ._common.reference import reference_available
-from ._common.timing import time_calls
+from ._common.solvers import clarabel
+from ._common.timing import fmt, time_first
 
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "_out" / "training_step.json"
 PROG = "python -m benchmarks.training_step"
@@ -226,9 +228,7 @@ def _clarabel(problem: DC3Problem):
 
     def solve(y_value, x_value):
         y.value, x.value = y_value, x_value
-        qp.solve(
-            solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
-        )
+        clarabel(qp, 1e-12)
         # cvxpy's multiplier of `G z <= h` for the objective ||z - y||^2 is twice
         # that of the projection's KKT system with 1/2 ||z - y||^2.
         return z.value, cons[1].dual_value / 2
@@ -265,21 +265,19 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
     for i in rows:
         y, x, g = case.Y[i], case.X[i], case.V[i]
         found = exact.project(y, x)
-        if found is None and not have_cvxpy:
-            # Rare, and without cvxpy there is no fallback: leave it out.
-            fallbacks += 1
-            well_defined[i] = False
-            continue
         if found is None:
-            # Rare; fall back to Clarabel's active set (solved now if needed).
+            # Rare; fall back to Clarabel's active set (solved now if needed), or,
+            # without cvxpy, leave the instance out.
             fallbacks += 1
+            if not have_cvxpy:
+                well_defined[i] = False
+                continue
             solve = solve or _clarabel(P)
             z_c, lam_c = solve(y, x)
             active = (P.h - P.G @ z_c < WEAK_TOL) & (lam_c > WEAK_TOL)
             z, lam, Q = exact.restricted(y, x, active)
-            slack = P.h - P.G @ z
-        else:
-            z, active, lam, slack, Q = found
+            found = z, active, lam, P.h - P.G @ z, Q
+        z, active, lam, slack, Q = found
         kkt = max(
             kkt,
             float(np.abs(P.A @ z - x).max()),
@@ -308,13 +306,9 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
         "clarabel_active_set_mismatches": clarabel_mismatch if clarabel else None,
         "seconds": time.perf_counter() - start,
     }
-    return {
-        "y": Z,
-        "vjp": VJP,
-        "well_defined": well_defined,
-        "n_active": n_active,
-        "summary": summary,
-    }
+    return dict(
+        y=Z, vjp=VJP, well_defined=well_defined, n_active=n_active, summary=summary
+    )
 
 
 # ------------------------------------------------------------ the two layers
@@ -345,14 +339,9 @@ def _ours(case: Case, variant: str | None = None):
     import equinox as eqx
     import jax
 
-    import pinet_eqx as pe
-
     P = case.problem
     keywords = {} if variant is None else VARIANTS[variant]()
-    proj = pe.Projector(
-        [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)],
-        **keywords,
-    )
+    proj = dc3_projector(P.A, P.G, P.h, **keywords)
     params, static = eqx.partition(proj, eqx.is_array)
 
     def project(params, Y, X):
@@ -394,13 +383,8 @@ def _reference(case: Case, dtype):
 
 def _timed(fn, args, repeats: int) -> tuple[object, dict]:
     """The first call's seconds as `compile_s`, then `time_calls` statistics."""
-    import jax
-
-    start = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    first = time.perf_counter() - start
-    stats = time_calls(lambda: fn(*args), repeats, warmup=1)
-    return out, {"compile_s": first, **stats}
+    stats = time_first({"fn": lambda: fn(*args)}, repeats)["fn"]
+    return fn(*args), {"compile_s": stats.pop("first_s"), **stats}
 
 
 def measure(project, params, case: Case, dtype, repeats: int) -> dict:
@@ -491,7 +475,7 @@ def run_case(
         # training run would have x64 off, so the float32 runs do too.
         with jax.enable_x64(dtype_name == "float64"):
             project, params, settings = build(case)
-            _log(f"{case.size} {dtype_name} {name}: compiling and timing")
+            log(f"{case.size} {dtype_name} {name}: compiling and timing")
             result = measure(project, params, case, dtype, repeats)
         entry[name] = {
             "settings": settings,
@@ -500,7 +484,7 @@ def run_case(
             **accuracy(result, case, truth),
             "warnings": result["warnings"],
         }
-        _log(f"  {_row(name, entry[name])}")
+        log(f"  {_row(name, entry[name])}")
     entry.setdefault("reference", None)
     entry["ratio"] = _ratio(entry, "ours")
     return entry
@@ -516,12 +500,8 @@ def _ratio(entry: dict, name: str) -> dict:
     }
 
 
-def _log(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 def _ms(t: dict) -> str:
-    return f"{1e3 * t['median']:.3g} [{1e3 * t['lq']:.3g}, {1e3 * t['uq']:.3g}]"
+    return fmt(t, ".3g", scale=1e3)
 
 
 def _row(name: str, r: dict) -> str:
@@ -575,13 +555,12 @@ def markdown(record: dict) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="+", choices=tuple(BATCH), default=None)
+    parser.add_argument("--sizes", nargs="+", choices=tuple(BATCH))
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
-    parser.add_argument("--repeats", type=int, default=None, help="default 10")
+    parser.add_argument("--repeats", type=int, help="default 10")
     parser.add_argument(
         "--n-grad-check",
         type=int,
-        default=None,
         help="instances checked against the exact VJP (default 64)",
     )
     parser.add_argument(
@@ -630,7 +609,7 @@ def main(argv: list[str] | None = None) -> dict:
     n_check = args.n_grad_check if args.n_grad_check is not None else 8 if quick else 64
     with_ref = not args.no_reference and reference_available()
     if not with_ref and not args.no_reference:
-        _log("The reference (pinet-hcnn) is not installed: timing ours only.")
+        log("The reference (pinet-hcnn) is not installed: timing ours only.")
     command = command_line(PROG, argv)
     record = {
         "machine": {**machine(devices=True), "command": command},
@@ -647,16 +626,16 @@ def main(argv: list[str] | None = None) -> dict:
         "ground_truth": {},
         "results": [],
     }
-    _log(
+    log(
         f"{command}\n{record['machine']['device_kind']}, jax {record['machine']['jax']}"
     )
     for size in sizes:
         if args.instances is not None and size != "small":
-            _log(f"--instances holds the small problem; {size} is generated.")
+            log(f"--instances holds the small problem; {size} is generated.")
         case = make_case(size, args.batch, args.instances)
         truth = exact_vjp(case, n_check, progress=not args.quiet)
         record["ground_truth"][size] = {**truth["summary"], "source": case.source}
-        _log(f"{size}: ground truth {json.dumps(truth['summary'])}")
+        log(f"{size}: ground truth {json.dumps(truth['summary'])}")
         for dtype_name in args.dtypes:
             record["results"].append(
                 run_case(
@@ -667,10 +646,7 @@ def main(argv: list[str] | None = None) -> dict:
         timespec="seconds"
     )
     print(markdown(record))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(record, f, indent=2)
-    _log(f"wrote {args.out}")
+    log(f"wrote {save(args.out, record, indent=2)}")
     return record
 
 

@@ -77,6 +77,14 @@ def train_options(args) -> dict:
     )
 
 
+def train(parser, args, train, *where, **keywords):
+    """Runs the `train` subcommand: `train(*where, args.method, **keywords)` with
+    the options of `add_train_arguments` (`train_options`), a `ConfigError`
+    reported as a usage error."""
+    with config_errors(parser):
+        return train(*where, args.method, **keywords, **train_options(args))
+
+
 def add_report_command(sub) -> None:
     """The `report RESULTS_DIR [--out DIR]` subcommand."""
     report = sub.add_parser("report", help="figures and tables from a results folder")
@@ -87,6 +95,15 @@ def add_report_command(sub) -> None:
         action="store_true",
         help="also write the committed record of the tables and render the page",
     )
+
+
+def report(args, suite) -> None:
+    """Runs the `report` subcommand for `suite` (`report.report`) and prints the
+    paths written."""
+    from .report import report
+
+    for path in report(args.results_dir, args.out, suite, args.record):
+        print(path)
 
 
 def suite_parser(prog: str, doc: str):

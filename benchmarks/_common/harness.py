@@ -174,74 +174,6 @@ def write_results(folder: pathlib.Path, record: dict, rs, cv) -> pathlib.Path:
     return folder
 
 
-def run_method(
-    module,
-    data,
-    config,
-    *,
-    method: str,
-    label: str,
-    seed: int,
-    dataset: dict,
-    repeats: int = 20,
-    quiet: bool = False,
-    prog: str,
-    start: float | None = None,
-):
-    """Train (or set up) `module` on `data`, score it on the test set and time
-    inference (`repeats` batch repeats, 5x as many single).
-
-    `config` is the method's `Config` (its `test_rows` limits the test metrics,
-    its `n_valid` the validation contexts); `method`, `label`, `seed`, `dataset` and
-    `prog` are recorded. Returns the result record (its `machine` with the load
-    average at start and end and the peak memory), the test `Metrics` and the
-    `Trained` model.
-    """
-    import jax
-
-    start = time.perf_counter() if start is None else start
-    load_start = list(os.getloadavg())
-    run = Run(
-        data,
-        description=f"{label} {data.name}",
-        n_valid=getattr(config, "n_valid", None),
-        disable=quiet,
-    )
-    trained = module.fit(data, config, seed, run)
-    train_s = run.close()
-    # Slow solvers may evaluate a prefix of the test set only.
-    n_test = getattr(config, "test_rows", None) or len(data.X_test)
-    metrics = data.test_metrics(trained.predict(data.X_test[:n_test]))
-    inference = time_inference(trained, data, repeats=repeats)
-    record = {
-        "method": method,
-        "label": label,
-        "dataset": dataset,
-        "seed": seed,
-        # A method that computes in its own precision (a solver) says so.
-        "precision": trained.info.get(
-            "precision", 64 if jax.config.jax_enable_x64 else 32
-        ),
-        "config": config.as_dict(),
-        "info": trained.info,
-        "metrics": metrics.summary(),
-        "timing": {
-            "train_s": train_s,
-            "first_step_s": run.first_step_s,
-            "total_s": time.perf_counter() - start,
-            "inference": inference,
-        },
-        "curve": run.curve,
-        "machine": {
-            **machine(),
-            "load_avg_start": load_start,
-            "peak_rss_gb": peak_rss_gb(),
-        },
-        "command": command_line(prog),
-    }
-    return record, metrics, trained
-
-
 def train_and_save(
     registry: Registry,
     method: str,
@@ -264,31 +196,65 @@ def train_and_save(
     method; an earlier run there is overwritten).
 
     `overrides` replace the method's default hyperparameters (an unknown key is an
-    error); `extra(trained) -> dict` is added to the record. Returns the record
-    (also in `results.json`), its folder and the `Trained` model.
+    error; the `Config`'s `test_rows` limits the test metrics, its `n_valid` the
+    validation contexts). The method is trained (or set up) under a `Run`, scored
+    on the test set and its inference timed (`repeats` batch repeats, 5x as many
+    single); `extra(trained) -> dict` is added to the record. `problem`, `size`
+    and `prog` are recorded, and the machine with the load average at start and
+    end and the peak memory. Returns the record (also in `results.json`), its
+    folder and the `Trained` model.
     """
+    import jax
+
+    start = time.perf_counter() if start is None else start
     module = registry.get(method)
     config = module.default_config(data).with_overrides(overrides, method)
     label = label or method
-    record, metrics, trained = run_method(
-        module,
+    load_start = list(os.getloadavg())
+    run = Run(
         data,
-        config,
-        method=method,
-        label=label,
-        seed=seed,
-        dataset={
+        description=f"{label} {data.name}",
+        n_valid=getattr(config, "n_valid", None),
+        disable=quiet,
+    )
+    trained = module.fit(data, config, seed, run)
+    train_s = run.close()
+    # Slow solvers may evaluate a prefix of the test set only.
+    n_test = getattr(config, "test_rows", None) or len(data.X_test)
+    metrics = data.test_metrics(trained.predict(data.X_test[:n_test]))
+    inference = time_inference(trained, data, repeats=repeats)
+    record = {
+        "method": method,
+        "label": label,
+        "dataset": {
             "name": data.name,
             "problem": problem,
             "size": size,
             **data.sizes,
             "source": data.source,
         },
-        repeats=repeats,
-        quiet=quiet,
-        prog=prog,
-        start=start,
-    )
+        "seed": seed,
+        # A method that computes in its own precision (a solver) says so.
+        "precision": trained.info.get(
+            "precision", 64 if jax.config.jax_enable_x64 else 32
+        ),
+        "config": config.as_dict(),
+        "info": trained.info,
+        "metrics": metrics.summary(),
+        "timing": {
+            "train_s": train_s,
+            "first_step_s": run.first_step_s,
+            "total_s": time.perf_counter() - start,
+            "inference": inference,
+        },
+        "curve": run.curve,
+        "machine": {
+            **machine(),
+            "load_avg_start": load_start,
+            "peak_rss_gb": peak_rss_gb(),
+        },
+        "command": command_line(prog),
+    }
     if extra is not None:
         record.update(extra(trained))
     folder = pathlib.Path(out) / data.name / label / f"seed{seed}"

@@ -1,10 +1,11 @@
 """The pieces of our method (`pinet_eqx.HardConstrainedNet`) that every suite
-configures the same way: the projector's settings, auto-tuning and the record of
-the settings in use."""
+configures the same way: the projector's settings, its set-up and auto-tuning,
+and the record of the settings in use."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Literal
 
 import jax
@@ -53,6 +54,26 @@ def tune_projector(projector: pe.Projector, B, n_var: int, seed: int):
     B = jnp.asarray(B, dtype)
     Y = jax.random.normal(jax.random.key(seed), (B.shape[0], n_var), dtype)
     return pe.autotune(projector, Y, {"b": B})
+
+
+def build(make, config: PinetConfig, B, n_var: int, seed: int, keep, tune=None):
+    """The projector `make()` builds, and the record of its set-up (`setup_s`).
+
+    With `tune` (default `config.autotune`) it is first auto-tuned on the
+    right-hand sides `B` (`tune_projector`), and the settings named in `keep`
+    rise to the tuned iteration count where they are below it; the record then
+    holds `autotune_s`, `sigma` and `n_iter`. Then the settings in use
+    (`projector_info`).
+    """
+    start = time.perf_counter()
+    projector = make()
+    info = {"setup_s": time.perf_counter() - start}
+    if config.autotune if tune is None else tune:
+        result = tune_projector(projector, B, n_var, seed)
+        raised = {k: max(result.n_iter, getattr(config, k)) for k in keep}
+        projector = result.projector.with_settings(**raised)
+        info.update(autotune_s=result.seconds, sigma=result.sigma, n_iter=result.n_iter)
+    return projector, {**info, **projector_info(projector)}
 
 
 def projector_info(projector: pe.Projector) -> dict:

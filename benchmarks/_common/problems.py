@@ -130,6 +130,15 @@ def soc_batch(d1: int, d2: int, n: int, seed: int = 17):
     return A, soc_instances(A, z, y1)[0]
 
 
+def dc3_projector(A, G, h, **settings):
+    """Our projector onto the DC3 polytope $\\{y : A y = x,\\ G y \\le h\\}$, with
+    the context $x$ the `Parameter` `"b"` (`settings` go to `pe.Projector`)."""
+    import pinet_eqx as pe
+
+    constraints = [pe.Equality(A, pe.Parameter("b")), pe.AffineInequality(G, upper=h)]
+    return pe.Projector(constraints, **settings)
+
+
 def soc_projector(E, d1: int, **settings):
     """Our projector onto $\\{y : E y = b,\\ \\|y_{d_1:-1}\\| \\le y_{-1}\\}$, with
     `b` the `Parameter` `"b"` (`settings` go to `pe.Projector`)."""

@@ -8,6 +8,7 @@ output), so that the fields and their names are the same everywhere.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import pathlib
 import platform
@@ -45,6 +46,37 @@ def command_line(prog: str, argv: list[str] | None = None) -> str:
     """The command that is running: `prog` and its arguments (`argv`, default
     `sys.argv[1:]`)."""
     return " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
+
+
+def log(message: str) -> None:
+    """Progress on standard error, flushed at once (runs take minutes)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_worker(module: str, args: list[str], env: dict | None = None, **kwargs):
+    """Runs `python -m module args` in a fresh process from the repository root,
+    with `env` added to the environment (JAX reads its flags when it starts),
+    and returns the JSON object on the last line of its standard output; raises
+    `SystemExit` with the end of its standard error if it fails. `kwargs` go to
+    `subprocess.run` (`timeout`, say)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=pathlib.Path(__file__).resolve().parents[2],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        **kwargs,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"`{module} {' '.join(args)}` failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def save(path: pathlib.Path, record, indent: int = 1) -> pathlib.Path:
+    """Writes `record` as JSON to `path`, making its folder; returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=indent))
+    return path
 
 
 def peak_rss_gb() -> float:

@@ -74,10 +74,12 @@ def write_run(suite: str, name: str, title: str, order: int, markdown: str, **fi
     return [write(record), *render([suite])]
 
 
-def table(columns: list, rows: list[list]) -> str:
-    """A Markdown table."""
+def table(columns: list, rows: list[list], align: str = "") -> str:
+    """A Markdown table; `align` holds `r` for each right-aligned column (`l`, or
+    nothing, for the others)."""
     lines = ["| " + " | ".join(map(str, columns)) + " |"]
-    lines.append("|" + "---|" * len(columns))
+    lines.append("|" + "".join("---:|" if a == "r" else "---|" for a in align))
+    lines[-1] += "---|" * (len(columns) - len(align))
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
     return "\n".join(lines)
 

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pinet_eqx.problems import dc3_violation, make_dc3
+
 from .problems import PAPER_SIGMA
 from .timing import time_calls
 
@@ -51,12 +53,37 @@ def reference_available() -> bool:
 class _ReferenceLayer:
     """The reference's projection as batched, jitted functions.
 
-    Subclasses build `self._project` (a reference `Project`), set `sigma`, `omega`
-    and `dtype`, and implement `_instance(Y, P)`: a batch `Y` of shape `(B, n_var)`
-    and the per-instance data `P` (DC3: the contexts `X`; else a dict of `(B, ...)`
-    arrays, as our `jax.vmap(lambda y, p: proj(y, **p))` takes) to the reference's
-    `ProjectionInstance`.
+    Subclasses call `_setup` (which imports the reference, as `self._pinet`) and
+    build `self._project` (a reference `Project`). `_instance(Y, P)` maps a batch
+    `Y` of shape `(B, n_var)` and the per-instance data `P` (DC3: the contexts `X`;
+    else a dict of `(B, ...)` arrays, as our `jax.vmap(lambda y, p: proj(y, **p))`
+    takes: `b`, and `E` where the matrix changes too) to the reference's
+    `ProjectionInstance`, with the specifications `self._nl` of any non-linear
+    constraints.
     """
+
+    _nl = None
+
+    def _setup(self, sigma, omega, dtype):
+        try:
+            import pinet
+        except ImportError as e:
+            raise ImportError(REFERENCE_MISSING) from e
+        self._pinet = pinet
+        self.sigma, self.omega = sigma, omega
+        self.dtype = jnp.zeros(()).dtype if dtype is None else dtype
+
+    def _instance(self, Y, P):
+        pinet = self._pinet
+        P = P if isinstance(P, dict) else {"b": P}
+        eq = {"b": jnp.asarray(P["b"], self.dtype)[..., None]}
+        if "E" in P:
+            eq["a_mat"] = jnp.asarray(P["E"], self.dtype)
+        return pinet.ProjectionInstance(
+            x=jnp.asarray(Y, self.dtype)[..., None],
+            eq=pinet.EqualityConstraintsSpecification(**eq),
+            nl=self._nl,
+        )
 
     def _call(self, Y, P, n_iter: int, n_iter_bwd: int, s0=None):
         y_instance, s_next = self._project.call(
@@ -129,12 +156,8 @@ class ReferenceDC3Projector(_ReferenceLayer):
         equilibration_tol: float = 1e-3,
         dtype=None,
     ):
-        try:
-            import pinet
-        except ImportError as e:
-            raise ImportError(REFERENCE_MISSING) from e
-
-        dtype = jnp.zeros(()).dtype if dtype is None else dtype
+        self._setup(sigma, omega, dtype)
+        pinet, dtype = self._pinet, self.dtype
         A = jnp.asarray(A, dtype=dtype)
         G = jnp.asarray(G, dtype=dtype)
         h = jnp.asarray(h, dtype=dtype)
@@ -149,11 +172,6 @@ class ReferenceDC3Projector(_ReferenceLayer):
                 f"`ReferenceDC3Projector` got A with {A.shape[1]} columns and G "
                 f"with {G.shape[1]}; both must have n_var columns."
             )
-        self.A, self.G, self.h = A, G, h
-        self.sigma = sigma
-        self.omega = omega
-        self.dtype = dtype
-
         n_eq = A.shape[0]
         # Every vector is (batch, n, 1) and every matrix (batch or 1, m, n) in the
         # reference. The placeholder b is replaced per call (`var_b=True`).
@@ -173,45 +191,9 @@ class ReferenceDC3Projector(_ReferenceLayer):
             max_iter=equilibration_max_iter if equilibrate else 0,
             tol=equilibration_tol,
         )
-        self._pinet = pinet
         self._project = pinet.Project(
             eq_constraint=eq, ineq_constraint=ineq, equilibration_params=params
         )
-
-    def _instance(self, Y, X):
-        pinet = self._pinet
-        return pinet.ProjectionInstance(
-            x=jnp.asarray(Y, self.dtype)[..., None],
-            eq=pinet.EqualityConstraintsSpecification(
-                b=jnp.asarray(X, self.dtype)[..., None]
-            ),
-        )
-
-    def forward(self, Y, X, n_iter: int):
-        """Project each row of `Y` (shape `(B, n_var)`) onto the polytope of the
-        matching row of `X` (shape `(B, n_eq)`) with `n_iter` iterations.
-
-        **Returns:** the projected points, a JAX array of shape `(B, n_var)`.
-        """
-        return self.make_forward(n_iter)(
-            jnp.asarray(Y, self.dtype), jnp.asarray(X, self.dtype)
-        )
-
-    def cv(self, Yproj, X, per_instance: bool = False):
-        r"""The constraint violation in the original coordinates, in float64:
-        $\max(\|A y - x\|_\infty, \|\max(G y - h, 0)\|_\infty)$, the largest or (with
-        `per_instance`) per instance. (The reference's `Project.cv` evaluates scaled
-        data on unscaled points when equilibrating, so we do not use it.)
-        """
-        Y = np.asarray(Yproj, dtype=np.float64)
-        X = np.asarray(X, dtype=np.float64)
-        A = np.asarray(self.A, dtype=np.float64)
-        G = np.asarray(self.G, dtype=np.float64)
-        h = np.asarray(self.h, dtype=np.float64)
-        eq = np.abs(Y @ A.T - X).max(axis=1, initial=0.0)
-        ineq = np.maximum(Y @ G.T - h, 0.0).max(axis=1, initial=0.0)
-        violation = np.maximum(eq, ineq)
-        return violation if per_instance else float(violation.max(initial=0.0))
 
 
 class ReferenceSOCProjector(_ReferenceLayer):
@@ -229,26 +211,21 @@ class ReferenceSOCProjector(_ReferenceLayer):
     """
 
     def __init__(self, A, sigma: float, omega: float = 1.7, dtype=None):
-        try:
-            import pinet
-        except ImportError as e:
-            raise ImportError(REFERENCE_MISSING) from e
-        dtype = jnp.zeros(()).dtype if dtype is None else dtype
+        self._setup(sigma, omega, dtype)
+        pinet, dtype = self._pinet, self.dtype
         A = np.asarray(A, np.float64)
         d2, d1 = A.shape
         d = d1 + d2
         E = np.hstack([A, np.eye(d2)])
         S = np.eye(d)[d1 : d - 1]
         e = np.eye(d)[d - 1 :]
-        self.sigma, self.omega, self.dtype = sigma, omega, dtype
-        self._pinet = pinet
         eq = pinet.EqualityConstraint(
             a_mat=jnp.asarray(E[None], dtype),
             b=jnp.zeros((1, d2, 1), dtype),
             method=None,
             var_b=True,
         )
-        self._nl_spec = pinet.NonLinearSpecification(
+        spec = pinet.NonLinearSpecification(
             nl_type=pinet.SOCType,
             a_mat=jnp.asarray(S[None], dtype),
             a=jnp.zeros((1, d2 - 1, 1), dtype),
@@ -257,18 +234,9 @@ class ReferenceSOCProjector(_ReferenceLayer):
         )
         self._project = pinet.Project(
             eq_constraint=eq,
-            nl_constraints=[pinet.NonLinearConstraint(spec=self._nl_spec)],
+            nl_constraints=[pinet.NonLinearConstraint(spec=spec)],
         )
-
-    def _instance(self, Y, P):
-        pinet = self._pinet
-        return pinet.ProjectionInstance(
-            x=jnp.asarray(Y, self.dtype)[..., None],
-            eq=pinet.EqualityConstraintsSpecification(
-                b=jnp.asarray(P["b"], self.dtype)[..., None]
-            ),
-            nl=[self._nl_spec],
-        )
+        self._nl = [spec]
 
 
 class ReferenceAxProjector(_ReferenceLayer):
@@ -285,13 +253,8 @@ class ReferenceAxProjector(_ReferenceLayer):
     """
 
     def __init__(self, m: int, d: int, lower, upper, sigma, omega=1.7, dtype=None):
-        try:
-            import pinet
-        except ImportError as e:
-            raise ImportError(REFERENCE_MISSING) from e
-        dtype = jnp.zeros(()).dtype if dtype is None else dtype
-        self.sigma, self.omega, self.dtype = sigma, omega, dtype
-        self._pinet = pinet
+        self._setup(sigma, omega, dtype)
+        pinet, dtype = self._pinet, self.dtype
         # The matrix given here is only a shape placeholder: with var_a_mat=True
         # the reference takes the matrix of every call from the instance.
         eq = pinet.EqualityConstraint(
@@ -310,20 +273,16 @@ class ReferenceAxProjector(_ReferenceLayer):
         )
         self._project = pinet.Project(eq_constraint=eq, box_constraint=box)
 
-    def _instance(self, Y, P):
-        pinet = self._pinet
-        return pinet.ProjectionInstance(
-            x=jnp.asarray(Y, self.dtype)[..., None],
-            eq=pinet.EqualityConstraintsSpecification(
-                b=jnp.asarray(P["b"], self.dtype)[..., None],
-                a_mat=jnp.asarray(P["E"], self.dtype),
-            ),
-        )
-
 
 # (equilibrate, sigma) of the stand-alone check and timing: the paper's two
 # configurations, and the plain iteration.
 _SETTINGS = ((True, PAPER_SIGMA["small"]), (True, PAPER_SIGMA["large"]), (False, 1.0))
+
+
+def _cv(problem, Y, X) -> float:
+    """The largest violation of the points `Y` for the contexts `X`, in float64."""
+    P = problem
+    return float(dc3_violation(np.asarray(Y, np.float64), X, P.A, P.G, P.h).max())
 
 
 def _median_time(fn, *args) -> float:
@@ -334,7 +293,7 @@ def _check(n_instances: int = 8) -> None:
     # Needs `jax_enable_x64`, set by the caller before any array is created.
     import cvxpy as cp
 
-    from pinet_eqx.problems import make_dc3
+    from .solvers import clarabel
 
     problem = make_dc3(n_examples=n_instances)
     Y = np.random.RandomState(0).normal(size=(n_instances, problem.n_var))
@@ -342,18 +301,16 @@ def _check(n_instances: int = 8) -> None:
     for y, x in zip(Y, problem.X):
         z = cp.Variable(problem.n_var)
         constraints = [problem.A @ z == x, problem.G @ z <= problem.h]
-        cp.Problem(cp.Minimize(cp.sum_squares(z - y)), constraints).solve(
-            solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
-        )
+        clarabel(cp.Problem(cp.Minimize(cp.sum_squares(z - y)), constraints), 1e-12)
         expected.append(z.value)
     expected = np.stack(expected)
     for equilibrate, sigma in _SETTINGS:
         reference = ReferenceDC3Projector(
             problem.A, problem.G, problem.h, sigma=sigma, equilibrate=equilibrate
         )
-        Y_proj = np.asarray(reference.forward(Y, problem.X, n_iter=2000))
+        Y_proj = np.asarray(reference.make_forward(2000)(Y, problem.X))
         error = np.abs(Y_proj - expected).max()
-        cv = reference.cv(Y_proj, problem.X)
+        cv = _cv(problem, Y_proj, problem.X)
         print(
             f"float64, equilibrate={equilibrate}, sigma={sigma}, n_iter=2000: "
             f"max |reference - clarabel| = {error:.1e}, cv = {cv:.1e}"
@@ -361,8 +318,6 @@ def _check(n_instances: int = 8) -> None:
 
 
 def _time(batch: int = 1024, n_iters=(25, 50, 100, 200)) -> None:
-    from pinet_eqx.problems import make_dc3
-
     problem = make_dc3()
     _, _, X = problem.split(n_test=batch)
     Y = np.random.RandomState(0).normal(size=(batch, problem.n_var))
@@ -375,7 +330,7 @@ def _time(batch: int = 1024, n_iters=(25, 50, 100, 200)) -> None:
         for n_iter in n_iters:
             forward = reference.make_forward(n_iter)
             seconds = _median_time(forward, Yj, Xj)
-            cv = reference.cv(forward(Yj, Xj), X)
+            cv = _cv(problem, forward(Yj, Xj), X)
             print(f"  n_iter={n_iter:4d}: {1e3 * seconds:8.2f} ms, cv = {cv:.1e}")
     reference = ReferenceDC3Projector(
         problem.A, problem.G, problem.h, sigma=PAPER_SIGMA["small"]

@@ -29,9 +29,10 @@ import numpy as np
 
 from . import plots
 from .metrics import CV_OPTIMAL, RS_OPTIMAL
+from .timing import TIMING_STATS
 
 LOG_FLOOR = 1e-10  # zeros are drawn here on log axes
-TIMING_COLUMNS = ("median", "lq", "uq", "min", "max")
+TIMING_COLUMNS = TIMING_STATS[:5]
 _REQUIRED_METRICS = ("rs_mean", "cv_max", "optimal_pct")
 _CURVE_POINTS = 200  # common time grid on which seeds are averaged
 
@@ -110,19 +111,17 @@ def write_record(text: str, suite: Suite, results_dir) -> list[pathlib.Path]:
     from . import provenance, records
 
     body = re.sub(r"^#", "##", text.split("\n", 1)[1], flags=re.M)
-    record = {
-        "suite": suite.folder,
-        "name": "tables",
-        "title": "Full tables",
-        "order": 2,
-        "command": f"{suite.prog} report {results_dir} --record",
-        "machine": "per run, in the tables",
-        "date": datetime.date.today().isoformat(),
-        "commit": provenance.git_commit(),
-        "source": "run",
-        "blocks": records.blocks(body),
-    }
-    return [records.write(record), *records.render([suite.folder])]
+    return records.write_run(
+        suite.folder,
+        "tables",
+        "Full tables",
+        2,
+        body,
+        command=f"{suite.prog} report {results_dir} --record",
+        machine="per run, in the tables",
+        date=datetime.date.today().isoformat(),
+        commit=provenance.git_commit(),
+    )
 
 
 # ----------------------------------------------------------------------------------

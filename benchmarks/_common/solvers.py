@@ -7,6 +7,7 @@ statistics (`SolverStats`) in `Trained.info`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -14,6 +15,20 @@ import numpy as np
 from .config import SolverConfig
 from .harness import Run, Trained
 from .timing import InferenceTiming
+
+
+def clarabel(problem, tol: float, quiet: bool = False, **settings) -> str:
+    """Solves the cvxpy `problem` with Clarabel at gap and feasibility tolerances
+    `tol` (and its other `settings`); `quiet` silences cvxpy's "solution may be
+    inaccurate" warning. Returns the problem's status."""
+    import cvxpy as cp
+
+    tols = dict(tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
+    with warnings.catch_warnings():
+        if quiet:
+            warnings.simplefilter("ignore", UserWarning)
+        problem.solve(solver=cp.CLARABEL, **tols, **settings)
+    return problem.status
 
 
 class SolverStats:

@@ -34,6 +34,15 @@ def stats(seconds) -> dict:
     }
 
 
+def fmt(
+    s: dict, spec: str = ".3g", form: str = "{median} [{lq}, {uq}]", scale=1.0
+) -> str:
+    """Timing `stats` as text: `form` with each statistic (`median`, `lq`, `uq`,
+    `min`, `max`) times `scale` (1e3: milliseconds) in the format `spec`."""
+    keys = [k for k in TIMING_STATS[:5] if k in s]
+    return form.format(**{k: format(scale * s[k], spec) for k in keys})
+
+
 def time_interleaved(
     calls: dict[str, Callable[[], object]], repeats: int, warmup: int = 2
 ) -> dict:
@@ -63,6 +72,25 @@ def time_interleaved(
 def time_calls(call: Callable[[], object], repeats: int, warmup: int = 2) -> dict:
     """`stats` of `call()`'s seconds over `repeats` calls, after `warmup` calls."""
     return time_interleaved({"call": call}, repeats, warmup)["call"]
+
+
+def time_first(
+    calls: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
+) -> dict:
+    """`time_interleaved` of `calls`, each call's `stats` with `first_s` added:
+    the seconds of its first call (tracing and compilation included), timed on
+    its own before the others run."""
+    import jax
+
+    first = {}
+    for name, call in calls.items():
+        start = time.perf_counter()
+        jax.block_until_ready(call())
+        first[name] = time.perf_counter() - start
+    out = time_interleaved(calls, repeats, warmup)
+    for name in calls:
+        out[name]["first_s"] = first[name]
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +157,7 @@ def time_inference(
         "batch_size": batch_size,
     }
     if rows < batch_size:
-        for key in ("median", "lq", "uq", "min", "max"):
+        for key in TIMING_STATS[:5]:
             result["batch"][key] *= batch_size / rows
         result["batch_extrapolated_from"] = rows
     return result

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import pathlib
-import sys
 
 DEFAULT_OUT = pathlib.Path("results") / "cvxpy"
 PARTS = ("speed", "overhead", "native_sets", "partial_sums", "accuracy")
@@ -60,10 +58,6 @@ def source_digest() -> str:
     return digest.hexdigest()[:12]
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def main(argv=None) -> dict:
     args = _parser().parse_args(argv)
     if args.batch < 1 or args.repeats < 1:
@@ -78,7 +72,7 @@ def main(argv=None) -> dict:
 
     jax.config.update("jax_enable_x64", True)
 
-    from .._common.provenance import command_line, machine
+    from .._common.provenance import command_line, log, machine, save
     from . import _accuracy, _overhead, _partial_sums, _report, _speed
 
     record = {
@@ -90,18 +84,16 @@ def main(argv=None) -> dict:
     }
     if "speed" in parts:
         record["speed"] = _speed.measure(
-            args.batch, args.repeats, clarabel=not args.no_clarabel, log=_log
+            args.batch, args.repeats, clarabel=not args.no_clarabel
         )
     if "overhead" in parts:
         record["overhead"] = _overhead.measure_dc3(
-            args.dc3_size, args.batch, args.repeats, log=_log
+            args.dc3_size, args.batch, args.repeats
         )
     if "native_sets" in parts:
-        record["native_sets"] = _overhead.measure_native_sets(
-            args.batch, args.repeats, log=_log
-        )
+        record["native_sets"] = _overhead.measure_native_sets(args.batch, args.repeats)
     if "partial_sums" in parts:
-        record["partial_sums"] = _partial_sums.measure(args.batch, log=_log)
+        record["partial_sums"] = _partial_sums.measure(args.batch)
     if "accuracy" in parts:
         n = 4 if args.quick else 32
         record["accuracy"] = _accuracy.run(
@@ -109,12 +101,11 @@ def main(argv=None) -> dict:
         )
     record["machine_after"] = {"load_avg": machine()["load_avg"]}
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(record, indent=1))
+    save(args.out / "results.json", record)
     table = _report.markdown(record)
     (args.out / "results.md").write_text(table)
     print(table)
-    _log(f"wrote {args.out / 'results.json'} and {args.out / 'results.md'}")
+    log(f"wrote {args.out / 'results.json'} and {args.out / 'results.md'}")
     return record
 
 

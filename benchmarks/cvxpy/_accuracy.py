@@ -17,6 +17,8 @@ import dataclasses
 
 import numpy as np
 
+from .._common.solvers import clarabel
+
 
 @dataclasses.dataclass
 class Family:
@@ -45,7 +47,7 @@ class Family:
             terms.append(cp.sum_squares(v - target))
             start += v.size
         problem = cp.Problem(cp.Minimize(sum(terms)), self.constraints)
-        status = _clarabel(problem)
+        status = clarabel(problem, 1e-12, max_iter=500)
         assert status in ("optimal", "optimal_inaccurate"), status
         y = np.concatenate([np.ravel(v.value, order="F") for v in self.variables])
         return (y, status == "optimal") if with_status else y
@@ -71,7 +73,8 @@ class Family:
         if any(v.id not in ids for c in self.constraints for v in c.variables()):
             pinned = [v == value for v, value in fixed]
             problem = cp.Problem(cp.Minimize(0), [*self.constraints, *pinned])
-            if _clarabel(problem) not in ("optimal", "optimal_inaccurate"):
+            status = clarabel(problem, 1e-12, max_iter=500)
+            if status not in ("optimal", "optimal_inaccurate"):
                 return False
         for v, value in fixed:  # the residuals are evaluated at y itself
             v.value = value
@@ -83,13 +86,6 @@ class Family:
 
         for p in cp.Problem(cp.Minimize(0), self.constraints).parameters():
             p.value = np.asarray(values[p.name()])
-
-
-def _clarabel(problem) -> str:
-    """Solve `problem` with Clarabel at tolerances 1e-12; its status."""
-    tol = dict(tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
-    problem.solve(solver="CLARABEL", max_iter=500, **tol)
-    return problem.status
 
 
 def families(seed: int = 0) -> dict[str, Family]:

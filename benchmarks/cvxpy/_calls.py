@@ -14,18 +14,19 @@ as a user writes it); cvxpylayers' layer cannot be jitted (its solves are
 Python-side), so its calls are `jax.value_and_grad` of the eager loss, as a
 user calls it. `time_all` times each call's first call on its own (for ours,
 tracing and compilation included) and then the steady state with
-`benchmarks._common.timing.time_interleaved`.
+`benchmarks._common.timing.time_first`.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
-from .._common.timing import time_interleaved
+from .._common.timing import time_first
 
 
 def ours(projector, W) -> dict[str, Callable]:
@@ -99,19 +100,9 @@ def as_jax(inst) -> tuple:
 
 
 def time_all(calls: dict[str, Callable], args: tuple, repeats: int) -> dict:
-    """Time each of `calls` (`name: fn`) on `args`: the first call alone
-    (`first_s`), then one untimed call and `repeats` interleaved ones.
-
-    **Returns:** `name: stats` (seconds; `benchmarks._common.timing.stats`) with
-    `first_s` added, and `load` (the 1-minute load average).
-    """
-    first = {}
-    for name, fn in calls.items():
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        first[name] = time.perf_counter() - start
-    thunks = {name: (lambda fn=fn: fn(*args)) for name, fn in calls.items()}
-    out = time_interleaved(thunks, repeats, warmup=1)
-    for name in calls:
-        out[name]["first_s"] = first[name]
-    return out
+    """`benchmarks._common.timing.time_first` of each of `calls` (`name: fn`) on
+    `args`: the first call alone (`first_s`), then one untimed call and `repeats`
+    interleaved ones (seconds), and `load` (the 1-minute load average)."""
+    return time_first(
+        {n: functools.partial(fn, *args) for n, fn in calls.items()}, repeats
+    )

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import pinet_eqx as pe
 
+from .._common.provenance import log
 from . import _calls, _inspect, _problems
 
 TARGET_RATIO = 1.2
 MODES = ("train", "inference")
 
 
-def measure_dc3(size: str, batch: int, repeats: int, log=print) -> dict:
+def measure_dc3(size: str, batch: int, repeats: int) -> dict:
     """Target B on DC3 `size` (`_problems.DC3_SIZES`)."""
     data = _problems.dc3(size, batch)
     log(f"[B] building DC3 {size} projectors (batch {batch})")
@@ -35,13 +36,13 @@ def measure_dc3(size: str, batch: int, repeats: int, log=print) -> dict:
         "hand_built": lambda: _problems.dc3_hand_built(data),
         "from_cvxpy": lambda: _problems.dc3_from_cvxpy(data),
     }
-    out = _pairs(builders, data.inst, repeats, log)
+    out = _pairs(builders, data.inst, repeats)
     out["problem"] = {"size": size, "n_var": data.A.shape[1], "n_eq": data.A.shape[0]}
     out["problem"]["n_ineq"] = data.G.shape[0]
     return out
 
 
-def measure_native_sets(batch: int, repeats: int, log=print) -> dict:
+def measure_native_sets(batch: int, repeats: int) -> dict:
     """`native_sets=False` against the default on the issue's problem."""
     problem = _problems.issue_problem("sum")
     inst = _problems.issue_instances(problem, batch)
@@ -54,10 +55,10 @@ def measure_native_sets(batch: int, repeats: int, log=print) -> dict:
             problem.constraints, problem.x, native_sets=False
         ),
     }
-    return _pairs(builders, inst, repeats, log)
+    return _pairs(builders, inst, repeats)
 
 
-def _pairs(builders: dict, inst, repeats: int, log) -> dict:
+def _pairs(builders: dict, inst, repeats: int) -> dict:
     """Build the two projectors of `builders` (`baseline`, then `candidate`),
     time both modes' calls in turns and compare their outputs."""
     base, cand = builders

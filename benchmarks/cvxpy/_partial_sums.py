@@ -16,10 +16,11 @@ import jax
 
 import pinet_eqx as pe
 
+from .._common.provenance import log
 from . import _calls, _inspect, _problems
 
 
-def measure(batch: int, log=print) -> dict:
+def measure(batch: int) -> dict:
     """The accuracy of each form of `_problems.PARTIAL_SUMS` on `batch`
     instances."""
     out = {}

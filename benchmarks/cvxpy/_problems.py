@@ -24,9 +24,11 @@ set) as $x$, $y_{raw} \sim N(0, I)$.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
+
+from .._common.problems import dc3_projector
+from .._common.solvers import clarabel
 
 N_VAR, N_EQ, N_SOC = 30, 5, 8
 SOC_OFFSET = 0.6
@@ -165,11 +167,7 @@ def reference(problem: IssueProblem, inst: Instances, tol: float = 1e-10):
         y_raw.value = inst.Y[i]
         problem.b.value = inst.params["b"][i]
         problem.r.value = inst.params["r"][i]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "may be inaccurate"
-            prob.solve(
-                solver=cp.CLARABEL, tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol
-            )
+        clarabel(prob, tol, quiet=True)
         if prob.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
             raise RuntimeError(f"Clarabel: {prob.status} on instance {i}.")
         out[i] = problem.x.value
@@ -240,15 +238,7 @@ def dc3(size: str, batch: int, seed: int = 2) -> DC3:
 def dc3_hand_built(data: DC3, **settings):
     """The hand-built projector of `benchmarks/dc3` at the library's defaults
     (`_pinet.make_projector` with `library_defaults=True`)."""
-    import pinet_eqx as pe
-
-    return pe.Projector(
-        [
-            pe.Equality(data.A, pe.Parameter("b")),
-            pe.AffineInequality(data.G, upper=data.h),
-        ],
-        **settings,
-    )
+    return dc3_projector(data.A, data.G, data.h, **settings)
 
 
 def dc3_from_cvxpy(data: DC3, **settings):

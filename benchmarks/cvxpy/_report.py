@@ -8,6 +8,7 @@ for ours) are seconds.
 from __future__ import annotations
 
 from .._common.provenance import describe
+from .._common.timing import fmt
 from ._overhead import TARGET_RATIO as TARGET_B
 from ._speed import TARGET_RATIO as TARGET_A
 
@@ -21,11 +22,7 @@ LAYER_NAMES = {
 
 
 def _ms(s: dict) -> str:
-    f = 1e3
-    return (
-        f"{f * s['median']:.2f} ({f * s['lq']:.2f}-{f * s['uq']:.2f}) "
-        f"[{f * s['min']:.2f}-{f * s['max']:.2f}]"
-    )
+    return fmt(s, ".2f", "{median} ({lq}-{uq}) [{min}-{max}]", 1e3)
 
 
 def _build(s: dict) -> str:

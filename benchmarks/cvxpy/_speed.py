@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import pinet_eqx as pe
 
+from .._common.provenance import log
 from . import _calls, _inspect, _problems
 
 TARGET_RATIO = 0.1
 
 
-def measure(batch: int, repeats: int, clarabel: bool = True, log=print) -> dict:
+def measure(batch: int, repeats: int, clarabel: bool = True) -> dict:
     """Every measurement of target A on `batch` instances, `repeats` timed
     repeats; `clarabel=False` leaves out the Clarabel cvxpylayers."""
     problem = _problems.issue_problem("sum")

@@ -21,7 +21,7 @@ import pathlib
 import sys
 
 from .._common import cli
-from ._methods import METHODS
+from ._methods import METHODS, SUITE
 
 DEFAULT_OUT = pathlib.Path("results") / "dc3"
 
@@ -98,23 +98,13 @@ def main(argv=None) -> int:
     elif args.command == "train":
         from ._train import train
 
-        options = cli.train_options(args)
         if args.autotune:
-            options["overrides"]["autotune"] = True
-        with cli.config_errors(parser):
-            train(
-                args.problem,
-                args.size,
-                args.method,
-                data_seed=args.data_seed,
-                instances=args.instances,
-                **options,
-            )
+            args.set.append("autotune=true")
+        where = (args.problem, args.size)
+        data = {"data_seed": args.data_seed, "instances": args.instances}
+        cli.train(parser, args, train, *where, **data)
     elif args.command == "report":
-        from ._report import report
-
-        for path in report(args.results_dir, args.out, args.record):
-            print(path)
+        cli.report(args, SUITE)
     elif args.command == "ablations":
         from ._ablations import run_ablations
 

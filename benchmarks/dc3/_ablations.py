@@ -94,19 +94,20 @@ def _points(data: _data.Dataset, n: int, seed: int, dtype):
     return X, Y
 
 
+def _train(args, out, label, overrides, method="pinet", repeats=5):
+    """`train` `method` on the studies' problem into `OUT/runs`, with `overrides`
+    and the studies' epochs; `(record, folder, trained)`."""
+    overrides = {**overrides, **_epochs(args)}
+    where = dict(label=label, out=out / "runs", repeats=repeats)
+    return train(args.problem, args.size, method, overrides=overrides, **where)
+
+
 def _train_rows(args, out, runs) -> dict:
     """Train `(label, method, overrides)` each into `OUT/runs`; one `_row` each."""
     rows = []
     for label, method, overrides in runs:
-        record, _, _ = train(
-            args.problem,
-            args.size,
-            method,
-            label=label,
-            overrides={**overrides, **_epochs(args)},
-            out=out / "runs",
-            repeats=5 if args.quick else 20,
-        )
+        repeats = 5 if args.quick else 20
+        record, _, _ = _train(args, out, label, overrides, method, repeats)
         rows.append(_row(label or method, record))
     return {"rows": rows}
 
@@ -140,16 +141,8 @@ def _row(label, record):
 
 
 def study_n_iter_test(args, data, out):
-    overrides = _epochs(args)
-    _, _, trained = train(
-        args.problem,
-        args.size,
-        "pinet",
-        label="pinet-n-iter-50",
-        overrides={"n_iter": 50, "n_iter_test": 50, **overrides},
-        out=out / "runs",
-        repeats=5,
-    )
+    overrides = {"n_iter": 50, "n_iter_test": 50}
+    _, _, trained = _train(args, out, "pinet-n-iter-50", overrides)
     net = trained.model
     dtype = jnp.result_type(float)
     X = jnp.asarray(data.X_test, dtype)
@@ -198,15 +191,8 @@ def _successful_pct(sol) -> float:
 
 
 def study_mechanisms(args, data, out):
-    _, _, trained = train(
-        args.problem,
-        args.size,
-        "pinet",
-        label="pinet-library-defaults",
-        overrides={"library_defaults": True, "batch_size": 2048, **_epochs(args)},
-        out=out / "runs",
-        repeats=5,
-    )
+    overrides = {"library_defaults": True, "batch_size": 2048}
+    _, _, trained = _train(args, out, "pinet-library-defaults", overrides)
     net = eqx.nn.inference_mode(trained.model)
     dtype = jnp.result_type(float)
     X = jnp.asarray(data.X_test, dtype)
@@ -249,21 +235,14 @@ def study_train_iterations(args, data, out):
     rows = []
     for k, polish in TRAIN_SETTINGS:
         tag = "" if polish == "auto" else "-polish"
-        record, _, trained = train(
-            args.problem,
-            args.size,
-            "pinet",
-            label=f"pinet-library-defaults-n-iter-{k}{tag}",
-            overrides={
-                "library_defaults": True,
-                "batch_size": 2048,
-                "library_n_iter": k,
-                "library_polish": polish,
-                **_epochs(args),
-            },
-            out=out / "runs",
-            repeats=5,
-        )
+        overrides = {
+            "library_defaults": True,
+            "batch_size": 2048,
+            "library_n_iter": k,
+            "library_polish": polish,
+        }
+        label = f"pinet-library-defaults-n-iter-{k}{tag}"
+        record, _, trained = _train(args, out, label, overrides)
         # The outputs the loss saw: training mode, k iterations.
         sol = _solve_test(eqx.nn.inference_mode(trained.model, False), X)
         cv = data.test_metrics(sol.y).cv

@@ -182,24 +182,10 @@ def load(
 
 
 def _dataset(name, dc3, nonconvex, splits, solutions, source) -> Dataset:
-    X_train, X_valid, X_test = splits
-    Y_valid, Y_test = solutions
-    data = Dataset(
-        name,
-        dc3,
-        nonconvex,
-        X_train,
-        X_valid,
-        X_test,
-        Y_valid,
-        Y_test,
-        np.zeros(0),
-        np.zeros(0),
-        source,
-    )
-    return dataclasses.replace(
-        data, J_valid=data.objective(Y_valid), J_test=data.objective(Y_test)
-    )
+    """The `Dataset` with the optimal values of its `solutions`."""
+    data = Dataset(name, dc3, nonconvex, *splits, *solutions, None, None, source)
+    J = [data.objective(Y) for Y in solutions]
+    return dataclasses.replace(data, J_valid=J[0], J_test=J[1])
 
 
 def load_instances(path: str | pathlib.Path, problem: str = "nonconvex") -> Dataset:

@@ -18,6 +18,7 @@ runs with `--precision 64`); the data arrive as float64 NumPy arrays.
 from __future__ import annotations
 
 from .._common.harness import Registry
+from .._common.report import Suite
 
 REGISTRY = Registry(
     "benchmarks.dc3",
@@ -51,3 +52,7 @@ REGISTRY = Registry(
 )
 METHODS = REGISTRY.descriptions
 get = REGISTRY.get
+# The report's title, command and method order (`benchmarks._common.report`).
+SUITE = Suite(
+    "DC3 benchmark results", "python -m benchmarks.dc3", tuple(METHODS), "dc3"
+)

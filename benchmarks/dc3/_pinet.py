@@ -16,7 +16,7 @@ steps on the fixed point (`bwd_max_steps` caps its steps).
 from __future__ import annotations
 
 import dataclasses
-import time
+import functools
 from typing import Literal
 
 import jax
@@ -26,7 +26,7 @@ import pinet_eqx as pe
 
 from .._common import pinet_method
 from .._common.harness import Run, Trained
-from .._common.problems import PAPER_SIGMA
+from .._common.problems import PAPER_SIGMA, dc3_projector
 from .._common.training import backbone, fit_model
 from ._data import Dataset
 
@@ -75,40 +75,22 @@ def make_projector(data: Dataset, config: Config) -> pe.Projector:
         settings = {"polish": config.library_polish}
         if config.library_n_iter is not None:
             settings["n_iter"] = config.library_n_iter
-        return pe.Projector(
-            [pe.Equality(P.A, pe.Parameter("b")), pe.AffineInequality(P.G, upper=P.h)],
-            **settings,
-        )
-    return pe.Projector(
-        [
-            pe.Equality(P.A, pe.Parameter("b")),
-            pe.AffineInequality(P.G, upper=P.h - config.ineq_margin),
-        ],
-        **pinet_method.projector_settings(config),
-        refine=config.refine,
-    )
-
-
-def tune(projector: pe.Projector, data: Dataset, config: Config, seed: int):
-    """Run `pinet_eqx.autotune` as in App. H.2: validation contexts, normal points."""
-    B = data.X_valid[: config.autotune_points]
-    return pinet_method.tune_projector(projector, B, data.problem.n_var, seed)
+        return dc3_projector(P.A, P.G, P.h, **settings)
+    settings = pinet_method.projector_settings(config)
+    h = P.h - config.ineq_margin
+    return dc3_projector(P.A, P.G, h, **settings, refine=config.refine)
 
 
 def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
-    """Set up the projector (and auto-tune it if asked), then train the network."""
+    """Set up the projector (and auto-tune it if asked, not with
+    `library_defaults`, as in App. H.2: on validation contexts and normal points),
+    then train the network."""
     dtype = jnp.result_type(float)
-    info = {}
-    start = time.perf_counter()
-    projector = make_projector(data, config)
-    info["setup_s"] = time.perf_counter() - start
-    if config.autotune and not config.library_defaults:
-        result = tune(projector, data, config, seed)
-        projector = result.projector.with_settings(
-            n_iter_test=max(result.n_iter, config.n_iter_test)
-        )
-        info.update(autotune_s=result.seconds, sigma=result.sigma, n_iter=result.n_iter)
-    info.update(pinet_method.projector_info(projector))
+    B = data.X_valid[: config.autotune_points]
+    tune = config.autotune and not config.library_defaults
+    make = functools.partial(make_projector, data, config)
+    n_var, keep = data.problem.n_var, ("n_iter_test",)
+    projector, info = pinet_method.build(make, config, B, n_var, seed, keep, tune)
     net = pe.HardConstrainedNet(
         backbone(data.problem.n_eq, data.problem.n_var, seed, dtype), projector
     )

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 import pinet_eqx as pe
 
+from .._common import pinet_method
 from .._common.harness import Run, Trained
 from .._common.training import backbone, fit_model
 from . import _pinet
@@ -61,7 +62,8 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     projector = _pinet.make_projector(data, config)
     info = {}
     if config.autotune:
-        result = _pinet.tune(projector, data, config, seed)
+        B = data.X_valid[: config.autotune_points]
+        result = pinet_method.tune_projector(projector, B, P.n_var, seed)
         projector = result.projector.with_settings(
             n_iter_test=max(result.n_iter, config.n_iter_test)
         )

@@ -29,7 +29,6 @@ Two equivalent formulations are available:
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import time
 
 import numpy as np
@@ -316,27 +315,6 @@ def kkt_residuals(problem: DC3Problem, y, x, lam_eq, lam_ineq) -> dict:
     }
 
 
-# One solver per worker process, built by `_init_worker` (casadi objects do not
-# pickle, and building once per worker keeps the setup out of each solve).
-_WORKER: NonconvexIpopt | None = None
-
-
-def _init_worker(problem, kwargs):
-    global _WORKER
-    try:  # one BLAS thread per process, so that processes do not oversubscribe
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(1)
-    except ImportError:
-        pass
-    _WORKER = NonconvexIpopt(problem, **kwargs)
-
-
-def _solve_in_worker(item):
-    i, x = item
-    return i, _WORKER.solve(x)
-
-
 def _solved(result: IpoptResult, kkt_tol: float) -> bool:
     return result.success and result.kkt["stationarity"] <= kkt_tol
 
@@ -347,13 +325,12 @@ def solve_nonconvex(
     *,
     tol: float = 1e-10,
     progress: bool = True,
-    processes: int = 1,
     formulation: str = "auto",
     ipopt_options: dict | None = None,
     kkt_tol: float = 1e-6,
 ) -> np.ndarray:
     r"""Local optima of the non-convex problem for each row of `X` by IPOPT (see
-    `NonconvexIpopt`), from $A^+ x$, in `processes` worker processes.
+    `NonconvexIpopt`), from $A^+ x$.
 
     A solve counts only if IPOPT reports success and the stationarity residual in
     $y$ (`kkt_residuals`) is at most `kkt_tol`; a context the `"slack"` formulation
@@ -374,18 +351,15 @@ def solve_nonconvex(
     Y = np.empty((len(X), problem.n_var))
     iterations, statuses, stationarity = [], {}, 0.0
     retried: list[int] = []
-    full_solver = None
-    bar = tqdm(total=len(X), desc="IPOPT", unit="ctx", disable=not progress)
-
-    def record(i, result: IpoptResult):
-        nonlocal stationarity, full_solver
-        if not _solved(result, kkt_tol) and chosen != "full":
-            if full_solver is None:
-                full_solver = NonconvexIpopt(
-                    problem, **{**kwargs, "formulation": "full"}
-                )
+    start = time.perf_counter()
+    solver, full_solver = NonconvexIpopt(problem, **kwargs), None
+    for i, x in enumerate(tqdm(X, desc="IPOPT", unit="ctx", disable=not progress)):
+        result = solver.solve(x)
+        if not _solved(result, kkt_tol) and solver.formulation != "full":
+            full = {**kwargs, "formulation": "full"}
+            full_solver = full_solver or NonconvexIpopt(problem, **full)
             retried.append(i)
-            result = full_solver.solve(X[i])
+            result = full_solver.solve(x)
         if not _solved(result, kkt_tol):
             raise RuntimeError(
                 f"IPOPT stopped with status '{result.status}' and KKT stationarity "
@@ -396,31 +370,10 @@ def solve_nonconvex(
         iterations.append(result.iterations)
         statuses[result.status] = statuses.get(result.status, 0) + 1
         stationarity = max(stationarity, result.kkt["stationarity"])
-        bar.update()
-
-    chosen = pick_formulation(problem, formulation)
-    start = time.perf_counter()
-    try:
-        if processes <= 1:
-            solver = NonconvexIpopt(problem, **kwargs)
-            for i, x in enumerate(X):
-                record(i, solver.solve(x))
-        else:
-            # "spawn": the parent may hold JAX's threads, which do not survive fork.
-            context = multiprocessing.get_context("spawn")
-            with context.Pool(
-                processes, initializer=_init_worker, initargs=(problem, kwargs)
-            ) as pool:
-                for i, result in pool.imap_unordered(
-                    _solve_in_worker, enumerate(X), chunksize=4
-                ):
-                    record(i, result)
-    finally:
-        bar.close()
     if progress and len(X):
         again = f", re-solved with the full formulation: {retried}" if retried else ""
         print(
-            f"IPOPT ({chosen} formulation, tol {tol:g}): {len(X)} "
+            f"IPOPT ({solver.formulation} formulation, tol {tol:g}): {len(X)} "
             f"contexts in {time.perf_counter() - start:.1f} s, "
             f"{np.mean(iterations):.1f} iterations on average, statuses {statuses}, "
             f"KKT stationarity <= {stationarity:.1e}{again}"

@@ -63,7 +63,7 @@ import time
 
 import numpy as np
 
-from .._common.provenance import command_line, machine
+from .._common.provenance import command_line, log, machine, save
 from ._cases import CASES, DEFAULT_CASES, Case
 from ._data import (
     DTYPES,
@@ -74,7 +74,6 @@ from ._data import (
     NEAR_SCALE,
     ROOT,
     CaseData,
-    log,
 )
 from ._exact import ClarabelProjection, exact_projections, polish
 from ._report import markdown, measure
@@ -246,8 +245,7 @@ def main(argv=None) -> dict | None:
         log(f"Instances and exact projections are in {args.cache}.")
         return None
     record = run(args, argv)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1))
+    save(args.out, record)
     table = markdown(record)
     if args.markdown:
         args.markdown.write_text(table + "\n")

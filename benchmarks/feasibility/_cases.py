@@ -52,14 +52,10 @@ def _dc3_case(size: str, problem: str):
         )  # fmt: skip
 
     def projector(data: CaseData, **settings):
-        import pinet_eqx as pe
+        from .._common.problems import dc3_projector
 
         s = data.spec
-        constraints = [
-            pe.Equality(s["A"], pe.Parameter("b")),
-            pe.AffineInequality(s["G"], upper=s["h"]),
-        ]
-        return pe.Projector(constraints, **settings)
+        return dc3_projector(s["A"], s["G"], s["h"], **settings)
 
     def reference(data: CaseData):
         from .._common.problems import PAPER_SIGMA

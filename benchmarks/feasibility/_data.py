@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import sys
 
 import numpy as np
 
@@ -22,11 +21,6 @@ F64_TARGET = 1e-9
 KINDS = ("near", "far")
 DTYPES = ("float32", "float64")
 TIMING_BATCH = 1024
-
-
-def log(message: str) -> None:
-    """Progress on standard error, flushed at once (a run takes minutes)."""
-    print(message, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- the instances

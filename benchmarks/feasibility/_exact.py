@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from .._common.solvers import clarabel
 from ._data import KINDS, CaseData, float32_grid
 
 # ------------------------------------------------- exact projection, float64
@@ -123,15 +124,9 @@ class ClarabelProjection:
     cone (points inside it by up to about 1e-5 where the exact projection is on
     its boundary), which would understate the floor."""
 
-    SETTINGS = dict(
-        tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12, tol_ktratio=1e-10,
-        max_iter=500,
-    )  # fmt: skip
-
     def __init__(self, data: CaseData):
         import cvxpy as cp
 
-        self._cp = cp
         self.data = data
         self.z = cp.Variable(data.dim)
         self.y = cp.Parameter(data.dim)
@@ -147,12 +142,9 @@ class ClarabelProjection:
         self.problem = cp.Problem(cp.Minimize(cp.sum_squares(self.z - self.y)), cons)
 
     def project(self, q, y_raw):
-        import warnings
-
         self.q.value, self.y.value = np.asarray(q), np.asarray(y_raw)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "may be inaccurate"
-            self.problem.solve(solver=self._cp.CLARABEL, **self.SETTINGS)
+        settings = dict(quiet=True, tol_ktratio=1e-10, max_iter=500)
+        clarabel(self.problem, 1e-12, **settings)
         stats = {"status": self.problem.status}
         if self.problem.status not in ("optimal", "optimal_inaccurate"):
             return None, stats

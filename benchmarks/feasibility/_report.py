@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._common.provenance import describe
+from .._common.timing import fmt
 from ._data import (
     F32_REL_TARGET,
     F64_TARGET,
@@ -68,9 +69,7 @@ def _e(x) -> str:
 def _ms(stats: dict | None) -> str:
     if stats is None:
         return "–"
-    m = {k: 1e3 * stats[k] for k in ("median", "lq", "uq")}
-    digits = 2 if m["median"] < 10 else 0
-    return f"{m['median']:.{digits}f} [{m['lq']:.{digits}f}, {m['uq']:.{digits}f}]"
+    return fmt(stats, ".2f" if 1e3 * stats["median"] < 10 else ".0f", scale=1e3)
 
 
 def _accuracy_row(name: str, c: dict) -> str:

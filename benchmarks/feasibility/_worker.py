@@ -12,8 +12,9 @@ import time
 
 import numpy as np
 
+from .._common.provenance import log
 from ._cases import CASES
-from ._data import KINDS, ROOT, TIMING_BATCH, CaseData, log
+from ._data import KINDS, ROOT, TIMING_BATCH, CaseData
 
 # -------------------------------------------------------------- the workers
 

@@ -25,7 +25,6 @@ def _parser() -> argparse.ArgumentParser:
         "--sizes",
         nargs="+",
         choices=list(_dc3.SIZES),
-        default=None,
         help="default: both for dc3 and soc, small for ax",
     )
     parser.add_argument(
@@ -34,7 +33,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch",
         type=int,
-        default=None,
         help="default: 1024, except soc large (128) and ax large (64)",
     )
     parser.add_argument("--repeats", type=int, default=10)
@@ -48,7 +46,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--sigma",
         type=float,
-        default=None,
         help="soc and ax only: the reference's sigma, also used by our 'ours-same' "
         "variant (default: per family, see benchmarks/projection/_families.py)",
     )

@@ -10,15 +10,14 @@ $\\max(\\|A y - x\\|_\\infty, \\|\\max(G y - h, 0)\\|_\\infty)$.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from pinet_eqx.problems import dc3_violation
 
-from .._common.problems import PAPER_SIGMA
-from . import _measure
-from ._measure import N_ITER, N_ITER_BWD, OMEGA, TOLERANCE
+from .._common import records
+from .._common.problems import PAPER_SIGMA, dc3_projector
+from . import _families, _measure
+from ._measure import N_ITER, N_ITER_BWD, OMEGA
 
 SIZES = {
     # name: (n_var, n_eq, n_ineq, sigma), sigma from the paper's tuned configs.
@@ -28,131 +27,42 @@ SIZES = {
 TITLE = "Projection layer vs reference (pinet-hcnn 0.2.0), DC3 polytopes"
 
 
-def run_size(size: str, precision: str, batch: int, repeats: int, search_cap: int):
-    """All measurements for one size and precision (see the package docstring)."""
-    import jax.numpy as jnp
+class DC3Family:
+    """The DC3 polytope of `size` with `batch` contexts and raw points, in the
+    interface of `_families` (without a ground truth or an `ours_same` variant):
+    ours at the paper's sigma, as the reference."""
 
-    import pinet_eqx as pe
-    from pinet_eqx.problems import make_dc3
+    name = "dc3"
+    params = ("b",)
+    same = False
 
-    from .._common.reference import ReferenceDC3Projector
+    def __init__(self, size: str, batch: int):
+        from pinet_eqx.problems import make_dc3
 
-    n_var, n_eq, n_ineq, sigma = SIZES[size]
-    tol = TOLERANCE[precision]
-    dtype = jnp.float64 if precision == "f64" else jnp.float32
-    problem = make_dc3(n_var, n_eq, n_ineq, n_examples=batch, seed=17)
-    A, G, h, X = problem.A, problem.G, problem.h, problem.X
-    Y = np.random.RandomState(0).normal(size=(batch, n_var))
-    V = np.random.RandomState(1).normal(size=(batch, n_var))
-    Yj, Xj, Vj = (jnp.asarray(a, dtype) for a in (Y, X, V))
-    # Ours takes the context as the parameter "b"; the reference takes it as is.
-    Pj = {"b": Xj}
+        n_var, n_eq, n_ineq, self.sigma = SIZES[size]
+        self.size, self.batch, self.dims = size, batch, f"{n_var}/{n_eq}/{n_ineq}"
+        problem = make_dc3(n_var, n_eq, n_ineq, n_examples=batch, seed=17)
+        self.A, self.G, self.h = problem.A, problem.G, problem.h
+        # Ours takes the context as the parameter "b", and so does the reference.
+        self.P = {"b": problem.X}
+        self.Y = np.random.RandomState(0).normal(size=(batch, n_var))
+        self.V = np.random.RandomState(1).normal(size=(batch, n_var))
 
-    def cv(Yp) -> float:
-        return float(dc3_violation(np.asarray(Yp, np.float64), X, A, G, h).max())
+    def cv(self, Y, per_instance=False):
+        """The CV of each row of `Y` (see the module docstring), or the largest."""
+        X = self.P["b"][: len(Y)]
+        v = dc3_violation(np.asarray(Y, np.float64), X, self.A, self.G, self.h)
+        return v if per_instance else float(v.max())
 
-    res = dict(size=size, precision=precision, batch=batch, tolerance=tol, sigma=sigma)
-    tag = f"[{size} {precision}]"
+    def ours(self, **settings):
+        return dc3_projector(self.A, self.G, self.h, sigma=self.sigma, **settings)
 
-    _measure.log(f"{tag} building projectors (host set-up, equilibration)")
-    t0 = time.perf_counter()
-    proj = pe.Projector(
-        [pe.Equality(A, pe.Parameter("b")), pe.AffineInequality(G, upper=h)],
-        sigma=sigma,
-        omega=OMEGA,
-        n_iter=N_ITER,
-        adjoint=_measure.matched_adjoint(pe),
-    )
-    setup_ours = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ref = ReferenceDC3Projector(A, G, h, sigma=sigma, omega=OMEGA, dtype=dtype)
-    setup_ref = time.perf_counter() - t0
-    res["setup"] = dict(ours=setup_ours, ref=setup_ref, form=type(proj.op).__name__)
-    res["bwd_tols"] = (proj.adjoint.rtol, proj.adjoint.atol or 0.0)
+    def reference(self, sigma, omega, dtype):
+        from .._common.reference import ReferenceDC3Projector
 
-    # a) Fixed iteration count.
-    _measure.log(f"{tag} a) forward, n_iter={N_ITER}, {repeats} interleaved repeats")
-    fo, fr = _measure.ours_forward(proj), ref.make_forward(N_ITER)
-    t = _measure.timed({"ours": (fo, (Yj, Pj)), "ref": (fr, (Yj, Xj))}, repeats)
-    t["cv_ours"], t["cv_ref"] = cv(fo(Yj, Pj)), cv(fr(Yj, Xj))
-    res["fixed"] = t
-    _measure.log(
-        f"{tag}    ours {_measure.ms(t['ours']):.1f} ms (CV {t['cv_ours']:.1e}), "
-        f"ref {_measure.ms(t['ref']):.1f} ms (CV {t['cv_ref']:.1e}), "
-        f"load {t['load']:.2f}"
-    )
-
-    # b) Time to tolerance. First the smallest fixed counts, by resuming runs.
-    _measure.log(f"{tag} b) searching the smallest n_iter with CV <= {tol:g}")
-    advance_ref = _measure.ref_advancer(ref, Yj, Xj)
-    search_ref = _measure.search(
-        advance_ref, ref.initial_state(Yj, Xj), cv, tol, search_cap
-    )
-    _measure.log(f"{tag}    reference: {search_ref}")
-    search_ours = _measure.search(
-        _measure.ours_advancer(proj, Yj, Pj), None, cv, tol, search_cap
-    )
-    _measure.log(f"{tag}    ours (fixed): {search_ours}")
-
-    # The tol-stopping version, capped well above what the fixed search needed.
-    cap = search_cap
-    if search_ours["reached"]:
-        cap = max(200, 4 * search_ours["n_iter"])
-    p_tol = proj.with_settings(tol=tol, n_iter=cap)
-    f_tol = _measure.ours_forward(p_tol)
-    steps = np.asarray(_measure.n_steps(p_tol, Yj, Pj))
-    tolres = dict(cap=cap, steps_max=int(steps.max()), steps_mean=float(steps.mean()))
-
-    calls = {"ours_tol": (f_tol, (Yj, Pj))}
-    if search_ours["reached"]:
-        f_ours_k = _measure.ours_forward(
-            proj.with_settings(n_iter=search_ours["n_iter"])
+        return ReferenceDC3Projector(
+            self.A, self.G, self.h, sigma=sigma, omega=omega, dtype=dtype
         )
-        calls["ours_fixed"] = (f_ours_k, (Yj, Pj))
-    if search_ref["reached"]:
-        f_ref_k = ref.make_forward(search_ref["n_iter"])
-        calls["ref"] = (f_ref_k, (Yj, Xj))
-    _measure.log(f"{tag}    timing {', '.join(calls)}, {repeats} interleaved repeats")
-    t = _measure.timed(calls, repeats)
-    t["search_ref"], t["search_ours"], t["ours_tol_info"] = (
-        search_ref,
-        search_ours,
-        tolres,
-    )
-    # The CV of the very calls that were timed (a one-shot run can round
-    # differently from the resumed runs of the search).
-    tolres["cv"] = cv(f_tol(Yj, Pj))
-    if "ours_fixed" in calls:
-        search_ours["cv_timed"] = cv(f_ours_k(Yj, Pj))
-    if "ref" in calls:
-        search_ref["cv_timed"] = cv(f_ref_k(Yj, Xj))
-    res["tol"] = t
-    _measure.log(
-        f"{tag}    "
-        + ", ".join(f"{k} {_measure.ms(t[k]):.1f} ms" for k in calls)
-        + f"; ours tol steps max {tolres['steps_max']}, CV {tolres['cv']:.1e}"
-    )
-
-    # c) Forward plus implicit VJP.
-    _measure.log(f"{tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
-    gr = ref.make_vjp(N_ITER, N_ITER_BWD)
-    ref_grad = _as_dict_call(gr)
-    t, _, _ = _measure.backward_stats(proj, ref_grad, (Yj, Pj, Vj), repeats)
-    res["bwd"] = t
-    _measure.log(
-        f"{tag}    ours {_measure.ms(t['ours']):.1f} ms, "
-        f"ref {_measure.ms(t['ref']):.1f} ms, ours backward converged: "
-        f"{t['bwd_converged']}, gradient errors "
-        f"ours/ref {t.get('grad_err_ours', np.nan):.1e}/"
-        f"{t.get('grad_err_ref', np.nan):.1e}, load {t['load']:.2f}"
-    )
-    return res
-
-
-def _as_dict_call(fn):
-    """`fn(Y, X, ...)` of the reference as a function of `(Y, {"b": X}, ...)`,
-    the arguments of ours."""
-    return lambda Y, P, *rest: fn(Y, P["b"], *rest)
 
 
 def _search_cell(search: dict, stats: dict | None, tol: float, missed: str) -> str:
@@ -160,10 +70,8 @@ def _search_cell(search: dict, stats: dict | None, tol: float, missed: str) -> s
     `missed` where it did not reach the tolerance."""
     if not search["reached"]:
         return missed
-    flag = " (> tol)" if search["cv_timed"] > tol else ""
-    return (
-        f"{search['n_iter']}, {_measure.fmt_t(stats)}, {search['cv_timed']:.2e}{flag}"
-    )
+    flag = " (> tol)" if search["cv"] > tol else ""
+    return f"{search['n_iter']}, {_measure.fmt_t(stats)}, {search['cv']:.2e}{flag}"
 
 
 def tables(results: list[dict]) -> str:
@@ -187,7 +95,8 @@ def tables(results: list[dict]) -> str:
             f"| {r['size']} | {r['precision']} | {t['ours']['repeats']} | "
             f"{_measure.fmt_t(t['ours'])} | {_measure.fmt_t(t['ref'])} | "
             f"{t['ref']['median'] / t['ours']['median']:.2f}x | "
-            f"{t['cv_ours']:.1e} | {t['cv_ref']:.1e} | {t['load']:.1f} |"
+            f"{t['acc']['ours']['cv']:.1e} | {t['acc']['ref']['cv']:.1e} | "
+            f"{t['load']:.1f} |"
         )
     lines += [
         "",
@@ -202,7 +111,7 @@ def tables(results: list[dict]) -> str:
     ]
     for r in results:
         t = r["tol"]
-        sr, so, ti = t["search_ref"], t["search_ours"], t["ours_tol_info"]
+        sr, so, ti = t["searches"]["ref"], t["searches"]["ours"], t["ours_tol_info"]
         ref_cell = _search_cell(
             sr,
             t.get("ref"),
@@ -211,7 +120,7 @@ def tables(results: list[dict]) -> str:
         )
         ours_cell = _search_cell(
             so,
-            t.get("ours_fixed"),
+            t.get("ours"),
             r["tolerance"],
             f"not reached by {so['n_iter']}: best {so['best_cv']:.1e}",
         )
@@ -222,8 +131,8 @@ def tables(results: list[dict]) -> str:
         )
         # Only variants that actually reached the tolerance count.
         ours_ok = [t["ours_tol"]["median"]] if not over else []
-        if "ours_fixed" in t and so["cv_timed"] <= r["tolerance"]:
-            ours_ok.append(t["ours_fixed"]["median"])
+        if "ours" in t and so["cv"] <= r["tolerance"]:
+            ours_ok.append(t["ours"]["median"])
         if sr["reached"] and ours_ok:
             ratio = f"{t['ref']['median'] / min(ours_ok):.2f}x"
         else:
@@ -243,22 +152,7 @@ def tables(results: list[dict]) -> str:
         f"the same {N_ITER} iterations, same precision). Ours, default: "
         "`ImplicitAdjoint()`, the exact active-set derivative.",
         "",
-        "| size | prec | ours ms | reference ms | ratio | ours BiCGStab all converged "
-        "| grad error ours / ref | ours, default: ms, grad error | load |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        t = r["bwd"]
-        err = f"{t['grad_err_ours']:.1e} / {t['grad_err_ref']:.1e}"
-        lines.append(
-            f"| {r['size']} | {r['precision']} | {_measure.fmt_t(t['ours'])} | "
-            f"{_measure.fmt_t(t['ref'])} | "
-            f"{t['ref']['median'] / t['ours']['median']:.2f}x | "
-            f"{'yes' if t['bwd_converged'] else 'no'} | {err} | "
-            f"{_measure.fmt_t(t['ours_default'])}, {t['grad_err_ours_default']:.1e} | "
-            f"{t['load']:.1f} |"
-        )
-    lines += [
+        _measure.bwd_table(results),
         "",
         "**Set-up on the host (once per constraint set, not timed above)**",
         "",
@@ -280,7 +174,8 @@ def measure(size: str, args) -> dict:
     if size == "large" and args.precision[0] == "f64":
         repeats = min(repeats, args.repeats_large_f64)
     cap = 2000 if size == "small" else 1000
-    return run_size(size, args.precision[0], args.batch, repeats, cap)
+    fam = DC3Family(size, args.batch)
+    return _families._run(fam, args.precision[0], repeats, cap, fam.sigma)
 
 
 def details(args, results: list[dict]) -> str:
@@ -293,4 +188,4 @@ def details(args, results: list[dict]) -> str:
 
 def write(args, body: str) -> None:
     """Write this benchmark's record (`benchmarks/projection/records/dc3.json`)."""
-    _measure.write_record("dc3", TITLE, body, 1)
+    records.write_run("projection", "dc3", TITLE, 1, body)

@@ -38,17 +38,19 @@ from __future__ import annotations
 
 import pathlib
 import time
-import warnings
 
 import numpy as np
 
+from .._common import records
 from .._common.problems import soc_batch, soc_projector
+from .._common.solvers import clarabel
 from ._measure import (
     N_ITER,
     N_ITER_BWD,
     OMEGA,
     TOLERANCE,
     backward_stats,
+    bwd_table,
     fmt_t,
     log,
     matched_adjoint,
@@ -61,7 +63,6 @@ from ._measure import (
     rel_err,
     search,
     timed,
-    write_record,
 )
 
 N_TRUTH = 8  # instances with a ground truth (the first of the batch)
@@ -100,7 +101,7 @@ def soc_truth(E, b, y, d1: int):
         cp.Minimize(cp.sum_squares(z - y)),
         [E @ z == b, cp.SOC(z[d - 1], z[d1 : d - 1])],
     )
-    _clarabel(prob)
+    clarabel(prob, 1e-10, quiet=True)  # inaccurate: polished below
     return _polish_soc(E, b, y, z.value, d1)
 
 
@@ -109,6 +110,7 @@ class SocFamily:
 
     name = "soc"
     params = ("b",)
+    same = True  # also time ours at the reference's own iteration (`ours_same`)
 
     def __init__(self, size: str, batch: int, seed: int = DATA_SEED):
         (d1, d2), _ = FAMILIES["soc"][size]
@@ -147,6 +149,7 @@ class AxFamily:
 
     name = "ax"
     params = ("E", "b")
+    same = True
 
     def __init__(self, size: str, batch: int, seed: int = DATA_SEED):
         (d, m), _ = FAMILIES["ax"][size]
@@ -195,19 +198,8 @@ class AxFamily:
         prob = cp.Problem(
             cp.Minimize(cp.sum_squares(z - y)), [E @ z == b, z >= -1, z <= 1]
         )
-        _clarabel(prob)
+        clarabel(prob, 1e-10, quiet=True)  # inaccurate: polished below
         return _polish_box(E, b, y, z.value)
-
-
-def _clarabel(prob) -> None:
-    import cvxpy as cp
-
-    with warnings.catch_warnings():
-        # "Solution may be inaccurate": the polish below takes care of it.
-        warnings.simplefilter("ignore")
-        prob.solve(
-            solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10
-        )
 
 
 def _polish_box(E, b, y, z):
@@ -338,7 +330,9 @@ def _ground_truth(fam) -> dict:
 
 def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> dict:
     """All measurements for one family, size and precision; `sigma` is the
-    reference's (also used by our `ours_same` variant)."""
+    reference's (also used by our `ours_same` variant, for the families with
+    `same`). A family with a `truth` (not DC3) is also checked against it: the
+    error of every output and gradient, and the converged accuracy (d)."""
     import jax.numpy as jnp
 
     import pinet_eqx as pe
@@ -346,22 +340,6 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
     tol = TOLERANCE[precision]
     dtype = jnp.float64 if precision == "f64" else jnp.float32
     tag = f"[{fam.name} {fam.size} {precision}]"
-    log(f"{tag} ground truth (cvxpy + Clarabel + Newton polish, {N_TRUTH} instances)")
-    gt = _ground_truth(fam)
-    T, Tneg = gt["T"], gt["Tneg"]
-
-    def err(Yp, truth=T):
-        Yp = np.asarray(Yp, np.float64)[: len(truth)]
-        return float(np.abs(Yp - truth).max())
-
-    def cv_err(Yp):
-        return max(fam.cv(Yp), err(Yp))
-
-    Yj, Vj = jnp.asarray(fam.Y, dtype), jnp.asarray(fam.V, dtype)
-    Pj = {k: jnp.asarray(v, dtype) for k, v in fam.P.items()}
-    sub = slice(0, N_TRUTH)
-    Ys, Ps = Yj[sub], {k: v[sub] for k, v in Pj.items()}
-
     res = dict(
         family=fam.name,
         size=fam.size,
@@ -370,17 +348,38 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
         batch=fam.batch,
         tolerance=tol,
         sigma=sigma,
-        truth_kkt=float(gt["kkt"].max()),
-        truth_seconds=float(gt["seconds"]),
     )
+    gt = None
+    if hasattr(fam, "truth"):
+        log(f"{tag} ground truth (cvxpy + Clarabel + Newton polish, {N_TRUTH})")
+        gt = _ground_truth(fam)
+        res.update(truth_kkt=float(gt["kkt"].max()), truth_seconds=float(gt["seconds"]))
+
+    def err(Yp, truth=None):
+        truth = gt["T"] if truth is None else truth
+        Yp = np.asarray(Yp, np.float64)[: len(truth)]
+        return float(np.abs(Yp - truth).max())
+
+    def accuracy(y):
+        return dict(cv=fam.cv(y)) if gt is None else dict(cv=fam.cv(y), err=err(y))
+
+    def cv_err(Yp):
+        return max(accuracy(Yp).values())
+
+    Yj, Vj = jnp.asarray(fam.Y, dtype), jnp.asarray(fam.V, dtype)
+    Pj = {k: jnp.asarray(v, dtype) for k, v in fam.P.items()}
+    sub = slice(0, N_TRUTH)
+    Ys, Ps = Yj[sub], {k: v[sub] for k, v in Pj.items()}
 
     log(f"{tag} building projectors")
     settings = dict(omega=OMEGA, n_iter=N_ITER, adjoint=matched_adjoint(pe))
     t0 = time.perf_counter()
     proj = fam.ours(**settings)  # its defaults: sigma="auto", equilibrated
     setup_ours = time.perf_counter() - t0
-    # The reference's own iteration: its sigma, no equilibration.
-    proj_same = fam.ours(sigma=sigma, equilibrate=False, **settings)
+    variants = {"ours": proj}
+    if fam.same:
+        # The reference's own iteration: its sigma, no equilibration.
+        variants["ours_same"] = fam.ours(sigma=sigma, equilibrate=False, **settings)
     t0 = time.perf_counter()
     ref = fam.reference(sigma, OMEGA, dtype)
     setup_ref = time.perf_counter() - t0
@@ -389,49 +388,36 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
     res["setup"] = dict(ours=setup_ours, ref=setup_ref, form=form)
     res["bwd_tols"] = (proj.adjoint.rtol, proj.adjoint.atol or 0.0)
 
-    def accuracy(y):
-        return dict(cv=fam.cv(y), err=err(y))
-
     # a) Fixed iteration count, with the accuracy of the very calls timed.
     log(f"{tag} a) forward, n_iter={N_ITER}, {repeats} interleaved repeats")
-    fns = {
-        "ours": ours_forward(proj),
-        "ours_same": ours_forward(proj_same),
-        "ref": ref.make_forward(N_ITER),
-    }
+    fns = {k: ours_forward(p) for k, p in variants.items()}
+    fns["ref"] = ref.make_forward(N_ITER)
     t = timed({k: (f, (Yj, Pj)) for k, f in fns.items()}, repeats)
     t["acc"] = {k: accuracy(f(Yj, Pj)) for k, f in fns.items()}
     res["fixed"] = t
-    log(
-        f"{tag}    "
-        + ", ".join(
-            f"{k} {ms(t[k]):.1f} ms (CV {t['acc'][k]['cv']:.1e}, err "
-            f"{t['acc'][k]['err']:.1e})"
-            for k in fns
-        )
-        + f", load {t['load']:.2f}"
-    )
+    times = ", ".join(f"{k} {ms(t[k]):.1f} ms {t['acc'][k]}" for k in fns)
+    log(f"{tag}    {times}, load {t['load']:.2f}")
 
-    # b) Time to CV <= tol and error <= tol.
-    log(f"{tag} b) searching the smallest n_iter with CV and error <= {tol:g}")
+    # b) Time to CV <= tol (and error <= tol, with a truth).
+    log(f"{tag} b) searching the smallest n_iter with CV (and error) <= {tol:g}")
     state = ref.initial_state(Yj, Pj)
     searches = {
-        "ref": search(ref_advancer(ref, Yj, Pj), state, cv_err, tol, search_cap),
-        "ours": search(ours_advancer(proj, Yj, Pj), None, cv_err, tol, search_cap),
-        "ours_same": search(
-            ours_advancer(proj_same, Yj, Pj), None, cv_err, tol, search_cap
-        ),
+        "ref": search(ref_advancer(ref, Yj, Pj), state, cv_err, tol, search_cap)
     }
+    for k, base in variants.items():
+        advance = ours_advancer(base, Yj, Pj)
+        searches[k] = search(advance, None, cv_err, tol, search_cap)
     for k, v in searches.items():
         log(f"{tag}    {k}: {v}")
 
     so = searches["ours"]
+    # The tol-stopping version, capped well above what the fixed search needed.
     cap = max(200, 4 * so["n_iter"]) if so["reached"] else search_cap
     p_tol = proj.with_settings(tol=tol, n_iter=cap)
     steps = np.asarray(n_steps(p_tol, Yj, Pj))
     tolres = dict(cap=cap, steps_max=int(steps.max()), steps_mean=float(steps.mean()))
     fns = {"ours_tol": ours_forward(p_tol)}
-    for k, base in (("ours", proj), ("ours_same", proj_same)):
+    for k, base in variants.items():
         if searches[k]["reached"]:
             fns[k] = ours_forward(base.with_settings(n_iter=searches[k]["n_iter"]))
     if searches["ref"]["reached"]:
@@ -446,23 +432,17 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
             searches[k].update(accuracy(fns[k](Yj, Pj)))
     t.update(searches=searches, ours_tol_info=tolres)
     res["tol"] = t
-    log(
-        f"{tag}    "
-        + ", ".join(f"{k} {ms(t[k]):.1f} ms" for k in fns)
-        + f"; ours tol steps max {tolres['steps_max']}, CV {tolres['cv']:.1e}, "
-        f"err {tolres['err']:.1e}"
-    )
+    times = ", ".join(f"{k} {ms(t[k]):.1f} ms" for k in fns)
+    log(f"{tag}    {times}; ours tol-stop {tolres}")
 
     # c) Forward plus implicit VJP.
     log(f"{tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
-
     gr = ref.make_vjp(N_ITER, N_ITER_BWD)
     t, go, go_default = backward_stats(proj, gr, (Yj, Pj, Vj), repeats)
-    # And against the exact Jacobian of the true projection (first N_TRUTH).
-    G = gt["G"]
-    t["grad_exact_ours"] = rel_err(np.asarray(go(Yj, Pj, Vj))[sub], G)
-    t["grad_exact_ref"] = rel_err(np.asarray(gr(Yj, Pj, Vj))[sub], G)
-    t["grad_exact_ours_default"] = rel_err(np.asarray(go_default(Yj, Pj, Vj))[sub], G)
+    if gt is not None:
+        # And against the exact Jacobian of the true projection (first N_TRUTH).
+        for k, g in (("ours", go), ("ref", gr), ("ours_default", go_default)):
+            t[f"grad_exact_{k}"] = rel_err(np.asarray(g(Yj, Pj, Vj))[sub], gt["G"])
     res["bwd"] = t
     log(
         f"{tag}    ours {ms(t['ours']):.1f} ms, ref {ms(t['ref']):.1f} "
@@ -470,6 +450,8 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
         f"ours/ref {t['grad_err_ours']:.1e}/{t['grad_err_ref']:.1e}, "
         f"load {t['load']:.2f}"
     )
+    if gt is None:
+        return res
 
     # d) Converged accuracy on the ground-truth subset, and the sign check.
     log(f"{tag} d) accuracy at n_iter={N_ITER_CONVERGED} on {N_TRUTH} instances")
@@ -488,9 +470,9 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
         err_ref=err(yr),
         cv_ours=fam.cv(yo),
         cv_ref=fam.cv(yr),
-        ref_vs_neg=err(np.asarray(yr)[:nn], Tneg),
-        ref_vs_pos=err(np.asarray(yr)[:nn], T[:nn]),
-        ours_vs_neg=err(np.asarray(yo)[:nn], Tneg),
+        ref_vs_neg=err(np.asarray(yr)[:nn], gt["Tneg"]),
+        ref_vs_pos=err(np.asarray(yr)[:nn], gt["T"][:nn]),
+        ours_vs_neg=err(np.asarray(yo)[:nn], gt["Tneg"]),
     )
     log(f"{tag}    {res['converged']}")
     return res
@@ -602,23 +584,7 @@ def tables(results: list[dict]) -> str:
         "BiCGStab on the fixed point with its own tolerance and step limit "
         "otherwise).",
         "",
-        "| size | prec | ours ms | reference ms | ratio | ours BiCGStab all converged "
-        "| grad error vs unrolled, ours / ref | vs exact, ours / ref | ours, "
-        "default: ms, vs unrolled, vs exact | load |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        t = r["bwd"]
-        lines.append(
-            f"| {r['size']} | {r['precision']} | {fmt_t(t['ours'])} | "
-            f"{fmt_t(t['ref'])} | {t['ref']['median'] / t['ours']['median']:.2f}x | "
-            f"{'yes' if t['bwd_converged'] else 'no'} | "
-            f"{t['grad_err_ours']:.1e} / {t['grad_err_ref']:.1e} | "
-            f"{t['grad_exact_ours']:.1e} / {t['grad_exact_ref']:.1e} | "
-            f"{fmt_t(t['ours_default'])}, {t['grad_err_ours_default']:.1e}, "
-            f"{t['grad_exact_ours_default']:.1e} | {t['load']:.1f} |"
-        )
-    lines += [
+        bwd_table(results),
         "",
         f"**d) Accuracy after {N_ITER_CONVERGED} iterations** (first {N_TRUTH} "
         "instances; gradients with 200 BiCGStab steps, relative error from the "
@@ -677,4 +643,4 @@ def details(args, results: list[dict]) -> str:
 def write(args, body: str) -> None:
     """Write this family's record (`benchmarks/projection/records/{family}.json`)."""
     title, order = TITLES[args.family]
-    write_record(args.family, title, body, order)
+    records.write_run("projection", args.family, title, order, body)

@@ -2,8 +2,8 @@
 
 The settings the comparison shares with the reference, the interleaved timing of
 jitted calls, the search for the smallest iteration count that reaches a
-tolerance, the backward-pass statistics, the worker processes (one per
-precision) and the writing of the records (`benchmarks/projection/records/`).
+tolerance, the backward-pass statistics, and the worker processes (one per
+precision).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import warnings
 
 import numpy as np
 
+from .._common import records
 from .._common.problems import PAPER_N_ITER, PAPER_N_ITER_BWD, PAPER_OMEGA
 from .._common.provenance import command_line, describe, machine
-from .._common.timing import time_interleaved
+from .._common.timing import fmt, time_interleaved
 
 PROG = "python -m benchmarks.projection"
 TOLERANCE = {"f32": 1e-4, "f64": 1e-6}
@@ -47,11 +48,34 @@ def ms(stats: dict) -> float:
 
 def fmt_t(s: dict) -> str:
     """Timing `stats` as 'median [lq, uq] (min–max)', in milliseconds."""
-    m = {k: 1e3 * s[k] for k in ("median", "lq", "uq", "min", "max")}
-    return (
-        f"{m['median']:.1f} [{m['lq']:.1f}, {m['uq']:.1f}] "
-        f"({m['min']:.1f}–{m['max']:.1f})"
-    )
+    return fmt(s, ".1f", "{median} [{lq}, {uq}] ({min}–{max})", 1e3)
+
+
+def bwd_table(results: list[dict]) -> str:
+    """Table c), forward + VJP, of `results`; with each gradient's error from
+    the exact Jacobian too where the family has a ground truth."""
+    exact = "grad_exact_ours" in results[0]["bwd"]
+    columns = ["size", "prec", "ours ms", "reference ms", "ratio"]
+    columns += ["ours BiCGStab all converged"]
+    if exact:
+        columns += ["grad error vs unrolled, ours / ref", "vs exact, ours / ref"]
+        columns += ["ours, default: ms, vs unrolled, vs exact", "load"]
+    else:
+        columns += ["grad error ours / ref", "ours, default: ms, grad error", "load"]
+    rows = []
+    for r in results:
+        t = r["bwd"]
+        errors = [f"{t['grad_err_ours']:.1e} / {t['grad_err_ref']:.1e}"]
+        default = f"{fmt_t(t['ours_default'])}, {t['grad_err_ours_default']:.1e}"
+        if exact:
+            errors.append(f"{t['grad_exact_ours']:.1e} / {t['grad_exact_ref']:.1e}")
+            default += f", {t['grad_exact_ours_default']:.1e}"
+        converged = "yes" if t["bwd_converged"] else "no"
+        cells = [r["size"], r["precision"], fmt_t(t["ours"]), fmt_t(t["ref"])]
+        ratio = f"{t['ref']['median'] / t['ours']['median']:.2f}x"
+        cells += [ratio, converged, *errors, default, f"{t['load']:.1f}"]
+        rows.append(cells)
+    return records.table(columns, rows)
 
 
 def timed(calls: dict, repeats: int) -> dict:
@@ -280,11 +304,3 @@ def worker_setup(args) -> None:
         jax.config.update("jax_enable_x64", True)
     if not reference_available():
         raise SystemExit(REFERENCE_MISSING)
-
-
-def write_record(name: str, title: str, body: str, order: int) -> None:
-    """Writes `body` (the measured tables, with their header) as the record
-    `name` of `benchmarks/projection/records/` and renders the pages."""
-    from .._common import records
-
-    records.write_run("projection", name, title, order, body)

@@ -19,7 +19,7 @@ import pathlib
 import sys
 
 from .._common import cli
-from ._methods import METHODS
+from ._methods import METHODS, SUITE
 
 DEFAULT_OUT = pathlib.Path("results") / "soc"
 
@@ -43,18 +43,9 @@ def main(argv=None) -> int:
     if args.command == "train":
         from ._train import train
 
-        with cli.config_errors(parser):
-            train(
-                args.size,
-                args.method,
-                data_seed=args.data_seed,
-                **cli.train_options(args),
-            )
+        cli.train(parser, args, train, args.size, data_seed=args.data_seed)
     elif args.command == "report":
-        from ._report import report
-
-        for path in report(args.results_dir, args.out, args.record):
-            print(path)
+        cli.report(args, SUITE)
     return 0
 
 

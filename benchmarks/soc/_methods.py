@@ -9,6 +9,7 @@ interface (`"module:attribute"`).
 from __future__ import annotations
 
 from .._common.harness import Registry
+from .._common.report import Suite
 
 REGISTRY = Registry(
     "benchmarks.soc",
@@ -30,3 +31,10 @@ REGISTRY = Registry(
 )
 METHODS = REGISTRY.descriptions
 get = REGISTRY.get
+# The report's title, command and method order (`benchmarks._common.report`).
+SUITE = Suite(
+    "Second-order-cone benchmark results (paper App. B.4)",
+    "python -m benchmarks.soc",
+    tuple(METHODS),
+    "soc",
+)

@@ -35,7 +35,7 @@ default.
 from __future__ import annotations
 
 import dataclasses
-import time
+import functools
 from typing import Literal
 
 import jax
@@ -147,19 +147,10 @@ def fit(data: SocData, config: Config, seed: int, run: Run) -> Trained:
     """Set up the projector (auto-tuned if asked), then train the network."""
     dtype = jnp.result_type(float)
     d1, d2 = data.d1, data.d2
-    info = {}
-    start = time.perf_counter()
-    projector = make_projector(data, config)
-    info["setup_s"] = time.perf_counter() - start
-    if config.autotune:
-        B = data.X_valid[: config.autotune_points, :d2]
-        result = pinet_method.tune_projector(projector, B, d1 + d2, seed)
-        projector = result.projector.with_settings(
-            n_iter=max(result.n_iter, config.n_iter),
-            n_iter_test=max(result.n_iter, config.n_iter_test),
-        )
-        info.update(autotune_s=result.seconds, sigma=result.sigma, n_iter=result.n_iter)
-    info.update(pinet_method.projector_info(projector))
+    B = data.X_valid[: config.autotune_points, :d2]
+    make = functools.partial(make_projector, data, config)
+    keep = ("n_iter", "n_iter_test")
+    projector, info = pinet_method.build(make, config, B, d1 + d2, seed, keep)
     net = pe.HardConstrainedNet(backbone(d1 + d2, d1 + d2, seed, dtype), projector)
     trained = fit_model(
         net,

@@ -13,9 +13,9 @@ import pytest
 from helpers import needs_reference
 
 from benchmarks._common.provenance import machine
+from benchmarks._common.report import report
 from benchmarks._common.timing import TIMING_STATS
 from benchmarks.dc3 import _data, _methods
-from benchmarks.dc3._report import report
 from benchmarks.dc3._train import train
 
 EPOCHS = {"epochs": 2, "validate_every": 1}
@@ -150,7 +150,7 @@ def test_report_renders(results, cache):
     for problem, method, overrides in REPORTED:
         if not (results / f"{problem}-tiny" / method).is_dir():
             _train(problem, method, overrides, results, cache)
-    written = report(results)
+    written = report(results, None, _methods.SUITE)
     pngs = [p for p in written if p.suffix == ".png"]
     assert {p.name for p in pngs} >= {
         "scatter_convex-tiny.png",

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks._common import harness as _harness, report as _report
 from benchmarks._common.metrics import CV_OPTIMAL, RS_OPTIMAL, Metrics
-from benchmarks.dc3._report import SUITE
+from benchmarks.dc3._methods import SUITE
 
 DATASETS = {
     "convex-tiny": {

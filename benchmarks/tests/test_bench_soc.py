@@ -12,10 +12,10 @@ import pytest
 
 import pinet_eqx as pe
 from benchmarks._common.problems import soc_projector
+from benchmarks._common.report import report
 from benchmarks._common.timing import TIMING_STATS
 from benchmarks.projection._families import soc_truth
 from benchmarks.soc import _data, _methods
-from benchmarks.soc._report import report
 from benchmarks.soc._train import train
 
 FEW = {"test_rows": 16, "timing_batch_rows": 8, "timing_repeats": 1}
@@ -99,7 +99,7 @@ def test_report_renders(results):
     for method, overrides in METHODS:
         if not list(results.glob(f"*/{method}/*/results.json")):
             _train(method, overrides, results)
-    written = report(results)
+    written = report(results, None, _methods.SUITE)
     pngs = [p for p in written if p.suffix == ".png"]
     assert {p.name for p in pngs} == {"scatter_soc-small.png", "curves_soc-small.png"}
     for png in pngs:
