@@ -11,13 +11,19 @@ results/dc3`, ...), then renders the same pages.
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 from ._common import records
 
 
 def main(argv=None) -> int:
-    suites = (sys.argv[1:] if argv is None else argv) or None
+    names = [s for s in records.SUITES if s]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("suites", nargs="*", help=f"of {names}; default: every one")
+    suites = parser.parse_args(argv).suites or None
+    unknown = sorted(set(suites or ()) - set(names))
+    if unknown:
+        parser.error(f"unknown suite(s) {unknown}; choose from {names}")
     for path in records.render(suites):
         print(path)
     return 0
