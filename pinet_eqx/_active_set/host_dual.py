@@ -31,8 +31,12 @@ import scipy.sparse as sp
 
 from .._linalg.host_solve import GramSolver, unit_rows
 
-# Changes of the working set before giving up (each one sparse LU).
-_MAX_CHANGES = 3000
+# Changes of the working set before giving up (each one sparse LU). Started
+# from an interior-point face, the method either ends within some tens of
+# changes or ends on a face whose point the rounds cannot certify either (on
+# degenerate faces, after hundreds): past this budget a failing instance only
+# costs more (see `benchmarks/dcopf/RESULTS.md`).
+_MAX_CHANGES = 100
 # A step direction or multiplier change below this is zero (rows have unit length).
 _TINY = 1e-12
 
