@@ -146,6 +146,31 @@ def test_dual_method_finishes_where_the_rounds_cycle(monkeypatch):
     _assert_projections(case, sol, Y, p_d)
 
 
+def test_dual_method_stops_at_its_budget():
+    """Goldfarb and Idnani's dual method from the empty face (case30, 100 times
+    the spread): within its default budget of working-set changes its face is
+    the projection's (the rounds certify it, and it is Clarabel's point); with a
+    budget of one change it gives up (`None`), and the polish moves on."""
+    from pinet_eqx._active_set.host_dual import working_face
+    from pinet_eqx._active_set.host_polish import _rounds
+
+    case = grid("case30")
+    Y, p_d = _far_instances(case, 1, 100.0)
+    r, q = Y[0], case.q(p_d[0])
+    lower = np.concatenate([case.lower, case.flow_lower])
+    upper = np.concatenate([case.upper, case.flow_upper])
+    none = np.zeros(lower.shape, bool)
+    args = (sp.csr_matrix(case.E), sp.csr_matrix(case.C), r, q, lower, upper)
+    assert working_face(*args, none, none, max_changes=1) is None
+    face = working_face(*args, none, none)
+    assert face is not None
+    bounds = (case.lower, case.upper, case.flow_lower, case.flow_upper)
+    y, fail, *_ = _rounds(args[0], args[1], r, q, bounds, *face, 2)
+    assert fail == 0.0
+    ref = clarabel_project(r, as_polytope(case, p_d[0]))
+    assert_close(y, ref, 1e-6 * np.abs(ref).max())
+
+
 @pytest.mark.parametrize("scale", [1.0, 100.0])
 def test_degenerate_face_reaches_the_projection(scale):
     """A face with dependent active rows and ties at bounds: $y_1 \\le 1/2$,
