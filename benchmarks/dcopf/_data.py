@@ -38,7 +38,6 @@ to ~6e-5 (relative, infinity norm) there.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Literal
 
@@ -250,26 +249,27 @@ def _inequalities(case: GridCase) -> tuple[sp.csr_matrix, np.ndarray]:
         (eye, case.p_max),
         (-eye, -case.p_min),
     ]
-    rows, rhs = [], []
-    for matrix, bound in blocks:
-        finite = np.isfinite(bound)
-        rows.append(matrix[finite])
-        rhs.append(bound[finite])
-    return sp.vstack(rows, format="csr"), np.concatenate(rhs)
+    G = sp.vstack([M[np.isfinite(h)] for M, h in blocks], format="csr")
+    return G, np.concatenate([h[np.isfinite(h)] for _, h in blocks])
 
 
-@dataclasses.dataclass(frozen=True)
-class ClarabelRun:
-    """What one `_clarabel_solve` call did: the solution `x`, the `seconds` of its
-    `solve()` calls (set-ups not timed), the `tol` that reported `Solved`, the
-    `attempts` (1 unless loosened) and the last solve's `iterations`.
-    """
+def dcopf_objective(case: GridCase) -> tuple[sp.dia_matrix, np.ndarray]:
+    """The DC-OPF's cost as `(P, c)`, $\frac12 y^\top P y + c^\top y$ (the
+    angles cost nothing)."""
+    zeros = np.zeros(case.n_bus)
+    quad = np.concatenate([2.0 * case.cost_quad, zeros])
+    return sp.diags(quad), np.concatenate([case.cost_lin, zeros])
 
-    x: np.ndarray
-    seconds: float
-    tol: float
-    attempts: int
-    iterations: int
+
+def clarabel_solver(case: GridCase, P, c, p_d: np.ndarray, settings) -> Any:
+    """A Clarabel solver of `min 1/2 y'Py + c'y` over the feasible set of the
+    loads `p_d`, with `settings`."""
+    G, h = _inequalities(case)
+    A = sp.vstack([case.E, G], format="csc")
+    b = np.concatenate([case.q(p_d), h])
+    P = sp.triu(sp.csc_matrix(P, dtype=np.float64), format="csc")
+    cones = [clarabel.ZeroConeT(case.E.shape[0]), clarabel.NonnegativeConeT(G.shape[0])]
+    return clarabel.DefaultSolver(P, np.asarray(c, np.float64), A, b, cones, settings)
 
 
 def _clarabel_settings(tol: float, *, projection: bool) -> Any:
@@ -305,32 +305,23 @@ def _clarabel_solve(
     *,
     projection: bool,
     max_tol: float = MAX_TOL,
-) -> ClarabelRun:
+) -> tuple[np.ndarray, float]:
     """Solves `min 1/2 y'Py + c'y` over the feasible set of the loads `p_d` with
-    Clarabel (`projection` as in `_clarabel_settings`). Unless it reports `Solved`,
-    the solve is repeated with a 10x looser tolerance while that stays at most
+    Clarabel (`projection` as in `_clarabel_settings`): `(y, seconds)`, the time
+    of its `solve()` calls (set-ups not timed). Unless it reports `Solved`, the
+    solve is repeated with a 10x looser tolerance while that stays at most
     `max(tol, max_tol)`; then `RuntimeError`.
     """
-    G, h = _inequalities(case)
-    A = sp.vstack([case.E, G], format="csc")
-    b = np.concatenate([case.q(p_d), h])
-    P = sp.triu(sp.csc_matrix(P, dtype=np.float64), format="csc")
-    c = np.asarray(c, dtype=np.float64)
     seconds, attempts, current = 0.0, 0, tol
     while True:
-        cones = [
-            clarabel.ZeroConeT(case.E.shape[0]),
-            clarabel.NonnegativeConeT(G.shape[0]),
-        ]
         settings = _clarabel_settings(current, projection=projection)
-        solver = clarabel.DefaultSolver(P, c, A, b, cones, settings)
+        solver = clarabel_solver(case, P, c, p_d, settings)
         start = time.perf_counter()
         solution = solver.solve()
         seconds += time.perf_counter() - start
         attempts += 1
         if solution.status == clarabel.SolverStatus.Solved:
-            x = np.array(solution.x, dtype=np.float64)
-            return ClarabelRun(x, seconds, current, attempts, solution.iterations)
+            return np.array(solution.x, dtype=np.float64), seconds
         if current * 10 > max(tol, max_tol) * (1 + 1e-9):
             raise RuntimeError(
                 f"Clarabel stopped with status {solution.status} on case "
@@ -351,8 +342,7 @@ def project_clarabel(
     """
     y_raw = np.asarray(y_raw, dtype=np.float64)
     eye = sp.eye(case.dim, format="csc")
-    run = _clarabel_solve(case, eye, -y_raw, p_d, tol, projection=True)
-    return run.x, run.seconds
+    return _clarabel_solve(case, eye, -y_raw, p_d, tol, projection=True)
 
 
 def dcopf_clarabel(
@@ -363,13 +353,9 @@ def dcopf_clarabel(
     the optimum need not be unique (Clarabel returns a point inside the optimal
     face).
     """
-    quad = np.concatenate([2.0 * case.cost_quad, np.zeros(case.n_bus)])
-    lin = np.concatenate([case.cost_lin, np.zeros(case.n_bus)])
-    P = sp.diags(quad, format="csc")
-    run = _clarabel_solve(case, P, lin, p_d, tol, projection=False)
-    p_g = run.x[: case.n_gen]
-    objective = float(np.sum(case.cost_quad * p_g**2 + case.cost_lin * p_g))
-    return run.x, objective, run.seconds
+    P, c = dcopf_objective(case)
+    y, seconds = _clarabel_solve(case, P, c, p_d, tol, projection=False)
+    return y, float(case.cost(y[: case.n_gen])), seconds
 
 
 def project_osqp(

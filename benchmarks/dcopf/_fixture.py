@@ -169,6 +169,10 @@ class GridCase:
         zero = np.zeros((*p_d.shape[:-1], 1))
         return np.concatenate([p_d + self.p_fixed, zero], axis=-1)
 
+    def cost(self, p_g: np.ndarray) -> np.ndarray:
+        """The generation cost of the outputs `p_g` (`(..., n_gen)`), per row."""
+        return np.sum(self.cost_quad * p_g**2 + self.cost_lin * p_g, axis=-1)
+
     def residuals(self, y: np.ndarray, p_d: np.ndarray) -> tuple[float, float]:
         """How far `y` is from the feasible set for the loads `p_d`, per unit:
         `(eq, ineq)`, the largest `|E y - q(p_d)|` and the largest violation of the flow

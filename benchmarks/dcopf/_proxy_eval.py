@@ -19,13 +19,11 @@ import numpy as np
 
 import pinet_eqx as pe
 
-from .._common import timing
 from ._fixture import GridCase
-from ._projection import row_residuals
+from ._projection import EPS32, _timed_batch, max_residuals
 from ._proxy_data import INFEASIBLE, HourlyData
 from ._proxy_models import injections_matrix, ptdf
 
-EPS32 = float(np.finfo(np.float32).eps)
 CHUNK = 256  # the issue's batch: inference runs and is timed at this size
 
 
@@ -52,7 +50,7 @@ class Grid(eqx.Module):
         from ._proxy_models import center
 
         p_c = center(case, scaling["x_mean"])[: case.n_gen]
-        scale = float(np.sum(case.cost_quad * p_c**2 + case.cost_lin * p_c))
+        scale = float(case.cost(p_c))
         marginal = float(np.max(2 * case.cost_quad * p_c + case.cost_lin))
         f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
         return cls(
@@ -161,7 +159,7 @@ def evaluate(
     hours = data.solved(part)
     predict = predictor(method, model)
     p, y, result = _run(predict, data, hours)
-    cost = np.sum(case.cost_quad * p**2 + case.cost_lin * p, axis=1)
+    cost = case.cost(p)
     gaps = (cost - data.cost_opt[hours]) / np.abs(data.cost_opt[hours])
     over, loading = _flows(case, _M(case), p, data.loads[hours])
     demand = case.q(data.loads[hours])[:, :-1].sum(axis=1)
@@ -176,12 +174,7 @@ def evaluate(
         bound_violation_mw_max=float(bounds.max() * case.base_mva),
     )
     if y is not None:
-        resid = np.array(
-            [
-                row_residuals(case, y[i], data.loads[h]).max()
-                for i, h in enumerate(hours)
-            ]
-        )
+        resid = max_residuals(case, y, data.loads[hours])
         record.update(
             successful=float(np.mean(result == pe.RESULTS.successful._value)),
             residual_over_eps32=_percentiles(resid / EPS32),
@@ -238,21 +231,14 @@ def _infeasible(predict, data: HourlyData, part: np.ndarray, most: int = 64) -> 
 
 def _timed(predict, data: HourlyData, hours: np.ndarray, repeats: int) -> dict:
     """The time of `predict` on a batch of `CHUNK` test hours (tiled if fewer)."""
-    import time
-
     idx = np.resize(hours, CHUNK)
     x = jnp.asarray(data.loads[idx], jnp.float32)
     q = jnp.asarray(data.case.q(data.loads[idx]), jnp.float32)
-    start = time.perf_counter()
-    jax.block_until_ready(predict(x, q))
-    first = time.perf_counter() - start
     # The first call compiled and ran the batch: it is the warm-up.
-    t = timing.time_calls(lambda: predict(x, q), repeats=repeats, warmup=0)
+    _, timed = _timed_batch(lambda: predict(x, q), CHUNK, repeats, warmup=0)
+    t = timed["batch_s"]
     return dict(
-        batch=CHUNK,
-        first_call_s=first,
-        batch_s=t,
-        per_instance_ms=1e3 * t["median"] / CHUNK,
+        timed,
         per_instance_ms_lq=1e3 * t["lq"] / CHUNK,
         per_instance_ms_uq=1e3 * t["uq"] / CHUNK,
     )
