@@ -62,7 +62,7 @@ def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> Grid
     uses) or `"ppc"` (the power-flow ppc's -1e9 / 1e9 MW placeholders, i.e.
     `p_max = 1e7` per unit after clipping `p_min` to 0).
     """
-    return _case_from_net(name, _solved_net(name), slack_limits=slack_limits)[0]
+    return _case_from_net(name, _solved_net(name), slack_limits=slack_limits)
 
 
 def _solved_net(name: str) -> Any:
@@ -79,13 +79,9 @@ def _solved_net(name: str) -> Any:
 
 def _case_from_net(
     name: str, net: Any, *, slack_limits: Literal["opf", "ppc"] = "opf"
-) -> tuple[GridCase, dict[str, Any]]:
+) -> GridCase:
     """Reads the DC-OPF data off `net` after `rundcpp` (`slack_limits` as in
-    `load_case`): `(case, info)`, `info` counting dropped, unrated and raised
-    elements, negative `PMIN`s and generators sharing a bus, with the base-case
-    power-flow point `y_pf` (angles relative to the reference bus) and the kept
-    ppc gen rows (`gen_rows`).
-    """
+    `load_case`)."""
     from pandapower.pypower import idx_brch, idx_bus, idx_gen
     from pandapower.pypower.makeBdc import makeBdc
 
@@ -143,15 +139,12 @@ def _case_from_net(
     # The base-case DC power flow (angles relative to the reference bus).
     theta_pf = np.deg2rad(bus[:, idx_bus.VA])
     theta_pf = theta_pf - theta_pf[ref_bus]
-    y_pf = np.concatenate([gen[:, idx_gen.PG] / base, theta_pf])
     flow_pf = B_f @ theta_pf + p_f_inj
 
     rating = branch[:, idx_brch.RATE_A].copy()
     unrated = (rating <= 0) | (rating >= _RATING_PLACEHOLDER_MVA)
     rating[unrated] = UNRATED_MVA
-    f_max = rating / base
-    raised = f_max < FLOW_MARGIN * np.abs(flow_pf)
-    f_max = np.maximum(f_max, FLOW_MARGIN * np.abs(flow_pf))
+    f_max = np.maximum(rating / base, FLOW_MARGIN * np.abs(flow_pf))
 
     p_max = gen[:, idx_gen.PMAX] / base
     p_min = gen[:, idx_gen.PMIN] / base
@@ -164,24 +157,18 @@ def _case_from_net(
                 value = net.ext_grid.at[idx, column] if column in net.ext_grid else None
                 if value is not None and np.isfinite(value):
                     target[row] = float(value) / base
-    n_pmin_negative = int(np.count_nonzero(p_min < 0))
     p_min = np.minimum(np.maximum(p_min, 0.0), p_max)
 
     cost_quad = np.zeros(n_gen)
     cost_lin = np.zeros(n_gen)
-    ignored_costs = 0
     rows = {"gen": _element_rows(net, "gen", row_of), "ext_grid": slack_rows}
     for _, cost in net.poly_cost.iterrows():
         row = rows.get(cost["et"], {}).get(cost["element"])
-        if row is None:
-            ignored_costs += 1
-            continue
-        cost_quad[row] = float(cost["cp2_eur_per_mw2"]) * base**2
-        cost_lin[row] = float(cost["cp1_eur_per_mw"]) * base
-    if "pwl_cost" in net:
-        ignored_costs += len(net.pwl_cost)
+        if row is not None:  # the costs of other elements are left out
+            cost_quad[row] = float(cost["cp2_eur_per_mw2"]) * base**2
+            cost_lin[row] = float(cost["cp1_eur_per_mw"]) * base
 
-    case = GridCase(
+    return GridCase(
         name=name,
         base_mva=base,
         n_gen=n_gen,
@@ -201,23 +188,6 @@ def _case_from_net(
         branch_from=branch_from,
         branch_to=branch_to,
     )
-    info = {
-        "dropped_buses": int(np.count_nonzero(~bus_kept)),
-        "dropped_branches": int(np.count_nonzero(~branch_kept)),
-        "dropped_gens": int(np.count_nonzero(~gen_kept)),
-        "n_ref_buses": int(refs.size),
-        "n_phase_shifters": int(np.count_nonzero(branch[:, idx_brch.SHIFT])),
-        "n_shunt_conductances": int(np.count_nonzero(bus[:, idx_bus.GS])),
-        "n_unrated": int(np.count_nonzero(unrated)),
-        "n_raised": int(np.count_nonzero(raised)),
-        "n_pmin_negative": n_pmin_negative,
-        "n_shared_gen_buses": int(n_gen - np.unique(gen_bus).size),
-        "n_ignored_costs": ignored_costs,
-        "y_pf": y_pf,
-        "gen_rows": gen_rows,
-        "bus_kept": bus_kept,
-    }
-    return case, info
 
 
 def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:

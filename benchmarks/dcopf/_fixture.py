@@ -30,19 +30,13 @@ import scipy.sparse as sp
 
 _MATRICES = ("E", "C")
 _SCALARS = {"base_mva": float, "n_gen": int, "n_bus": int, "ref_bus": int}
-_ARRAYS = (
-    "f_max",
-    "f_shift",
-    "p_min",
-    "p_max",
-    "p_d",
-    "p_fixed",
-    "cost_quad",
-    "cost_lin",
-    "gen_bus",
-    "branch_from",
-    "branch_to",
-)
+# The array fields by their length: one entry per generator, bus or branch.
+_PER = {
+    "gen": ("p_min", "p_max", "cost_quad", "cost_lin", "gen_bus"),
+    "bus": ("p_d", "p_fixed"),
+    "branch": ("f_max", "f_shift", "branch_from", "branch_to"),
+}
+_ARRAYS = tuple(field for fields in _PER.values() for field in fields)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -102,21 +96,9 @@ class GridCase:
         `n_bus` and the number of rows of `C`.
         """
         n_branch = self.C.shape[0]
-        expected = {
-            "E": (self.n_bus + 1, self.dim),
-            "C": (n_branch, self.dim),
-            "f_max": (n_branch,),
-            "f_shift": (n_branch,),
-            "p_min": (self.n_gen,),
-            "p_max": (self.n_gen,),
-            "p_d": (self.n_bus,),
-            "p_fixed": (self.n_bus,),
-            "cost_quad": (self.n_gen,),
-            "cost_lin": (self.n_gen,),
-            "gen_bus": (self.n_gen,),
-            "branch_from": (n_branch,),
-            "branch_to": (n_branch,),
-        }
+        size = {"gen": self.n_gen, "bus": self.n_bus, "branch": n_branch}
+        expected = {"E": (self.n_bus + 1, self.dim), "C": (n_branch, self.dim)}
+        expected |= {f: (size[k],) for k, fields in _PER.items() for f in fields}
         for field, shape in expected.items():
             got = getattr(self, field).shape
             if got != shape:

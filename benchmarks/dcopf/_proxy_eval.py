@@ -52,19 +52,10 @@ class Grid(eqx.Module):
         p_c = center(case, scaling["x_mean"])[: case.n_gen]
         scale = float(case.cost(p_c))
         marginal = float(np.max(2 * case.cost_quad * p_c + case.cost_lin))
-        f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
-        return cls(
-            f32(case.cost_quad),
-            f32(case.cost_lin),
-            f32(injections_matrix(case)),
-            f32(ptdf(case)),
-            f32(case.flow_lower),
-            f32(case.flow_upper),
-            f32(case.p_min),
-            f32(case.p_max),
-            abs(scale),
-            marginal / abs(scale),
-        )
+        arrays = (case.cost_quad, case.cost_lin, injections_matrix(case), ptdf(case))
+        arrays += (case.flow_lower, case.flow_upper, case.p_min, case.p_max)
+        f32 = (jnp.asarray(a, jnp.float32) for a in arrays)
+        return cls(*f32, abs(scale), marginal / abs(scale))
 
 
 def cost_of(grid, p):
@@ -140,21 +131,19 @@ def evaluate(
     model,
     data: HourlyData,
     part: np.ndarray,
-    grid=None,
     *,
     timed: bool = False,
     per_hour: bool = False,
     repeats: int = 3,
 ) -> dict:
-    """Scores `model` of `method` on the solved hours `part` of `data` (`grid`
-    unused): `gap_mean` and `gap` (`_percentiles`), `overload_mw`, the share of
-    hours overloaded, the imbalance and bound violations (MW) and, for our layer,
-    the share `successful`, the normalised residual over eps32 and
+    """Scores `model` of `method` on the solved hours `part` of `data`:
+    `gap_mean` and `gap` (`_percentiles`), `overload_mw`, the share of hours
+    overloaded, the imbalance and bound violations (MW) and, for our layer, the
+    share `successful`, the normalised residual over eps32 and
     `infeasible_hours` (what it reported where Clarabel found none). `timed` also
     times `predict` at batch `CHUNK` (`repeats` calls after the compiling one);
     `per_hour` lists each hour's index, gap, cost and largest line loading.
     """
-    del grid
     case = data.case
     hours = data.solved(part)
     predict = predictor(method, model)
