@@ -22,7 +22,6 @@ hours from 2017-07-16, the week of its annual peak) is rebuilt with
 from __future__ import annotations
 
 import dataclasses
-import io
 import os
 import pathlib
 import re
@@ -315,14 +314,11 @@ def save_fixture(
         raise ValueError(f"{name} has isolated buses; the fixture assumes none.")
     first = int(np.flatnonzero(hours == np.datetime64(start, "h"))[0])
     week = np.isin(chgtab[:, 0], np.arange(first, first + n_hours) + 1)
-    buffer = io.BytesIO()
-    save_case(data.case, buffer)
-    buffer.seek(0)
-    with np.load(buffer) as saved:
-        arrays = dict(saved)
-    arrays.update({key: getattr(data, key) for key in _FIXTURE_EXTRAS})
-    arrays.update(hourly_chgtab=chgtab[week], load_group=group)
-    np.savez_compressed(path, hours=hours[first : first + n_hours], **arrays)
+    extras = {key: getattr(data, key) for key in _FIXTURE_EXTRAS}
+    save_case(
+        data.case, path, hourly_chgtab=chgtab[week], load_group=group,
+        hours=hours[first : first + n_hours], **extras,
+    )  # fmt: skip
 
 
 def load_fixture(path: str | os.PathLike) -> tuple[ActivsgData, np.ndarray, np.ndarray]:

@@ -62,19 +62,14 @@ def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> Grid
     uses) or `"ppc"` (the power-flow ppc's -1e9 / 1e9 MW placeholders, i.e.
     `p_max = 1e7` per unit after clipping `p_min` to 0).
     """
-    return _case_from_net(name, _solved_net(name), slack_limits=slack_limits)
-
-
-def _solved_net(name: str) -> Any:
-    """The pandapower network `name` after `pandapower.rundcpp` (with `net._ppc`)."""
     if name not in CASES:
         raise ValueError(f"Unknown DC-OPF case '{name}'; expected one of {CASES}.")
     import pandapower
     import pandapower.networks
 
     net = getattr(pandapower.networks, name)()
-    pandapower.rundcpp(net)
-    return net
+    pandapower.rundcpp(net)  # for `net._ppc`
+    return _case_from_net(name, net, slack_limits=slack_limits)
 
 
 def _case_from_net(

@@ -173,10 +173,11 @@ class GridCase:
         return eq, ineq
 
 
-def save_case(case: GridCase, path: str | os.PathLike) -> None:
+def save_case(case: GridCase, path: str | os.PathLike, **extra: np.ndarray) -> None:
     """Writes `case` to the compressed `.npz` file `path` that `load_saved` reads:
     each sparse matrix as its CSR `data`, `indices`, `indptr` and `shape` (keys
-    `E_data`, ...), every other field as an array.
+    `E_data`, ...), every other field as an array, and the `extra` arrays beside
+    them (a fixture's own data).
     """
     arrays: dict[str, np.ndarray] = {"name": np.array(case.name)}
     for key in _MATRICES:
@@ -189,7 +190,7 @@ def save_case(case: GridCase, path: str | os.PathLike) -> None:
         arrays[key] = np.array(getattr(case, key))
     for key in _ARRAYS:
         arrays[key] = np.asarray(getattr(case, key))
-    np.savez_compressed(path, **arrays)
+    np.savez_compressed(path, **arrays, **extra)
 
 
 def load_saved(path: str | os.PathLike) -> GridCase:
@@ -210,8 +211,8 @@ def load_saved(path: str | os.PathLike) -> GridCase:
         for key, kind in _SCALARS.items():
             fields[key] = kind(data[key])
         for key in _ARRAYS:
-            dtype = np.int64 if key in ("gen_bus", "branch_from", "branch_to") else None
-            fields[key] = data[key].astype(dtype or np.float64)
+            integer = key in ("gen_bus", "branch_from", "branch_to")
+            fields[key] = data[key].astype(np.int64 if integer else np.float64)
     return GridCase(**fields)  # type: ignore[arg-type]
 
 
