@@ -185,7 +185,7 @@ def _proxy(args):
         return None, None
     if args.pin_core is not None:
         _pin(args.pin_core)
-    from ._proxy_data import hourly_data
+    from ._proxy_data import PARTS, hourly_data
 
     data = hourly_data(
         args.case,
@@ -199,7 +199,7 @@ def _proxy(args):
     if args.recipe is not None:
         method = {"paper": "ours", "dist": "ours-dist"}[args.recipe]
     if method == "optima":
-        for part in ("train", "val", "test"):
+        for part in PARTS:
             print(part, data.counts(getattr(data, part)))
         return None, None
     if method == "solvers":

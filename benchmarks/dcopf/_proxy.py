@@ -41,7 +41,7 @@ import optax
 import pinet_eqx as pe
 
 from .._common import provenance
-from ._proxy_data import SOLVED, UNSOLVED, HourlyData
+from ._proxy_data import PARTS, SOLVED, UNSOLVED, HourlyData
 from ._proxy_eval import Grid, cost_of, evaluate
 from ._proxy_models import make_model, scalings
 
@@ -383,11 +383,7 @@ def run(
         n_bus=case.n_bus,
         dim=case.dim,
         settings=dict(settings, n_test=n_test),
-        hours=dict(
-            train=data.counts(data.train),
-            val=data.counts(data.val),
-            test=data.counts(data.test),
-        ),
+        hours={part: data.counts(getattr(data, part)) for part in PARTS},
         **info,
         test=test,
         checkpoint=str(checkpoint),

@@ -33,6 +33,7 @@ from ._activsg import hourly_loads, load_activsg, load_fixture, split_by_month
 from ._fixture import GridCase
 
 VARIANTS = ("real", "pmin0")
+PARTS = ("train", "val", "test")
 SOLVER_TOL = 1e-8
 # `status` codes: not solved yet, infeasible (the solver's certificate), the
 # solver stopped without an answer either way, solved.
