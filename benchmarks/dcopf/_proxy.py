@@ -91,28 +91,6 @@ def _loss_fn(method: str, static, grid: Grid, settings: dict):
     return loss
 
 
-class _Keeper:
-    """Validates the network now and then and keeps the best one so far (in
-    memory, and with `pe.save` at `checkpoint` unless it is `None`)."""
-
-    def __init__(self, static, validate, checkpoint, hyperparameters, params):
-        self.static, self.validate = static, validate
-        self.checkpoint, self.hyperparameters = checkpoint, hyperparameters
-        self.best, self.history, self.seconds = (np.inf, params, 0), [], 0.0
-
-    def __call__(self, k: int, params, value) -> float:
-        start = time.perf_counter()
-        model = eqx.combine(params, self.static)
-        gap = float(self.validate(model))
-        self.seconds += time.perf_counter() - start
-        self.history.append((k, float(value), gap))
-        if gap < self.best[0]:
-            self.best = (gap, params, k)
-            if self.checkpoint is not None:
-                pe.save(self.checkpoint, model, self.hyperparameters)
-        return gap
-
-
 def _host_failure(error: Exception, k: int, failed: list) -> bool:
     """Lists a step that the library's host factorisation of the derivative
     failed ("Factor is exactly singular"); any other error is raised. True
@@ -174,7 +152,23 @@ def fit(
     params, static = eqx.partition(model, pe.trainable_filter(model, frozen))
     step, state = _adam(loss, params, steps, lr)
     rng = np.random.default_rng(seed)
-    keeper = _Keeper(static, validate, checkpoint, hyperparameters, params)
+    # The best network so far (gap, params, step), and every validation.
+    best, history, validate_s = (np.inf, params, 0), [], 0.0
+
+    def keep(k: int, params, value) -> float:
+        """Validates `params` after step `k`; keeps (and saves) them if best."""
+        nonlocal best, validate_s
+        start = time.perf_counter()
+        model = eqx.combine(params, static)
+        gap = float(validate(model))
+        validate_s += time.perf_counter() - start
+        history.append((k, float(value), gap))
+        if gap < best[0]:
+            best = (gap, params, k)
+            if checkpoint is not None:
+                pe.save(checkpoint, model, hyperparameters)
+        return gap
+
     failed, stopped_at, last_ok, first_step_s = [], None, 0, None
     value = jnp.nan
     start = time.perf_counter()
@@ -192,24 +186,22 @@ def fit(
             jax.block_until_ready(value)
             first_step_s = time.perf_counter() - start
         if k % every == 0 or k == steps:
-            gap = keeper(k, params, value)
+            gap = keep(k, params, value)
             bar.set_postfix(loss=f"{float(value):.5g}", val_gap=f"{gap:.3%}")
-    if stopped_at is not None and (
-        not keeper.history or keeper.history[-1][0] < last_ok
-    ):
-        keeper(last_ok, params, value)
+    if stopped_at is not None and (not history or history[-1][0] < last_ok):
+        keep(last_ok, params, value)
     info = dict(
         train_s=time.perf_counter() - start,
-        validate_s=keeper.seconds,
+        validate_s=validate_s,
         first_step_s=first_step_s,
-        history=keeper.history,
-        best_step=keeper.best[2],
-        best_val_gap=keeper.best[0],
+        history=history,
+        best_step=best[2],
+        best_val_gap=best[0],
         failed_steps=[k for k, _ in failed],
         failed_messages=sorted({text for _, text in failed}),
         stopped_at=stopped_at,
     )
-    return eqx.combine(keeper.best[1], static), info
+    return eqx.combine(best[1], static), info
 
 
 def _sampler(data: HourlyData, hours: np.ndarray, batch: int, augment: float):
