@@ -41,7 +41,6 @@ import json
 import pathlib
 
 DEFAULT_OUT = pathlib.Path("results") / "dcopf"
-CASES = ("case1354pegase", "case2869pegase", "case9241pegase")
 
 
 def _parser():
@@ -170,6 +169,11 @@ def _pin(core: int) -> None:
             pass
 
 
+# The `proxy` options that `_proxy.run` takes as training settings (and records).
+TRAIN_OPTIONS = ("steps", "batch", "lr", "width", "depth", "seed", "every", "n_val")
+TRAIN_OPTIONS += ("dist_weight", "penalty", "augment", "fixture")
+
+
 def _proxy(args):
     """Runs `proxy` or `proxy-report`; returns `(record, path)`, or `(None,
     None)` for `optima` and the report (whose paths it prints)."""
@@ -181,7 +185,7 @@ def _proxy(args):
         return None, None
     if args.pin_core is not None:
         _pin(args.pin_core)
-    from ._proxy_data import hourly_data
+    from ._proxy_data import PARTS, hourly_data
 
     data = hourly_data(
         args.case,
@@ -195,7 +199,7 @@ def _proxy(args):
     if args.recipe is not None:
         method = {"paper": "ours", "dist": "ours-dist"}[args.recipe]
     if method == "optima":
-        for part in ("train", "val", "test"):
+        for part in PARTS:
             print(part, data.counts(getattr(data, part)))
         return None, None
     if method == "solvers":
@@ -211,128 +215,100 @@ def _proxy(args):
     else:
         from ._proxy import run
 
+        settings = {key: getattr(args, key) for key in TRAIN_OPTIONS}
         record = run(
-            data,
-            method,
-            out=args.out,
-            tag=args.tag,
-            n_test=args.n_test,
-            repeats=args.repeats,
-            steps=args.steps,
-            batch=args.batch,
-            lr=args.lr,
-            width=args.width,
-            depth=args.depth,
-            seed=args.seed,
-            every=args.every,
-            n_val=args.n_val,
-            dist_weight=args.dist_weight,
-            penalty=args.penalty,
-            augment=args.augment,
-            fixture=args.fixture,
-        )
-    name = f"{data.case.name}-{args.variant}-{method}"
+            data, method, out=args.out, tag=args.tag, n_test=args.n_test,
+            repeats=args.repeats, **settings,
+        )  # fmt: skip
     if args.tag:
-        name += f"-{args.tag}"
         record["tag"] = args.tag
     if args.stride > 1:
         record["stride"] = args.stride
-    return record, args.out / "proxy" / f"{name}.json"
+    return record, args.out / "proxy" / f"{data.stem(method, args.tag)}.json"
 
 
-def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "projection":
+def _case(args):
+    """The subcommand's grid: the saved `--fixture` where given, else the
+    pandapower case `--case` (the slack generator keeping its 1e7 bound)."""
+    if getattr(args, "fixture", None):
+        from ._fixture import load_saved
+
+        return load_saved(args.fixture)
+    from ._data import load_case
+
+    return load_case(args.case, slack_limits="ppc")
+
+
+def _run(args):
+    """Runs the subcommand: `(record, path)`, or `(None, None)` where it wrote
+    (and printed) its own files."""
+    command, out = args.command, args.out
+    if command in ("projection", "throughput", "baselines"):
         import jax
 
-        jax.config.update("jax_enable_x64", args.dtype == "float64")
-        from ._data import load_case
+        # cvxpylayers runs in float64; the reference is given float32 data.
+        x64 = getattr(args, "dtype", "float64") == "float64"
+        jax.config.update("jax_enable_x64", x64)
+    if command == "projection":
         from ._projection import run
 
         record = run(
-            load_case(args.case, slack_limits="ppc"),
-            args.dtype,
-            n_accuracy=args.accuracy,
-            batch=args.batch,
-            n_solver=args.solver_instances,
-            repeats=args.repeats,
-        )
-        path = args.out / "projection" / f"{args.case}-{args.dtype}.json"
-    elif args.command == "throughput":
-        import jax
-
-        jax.config.update("jax_enable_x64", args.dtype == "float64")
-        from ._fixture import load_saved
+            _case(args), args.dtype, n_accuracy=args.accuracy, batch=args.batch,
+            n_solver=args.solver_instances, repeats=args.repeats,
+        )  # fmt: skip
+        return record, out / command / f"{args.case}-{args.dtype}.json"
+    if command == "throughput":
         from ._projection import throughput
 
-        case = load_saved(args.fixture)
+        case = _case(args)
         record = throughput(case, args.dtype, batch=args.batch, repeats=args.repeats)
-        path = args.out / "throughput" / f"{case.name}-{args.dtype}.json"
-    elif args.command == "distances":
-        from ._data import load_case
-        from ._fixture import load_saved
+        return record, out / command / f"{case.name}-{args.dtype}.json"
+    if command == "distances":
         from ._projection import distances
 
-        case = (
-            load_saved(args.fixture)
-            if args.fixture
-            else load_case(args.case, slack_limits="ppc")
-        )
+        case = _case(args)
         record = distances(
-            case,
-            batch=args.batch,
-            n_solver=args.solver_instances,
-            repeats=args.repeats,
+            case, batch=args.batch, n_solver=args.solver_instances, repeats=args.repeats
         )
-        path = args.out / "distances" / f"{case.name}-float32-b{args.batch}.json"
-    elif args.command == "save":
-        from ._data import load_case
-        from ._fixture import save_case
-
-        args.to.parent.mkdir(parents=True, exist_ok=True)
-        save_case(load_case(args.case, slack_limits="ppc"), args.to)
-        print(args.to)
-        return 0
-    elif args.command == "train":
-        from ._data import load_case
+        return record, out / command / f"{case.name}-float32-b{args.batch}.json"
+    if command == "train":
         from ._train import train
 
         record = train(
-            load_case(args.case, slack_limits="ppc"),
-            steps=args.steps,
-            batch=args.batch,
-            seed=args.seed,
+            _case(args), steps=args.steps, batch=args.batch, seed=args.seed,
             distance_weight=args.distance_weight,
-        )
+        )  # fmt: skip
         suffix = f"-distance{args.distance_weight:g}" if args.distance_weight else ""
-        path = args.out / "train" / f"{args.case}{suffix}.json"
-    elif args.command == "baselines":
-        import jax
-
+        return record, out / command / f"{args.case}{suffix}.json"
+    if command == "baselines":
         from ._baselines import run as run_baseline
-        from ._data import load_case
 
-        # cvxpylayers runs in float64; the reference is given float32 data.
-        jax.config.update("jax_enable_x64", True)
-        record = run_baseline(
-            load_case(args.case, slack_limits="ppc"), args.layer, batch=args.batch
-        )
-        path = args.out / "baselines" / f"{args.case}-{args.layer}.json"
-    elif args.command in ("proxy", "proxy-report"):
-        record, path = _proxy(args)
-        if record is None:
-            return 0
-    else:
-        from ._report import report
+        record = run_baseline(_case(args), args.layer, batch=args.batch)
+        return record, out / command / f"{args.case}-{args.layer}.json"
+    if command in ("proxy", "proxy-report"):
+        return _proxy(args)
+    if command == "save":
+        from ._fixture import save_case
 
-        for path in report(args.out, args.record):
-            print(path)
-        return 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1))
-    shown = ("machine", "test", "history")
-    print(json.dumps({k: v for k, v in record.items() if k not in shown}, indent=1))
-    print(path)
+        args.to.parent.mkdir(parents=True, exist_ok=True)
+        save_case(_case(args), args.to)
+        print(args.to)
+        return None, None
+    from ._report import report
+
+    for path in report(out, args.record):
+        print(path)
+    return None, None
+
+
+def main(argv=None) -> int:
+    record, path = _run(_parser().parse_args(argv))
+    if record is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1))
+        shown = ("machine", "test", "history")
+        print(json.dumps({k: v for k, v in record.items() if k not in shown}, indent=1))
+        print(path)
     return 0
 
 

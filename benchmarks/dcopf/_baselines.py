@@ -30,8 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._common import provenance, timing
-from ._fixture import GridCase
-from ._projection import NEAR, raw_outputs, violation
+from ._data import _inequalities, project_clarabel
+from ._fixture import GridCase, sample_loads
+from ._projection import NEAR, raw_outputs
 
 TRAIN_STEPS, TRAIN_BATCH = 300, 64
 
@@ -39,9 +40,6 @@ TRAIN_STEPS, TRAIN_BATCH = 300, 64
 def run(case: GridCase, layer: str, *, batch: int = 8, repeats: int = 2) -> dict:
     """Measure one baseline (`"cvxpylayers"` or `"reference"`) on `case`;
     returns a JSON-able record."""
-    from ._data import project_clarabel
-    from ._fixture import sample_loads
-
     rng = np.random.default_rng(0)
     loads = sample_loads(case, batch, rng)
     y_center = project_clarabel(case, np.zeros(case.dim), loads[0])[0]
@@ -74,7 +72,7 @@ def run(case: GridCase, layer: str, *, batch: int = 8, repeats: int = 2) -> dict
     for i in range(batch):
         ref = project_clarabel(case, Y[i], loads[i])[0]
         errors.append(np.abs(ys[i] - ref).max() / np.abs(ref).max())
-        viols.append(violation(case, ys[i], loads[i]))
+        viols.append(max(case.residuals(ys[i], loads[i])))
     per_instance = t["median"] / batch
     return dict(
         case=case.name,
@@ -104,15 +102,8 @@ def _cvxpylayers(case: GridCase):
         y = cp.Variable(case.dim, name="y")
         y_raw = cp.Parameter(case.dim, name="y_raw")
         q = cp.Parameter(case.E.shape[0], name="q")
-        cons = [case.E @ y == q]
-        for lo, up, expr in (
-            (case.flow_lower, case.flow_upper, case.C @ y),
-            (case.lower, case.upper, y),
-        ):
-            rows = np.flatnonzero(np.isfinite(up))
-            cons.append(expr[rows] <= up[rows])
-            rows = np.flatnonzero(np.isfinite(lo))
-            cons.append(expr[rows] >= lo[rows])
+        G, h = _inequalities(case)
+        cons = [case.E @ y == q, G @ y <= h]
         problem = cp.Problem(cp.Minimize(cp.sum_squares(y - y_raw)), cons)
         return problem, y_raw, [q], y
 
@@ -124,15 +115,8 @@ def _reference(case: GridCase):
     """`(Y, Q) -> projections` by the reference, as the module says."""
     from .._common.reference import ReferenceDC3Projector
 
-    C = case.C.toarray()
-    eye = np.eye(case.dim)
-    blocks = [
-        (C, case.flow_upper),
-        (-C, -case.flow_lower),
-        (eye, case.upper),
-        (-eye, -case.lower),
-    ]
-    G = np.concatenate([M[np.isfinite(h)] for M, h in blocks])
-    h = np.concatenate([h[np.isfinite(h)] for _, h in blocks])
-    ref = ReferenceDC3Projector(case.E.toarray(), G, h, sigma=1e-3, dtype=jnp.float32)
+    G, h = _inequalities(case)
+    ref = ReferenceDC3Projector(
+        case.E.toarray(), G.toarray(), h, sigma=1e-3, dtype=jnp.float32
+    )
     return ref.projection(n_iter=50, n_iter_bwd=25)

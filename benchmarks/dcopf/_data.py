@@ -38,7 +38,6 @@ to ~6e-5 (relative, infinity norm) there.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Literal
 
@@ -63,30 +62,21 @@ def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> Grid
     uses) or `"ppc"` (the power-flow ppc's -1e9 / 1e9 MW placeholders, i.e.
     `p_max = 1e7` per unit after clipping `p_min` to 0).
     """
-    return _case_from_net(name, _solved_net(name), slack_limits=slack_limits)[0]
-
-
-def _solved_net(name: str) -> Any:
-    """The pandapower network `name` after `pandapower.rundcpp` (with `net._ppc`)."""
     if name not in CASES:
         raise ValueError(f"Unknown DC-OPF case '{name}'; expected one of {CASES}.")
     import pandapower
     import pandapower.networks
 
     net = getattr(pandapower.networks, name)()
-    pandapower.rundcpp(net)
-    return net
+    pandapower.rundcpp(net)  # for `net._ppc`
+    return _case_from_net(name, net, slack_limits=slack_limits)
 
 
 def _case_from_net(
     name: str, net: Any, *, slack_limits: Literal["opf", "ppc"] = "opf"
-) -> tuple[GridCase, dict[str, Any]]:
+) -> GridCase:
     """Reads the DC-OPF data off `net` after `rundcpp` (`slack_limits` as in
-    `load_case`): `(case, info)`, `info` counting dropped, unrated and raised
-    elements, negative `PMIN`s and generators sharing a bus, with the base-case
-    power-flow point `y_pf` (angles relative to the reference bus) and the kept
-    ppc gen rows (`gen_rows`).
-    """
+    `load_case`)."""
     from pandapower.pypower import idx_brch, idx_bus, idx_gen
     from pandapower.pypower.makeBdc import makeBdc
 
@@ -144,15 +134,12 @@ def _case_from_net(
     # The base-case DC power flow (angles relative to the reference bus).
     theta_pf = np.deg2rad(bus[:, idx_bus.VA])
     theta_pf = theta_pf - theta_pf[ref_bus]
-    y_pf = np.concatenate([gen[:, idx_gen.PG] / base, theta_pf])
     flow_pf = B_f @ theta_pf + p_f_inj
 
     rating = branch[:, idx_brch.RATE_A].copy()
     unrated = (rating <= 0) | (rating >= _RATING_PLACEHOLDER_MVA)
     rating[unrated] = UNRATED_MVA
-    f_max = rating / base
-    raised = f_max < FLOW_MARGIN * np.abs(flow_pf)
-    f_max = np.maximum(f_max, FLOW_MARGIN * np.abs(flow_pf))
+    f_max = np.maximum(rating / base, FLOW_MARGIN * np.abs(flow_pf))
 
     p_max = gen[:, idx_gen.PMAX] / base
     p_min = gen[:, idx_gen.PMIN] / base
@@ -165,24 +152,18 @@ def _case_from_net(
                 value = net.ext_grid.at[idx, column] if column in net.ext_grid else None
                 if value is not None and np.isfinite(value):
                     target[row] = float(value) / base
-    n_pmin_negative = int(np.count_nonzero(p_min < 0))
     p_min = np.minimum(np.maximum(p_min, 0.0), p_max)
 
     cost_quad = np.zeros(n_gen)
     cost_lin = np.zeros(n_gen)
-    ignored_costs = 0
     rows = {"gen": _element_rows(net, "gen", row_of), "ext_grid": slack_rows}
     for _, cost in net.poly_cost.iterrows():
         row = rows.get(cost["et"], {}).get(cost["element"])
-        if row is None:
-            ignored_costs += 1
-            continue
-        cost_quad[row] = float(cost["cp2_eur_per_mw2"]) * base**2
-        cost_lin[row] = float(cost["cp1_eur_per_mw"]) * base
-    if "pwl_cost" in net:
-        ignored_costs += len(net.pwl_cost)
+        if row is not None:  # the costs of other elements are left out
+            cost_quad[row] = float(cost["cp2_eur_per_mw2"]) * base**2
+            cost_lin[row] = float(cost["cp1_eur_per_mw"]) * base
 
-    case = GridCase(
+    return GridCase(
         name=name,
         base_mva=base,
         n_gen=n_gen,
@@ -202,23 +183,6 @@ def _case_from_net(
         branch_from=branch_from,
         branch_to=branch_to,
     )
-    info = {
-        "dropped_buses": int(np.count_nonzero(~bus_kept)),
-        "dropped_branches": int(np.count_nonzero(~branch_kept)),
-        "dropped_gens": int(np.count_nonzero(~gen_kept)),
-        "n_ref_buses": int(refs.size),
-        "n_phase_shifters": int(np.count_nonzero(branch[:, idx_brch.SHIFT])),
-        "n_shunt_conductances": int(np.count_nonzero(bus[:, idx_bus.GS])),
-        "n_unrated": int(np.count_nonzero(unrated)),
-        "n_raised": int(np.count_nonzero(raised)),
-        "n_pmin_negative": n_pmin_negative,
-        "n_shared_gen_buses": int(n_gen - np.unique(gen_bus).size),
-        "n_ignored_costs": ignored_costs,
-        "y_pf": y_pf,
-        "gen_rows": gen_rows,
-        "bus_kept": bus_kept,
-    }
-    return case, info
 
 
 def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:
@@ -250,26 +214,27 @@ def _inequalities(case: GridCase) -> tuple[sp.csr_matrix, np.ndarray]:
         (eye, case.p_max),
         (-eye, -case.p_min),
     ]
-    rows, rhs = [], []
-    for matrix, bound in blocks:
-        finite = np.isfinite(bound)
-        rows.append(matrix[finite])
-        rhs.append(bound[finite])
-    return sp.vstack(rows, format="csr"), np.concatenate(rhs)
+    G = sp.vstack([M[np.isfinite(h)] for M, h in blocks], format="csr")
+    return G, np.concatenate([h[np.isfinite(h)] for _, h in blocks])
 
 
-@dataclasses.dataclass(frozen=True)
-class ClarabelRun:
-    """What one `_clarabel_solve` call did: the solution `x`, the `seconds` of its
-    `solve()` calls (set-ups not timed), the `tol` that reported `Solved`, the
-    `attempts` (1 unless loosened) and the last solve's `iterations`.
-    """
+def dcopf_objective(case: GridCase) -> tuple[sp.dia_matrix, np.ndarray]:
+    """The DC-OPF's cost as `(P, c)`, $\frac12 y^\top P y + c^\top y$ (the
+    angles cost nothing)."""
+    zeros = np.zeros(case.n_bus)
+    quad = np.concatenate([2.0 * case.cost_quad, zeros])
+    return sp.diags(quad), np.concatenate([case.cost_lin, zeros])
 
-    x: np.ndarray
-    seconds: float
-    tol: float
-    attempts: int
-    iterations: int
+
+def clarabel_solver(case: GridCase, P, c, p_d: np.ndarray, settings) -> Any:
+    """A Clarabel solver of `min 1/2 y'Py + c'y` over the feasible set of the
+    loads `p_d`, with `settings`."""
+    G, h = _inequalities(case)
+    A = sp.vstack([case.E, G], format="csc")
+    b = np.concatenate([case.q(p_d), h])
+    P = sp.triu(sp.csc_matrix(P, dtype=np.float64), format="csc")
+    cones = [clarabel.ZeroConeT(case.E.shape[0]), clarabel.NonnegativeConeT(G.shape[0])]
+    return clarabel.DefaultSolver(P, np.asarray(c, np.float64), A, b, cones, settings)
 
 
 def _clarabel_settings(tol: float, *, projection: bool) -> Any:
@@ -305,32 +270,23 @@ def _clarabel_solve(
     *,
     projection: bool,
     max_tol: float = MAX_TOL,
-) -> ClarabelRun:
+) -> tuple[np.ndarray, float]:
     """Solves `min 1/2 y'Py + c'y` over the feasible set of the loads `p_d` with
-    Clarabel (`projection` as in `_clarabel_settings`). Unless it reports `Solved`,
-    the solve is repeated with a 10x looser tolerance while that stays at most
+    Clarabel (`projection` as in `_clarabel_settings`): `(y, seconds)`, the time
+    of its `solve()` calls (set-ups not timed). Unless it reports `Solved`, the
+    solve is repeated with a 10x looser tolerance while that stays at most
     `max(tol, max_tol)`; then `RuntimeError`.
     """
-    G, h = _inequalities(case)
-    A = sp.vstack([case.E, G], format="csc")
-    b = np.concatenate([case.q(p_d), h])
-    P = sp.triu(sp.csc_matrix(P, dtype=np.float64), format="csc")
-    c = np.asarray(c, dtype=np.float64)
     seconds, attempts, current = 0.0, 0, tol
     while True:
-        cones = [
-            clarabel.ZeroConeT(case.E.shape[0]),
-            clarabel.NonnegativeConeT(G.shape[0]),
-        ]
         settings = _clarabel_settings(current, projection=projection)
-        solver = clarabel.DefaultSolver(P, c, A, b, cones, settings)
+        solver = clarabel_solver(case, P, c, p_d, settings)
         start = time.perf_counter()
         solution = solver.solve()
         seconds += time.perf_counter() - start
         attempts += 1
         if solution.status == clarabel.SolverStatus.Solved:
-            x = np.array(solution.x, dtype=np.float64)
-            return ClarabelRun(x, seconds, current, attempts, solution.iterations)
+            return np.array(solution.x, dtype=np.float64), seconds
         if current * 10 > max(tol, max_tol) * (1 + 1e-9):
             raise RuntimeError(
                 f"Clarabel stopped with status {solution.status} on case "
@@ -351,8 +307,7 @@ def project_clarabel(
     """
     y_raw = np.asarray(y_raw, dtype=np.float64)
     eye = sp.eye(case.dim, format="csc")
-    run = _clarabel_solve(case, eye, -y_raw, p_d, tol, projection=True)
-    return run.x, run.seconds
+    return _clarabel_solve(case, eye, -y_raw, p_d, tol, projection=True)
 
 
 def dcopf_clarabel(
@@ -363,13 +318,9 @@ def dcopf_clarabel(
     the optimum need not be unique (Clarabel returns a point inside the optimal
     face).
     """
-    quad = np.concatenate([2.0 * case.cost_quad, np.zeros(case.n_bus)])
-    lin = np.concatenate([case.cost_lin, np.zeros(case.n_bus)])
-    P = sp.diags(quad, format="csc")
-    run = _clarabel_solve(case, P, lin, p_d, tol, projection=False)
-    p_g = run.x[: case.n_gen]
-    objective = float(np.sum(case.cost_quad * p_g**2 + case.cost_lin * p_g))
-    return run.x, objective, run.seconds
+    P, c = dcopf_objective(case)
+    y, seconds = _clarabel_solve(case, P, c, p_d, tol, projection=False)
+    return y, float(case.cost(y[: case.n_gen])), seconds
 
 
 def project_osqp(

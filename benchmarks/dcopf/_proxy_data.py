@@ -33,10 +33,12 @@ from ._activsg import hourly_loads, load_activsg, load_fixture, split_by_month
 from ._fixture import GridCase
 
 VARIANTS = ("real", "pmin0")
+PARTS = ("train", "val", "test")
 SOLVER_TOL = 1e-8
 # `status` codes: not solved yet, infeasible (the solver's certificate), the
 # solver stopped without an answer either way, solved.
 UNSOLVED, INFEASIBLE, FAILED, SOLVED = -1, 0, 2, 1
+STATUSES = dict(solved=SOLVED, infeasible=INFEASIBLE, failed=FAILED, unsolved=UNSOLVED)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -64,15 +66,15 @@ class HourlyData:
         """The hours of `part` that the solver solved (feasible, with an optimum)."""
         return part[self.status[part] == SOLVED]
 
+    def stem(self, method: str, tag: str | None = None) -> str:
+        """A run's file name without suffix: `{case}-{variant}-{method}[-{tag}]`."""
+        return f"{self.case.name}-{self.variant}-{method}" + (f"-{tag}" if tag else "")
+
     def counts(self, part: np.ndarray) -> dict:
         """How many hours of `part` are solved, infeasible, failed or unsolved."""
-        names = {SOLVED: "solved", INFEASIBLE: "infeasible", FAILED: "failed"}
-        out = {
-            name: int(np.sum(self.status[part] == code)) for code, name in names.items()
-        }
-        out["unsolved"] = int(np.sum(self.status[part] == UNSOLVED))
-        out["hours"] = int(part.size)
-        return out
+        status = self.status[part]
+        out = {name: int(np.sum(status == code)) for name, code in STATUSES.items()}
+        return dict(out, hours=int(part.size))
 
 
 def variant_case(case: GridCase, variant: str) -> GridCase:
@@ -88,11 +90,8 @@ def fixture_split(n_hours: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The split of a one-week fixture: five days to train, one to validate,
     the last to test (a split in time, as `split_by_month` is)."""
     days = np.arange(n_hours) // 24
-    return (
-        np.flatnonzero(days < 5),
-        np.flatnonzero(days == 5),
-        np.flatnonzero(days >= 6),
-    )
+    parts = (days < 5, days == 5, days >= 6)
+    return tuple(np.flatnonzero(part) for part in parts)  # type: ignore[return-value]
 
 
 def load_hours(

@@ -19,13 +19,11 @@ import numpy as np
 
 import pinet_eqx as pe
 
-from .._common import timing
 from ._fixture import GridCase
-from ._projection import row_residuals
+from ._projection import EPS32, _timed_batch, max_residuals
 from ._proxy_data import INFEASIBLE, HourlyData
 from ._proxy_models import injections_matrix, ptdf
 
-EPS32 = float(np.finfo(np.float32).eps)
 CHUNK = 256  # the issue's batch: inference runs and is timed at this size
 
 
@@ -52,21 +50,12 @@ class Grid(eqx.Module):
         from ._proxy_models import center
 
         p_c = center(case, scaling["x_mean"])[: case.n_gen]
-        scale = float(np.sum(case.cost_quad * p_c**2 + case.cost_lin * p_c))
+        scale = float(case.cost(p_c))
         marginal = float(np.max(2 * case.cost_quad * p_c + case.cost_lin))
-        f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
-        return cls(
-            f32(case.cost_quad),
-            f32(case.cost_lin),
-            f32(injections_matrix(case)),
-            f32(ptdf(case)),
-            f32(case.flow_lower),
-            f32(case.flow_upper),
-            f32(case.p_min),
-            f32(case.p_max),
-            abs(scale),
-            marginal / abs(scale),
-        )
+        arrays = (case.cost_quad, case.cost_lin, injections_matrix(case), ptdf(case))
+        arrays += (case.flow_lower, case.flow_upper, case.p_min, case.p_max)
+        f32 = (jnp.asarray(a, jnp.float32) for a in arrays)
+        return cls(*f32, abs(scale), marginal / abs(scale))
 
 
 def cost_of(grid, p):
@@ -142,26 +131,24 @@ def evaluate(
     model,
     data: HourlyData,
     part: np.ndarray,
-    grid=None,
     *,
     timed: bool = False,
     per_hour: bool = False,
     repeats: int = 3,
 ) -> dict:
-    """Scores `model` of `method` on the solved hours `part` of `data` (`grid`
-    unused): `gap_mean` and `gap` (`_percentiles`), `overload_mw`, the share of
-    hours overloaded, the imbalance and bound violations (MW) and, for our layer,
-    the share `successful`, the normalised residual over eps32 and
+    """Scores `model` of `method` on the solved hours `part` of `data`:
+    `gap_mean` and `gap` (`_percentiles`), `overload_mw`, the share of hours
+    overloaded, the imbalance and bound violations (MW) and, for our layer, the
+    share `successful`, the normalised residual over eps32 and
     `infeasible_hours` (what it reported where Clarabel found none). `timed` also
     times `predict` at batch `CHUNK` (`repeats` calls after the compiling one);
     `per_hour` lists each hour's index, gap, cost and largest line loading.
     """
-    del grid
     case = data.case
     hours = data.solved(part)
     predict = predictor(method, model)
     p, y, result = _run(predict, data, hours)
-    cost = np.sum(case.cost_quad * p**2 + case.cost_lin * p, axis=1)
+    cost = case.cost(p)
     gaps = (cost - data.cost_opt[hours]) / np.abs(data.cost_opt[hours])
     over, loading = _flows(case, _M(case), p, data.loads[hours])
     demand = case.q(data.loads[hours])[:, :-1].sum(axis=1)
@@ -176,12 +163,7 @@ def evaluate(
         bound_violation_mw_max=float(bounds.max() * case.base_mva),
     )
     if y is not None:
-        resid = np.array(
-            [
-                row_residuals(case, y[i], data.loads[h]).max()
-                for i, h in enumerate(hours)
-            ]
-        )
+        resid = max_residuals(case, y, data.loads[hours])
         record.update(
             successful=float(np.mean(result == pe.RESULTS.successful._value)),
             residual_over_eps32=_percentiles(resid / EPS32),
@@ -238,21 +220,14 @@ def _infeasible(predict, data: HourlyData, part: np.ndarray, most: int = 64) -> 
 
 def _timed(predict, data: HourlyData, hours: np.ndarray, repeats: int) -> dict:
     """The time of `predict` on a batch of `CHUNK` test hours (tiled if fewer)."""
-    import time
-
     idx = np.resize(hours, CHUNK)
     x = jnp.asarray(data.loads[idx], jnp.float32)
     q = jnp.asarray(data.case.q(data.loads[idx]), jnp.float32)
-    start = time.perf_counter()
-    jax.block_until_ready(predict(x, q))
-    first = time.perf_counter() - start
     # The first call compiled and ran the batch: it is the warm-up.
-    t = timing.time_calls(lambda: predict(x, q), repeats=repeats, warmup=0)
+    _, timed = _timed_batch(lambda: predict(x, q), CHUNK, repeats, warmup=0)
+    t = timed["batch_s"]
     return dict(
-        batch=CHUNK,
-        first_call_s=first,
-        batch_s=t,
-        per_instance_ms=1e3 * t["median"] / CHUNK,
+        timed,
         per_instance_ms_lq=1e3 * t["lq"] / CHUNK,
         per_instance_ms_uq=1e3 * t["uq"] / CHUNK,
     )

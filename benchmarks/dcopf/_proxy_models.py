@@ -93,17 +93,21 @@ def repair(p, p_min, p_max, demand):
     return jnp.where(short >= 0, p + eta_up * (p_max - p), p - eta_down * (p - p_min))
 
 
+def _reduced(case: GridCase) -> tuple[np.ndarray, sp.csc_matrix]:
+    """`(keep, B_red)`: the buses other than the reference one, and $B_{bus}$
+    restricted to them (the reference bus as slack)."""
+    keep = np.flatnonzero(np.arange(case.n_bus) != case.ref_bus)
+    B_bus = -case.E[: case.n_bus, case.n_gen :]
+    return keep, sp.csc_matrix(B_bus[keep][:, keep])
+
+
 def ptdf(case: GridCase) -> np.ndarray:
     """The `(n_branch, n_bus)` matrix $M$ with $C y = M (A_g p_g - q)$ for every
     $y$ that balances the buses, the reference bus as slack (its column zero)."""
-    n_gen = case.n_gen
-    B_bus = -case.E[: case.n_bus, n_gen:]
-    keep = np.flatnonzero(np.arange(case.n_bus) != case.ref_bus)
-    B_red = sp.csc_matrix(B_bus[keep][:, keep])
-    B_f = case.C[:, n_gen:].tocsc()[:, keep]
-    lu = spla.splu(B_red)
+    keep, B_red = _reduced(case)
+    B_f = case.C[:, case.n_gen :].tocsc()[:, keep]
     M = np.zeros((case.n_branch, case.n_bus))
-    M[:, keep] = lu.solve(B_f.T.toarray()).T
+    M[:, keep] = spla.splu(B_red).solve(B_f.T.toarray()).T
     return M
 
 
@@ -120,12 +124,9 @@ def center(case: GridCase, mean_load: np.ndarray) -> np.ndarray:
     p = np.asarray(
         repair(case.p_min, case.p_min, case.p_max, float(np.sum(q))), np.float64
     )
-    keep = np.flatnonzero(np.arange(case.n_bus) != case.ref_bus)
-    B_bus = -case.E[: case.n_bus, case.n_gen :]
+    keep, B_red = _reduced(case)
     theta = np.zeros(case.n_bus)
-    theta[keep] = spla.spsolve(
-        sp.csc_matrix(B_bus[keep][:, keep]), (injections_matrix(case) @ p - q)[keep]
-    )
+    theta[keep] = spla.spsolve(B_red, (injections_matrix(case) @ p - q)[keep])
     return np.concatenate([p, theta])
 
 

@@ -17,12 +17,12 @@ not committed), into `benchmarks/` (committed):
 
 from __future__ import annotations
 
-import json
 import pathlib
 
 import numpy as np
 
 from .._common import plots, provenance, records as committed
+from ._report import _records
 
 FIGURES = committed.ROOT / "figures" / "dcopf"
 TIME_FIGURE = "![time per instance](../figures/dcopf/proxy_time.png)"
@@ -41,10 +41,6 @@ SOLVERS = {
     "highs_default": "HiGHS (default)",
     "highs_1e-08": "HiGHS (1e-8)",
 }
-
-
-def _records(out: pathlib.Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((out / "proxy").glob("*.json"))]
 
 
 def _groups(records: list[dict]) -> dict[tuple, dict[str, dict]]:
@@ -77,50 +73,38 @@ def _pct(x) -> str:
 
 def table(group: dict[str, dict]) -> str:
     """One grid and variant's methods and solvers as a Markdown table."""
-    head = (
-        "| method | test hours | mean gap | p99 gap | hours overloaded | max overload"
-        " MW | successful | max norm. residual / eps32 | ms / instance (batch 256) |"
-        " training s |\n|---|---|---|---|---|---|---|---|---|---|\n"
-    )
     rows = []
-    for method in sorted(group, key=_rank):
-        r = group[method]
-        if method == "solvers":
-            continue
-        t = r["test"]
+    for method in sorted(set(group) - {"solvers"}, key=_rank):
+        r, t = group[method], group[method]["test"]
         resid = t.get("residual_over_eps32", {}).get("max")
-        ms = f"{t['timing']['per_instance_ms']:.3g}" if "timing" in t else "-"
-        rows.append(
-            f"| {_label(method)} | {t['n_hours']} | {_pct(t['gap_mean'])}"
-            f" | {_pct(t['gap']['p99'])} | {_pct(t['overloaded_share'])} | "
-            f"{t['overload_mw']['max']:.3g} | "
-            f"{_pct(t['successful']) if 'successful' in t else '-'} | "
-            f"{'-' if resid is None else f'{resid:.3g}'} | {ms} | "
-            f"{r['train_s']:.0f} |"
-        )
-    solvers = group.get("solvers")
-    if solvers:
-        for key, label in SOLVERS.items():
-            s = solvers.get(key)
-            if s:
-                # The gap column: the largest |cost difference| to the reference.
-                solved = s["n_hours"] - s["failed"]
-                diff = (
-                    "-"
-                    if s["rel_cost_diff_max"] is None
-                    else (f"{s['rel_cost_diff_max']:.1e}")
-                )
-                ms = "-" if s["ms"] is None else f"{s['ms']['median']:.3g}"
-                rows.append(
-                    f"| {label} | {s['n_hours']} | {diff} | | 0 | 0 | "
-                    f"{solved}/{s['n_hours']} solved | | {ms} | |"
-                )
+        rows.append([
+            _label(method), t["n_hours"], _pct(t["gap_mean"]), _pct(t["gap"]["p99"]),
+            _pct(t["overloaded_share"]), f"{t['overload_mw']['max']:.3g}",
+            _pct(t["successful"]) if "successful" in t else "-",
+            "-" if resid is None else f"{resid:.3g}",
+            f"{t['timing']['per_instance_ms']:.3g}" if "timing" in t else "-",
+            f"{r['train_s']:.0f}",
+        ])  # fmt: skip
+    solvers = group.get("solvers") or {}
+    for key, label in SOLVERS.items():
+        if s := solvers.get(key):
+            # The gap column: the largest |cost difference| to the reference.
+            diff = s["rel_cost_diff_max"]
+            rows.append([
+                label, s["n_hours"], "-" if diff is None else f"{diff:.1e}", "", 0, 0,
+                f"{s['n_hours'] - s['failed']}/{s['n_hours']} solved", "",
+                "-" if s["ms"] is None else f"{s['ms']['median']:.3g}", "",
+            ])  # fmt: skip
+    header = (
+        "method|test hours|mean gap|p99 gap|hours overloaded|max overload MW|"
+        "successful|max norm. residual / eps32|ms / instance (batch 256)|training s"
+    )
     note = (
         "\nSolvers: per instance, one thread, `solve()`/`run()` only; their gap "
         "column is the largest relative cost difference to Clarabel at 1e-8 (the "
         "cached optimum); failed solves are left out of their time.\n"
     )
-    return head + "\n".join(rows) + "\n" + (note if solvers else "")
+    return committed.table(header.split("|"), rows) + "\n" + (note if solvers else "")
 
 
 def _infeasible_lines(group: dict[str, dict]) -> list[str]:
@@ -332,7 +316,7 @@ def record(raw: list[dict], figures: dict[tuple, list[str]]) -> dict:
 def report(out: pathlib.Path, figures: pathlib.Path = FIGURES) -> list[pathlib.Path]:
     """Writes the committed record, the figures (into `figures`) and the
     pages; returns their paths."""
-    raw = _records(out)
+    raw = _records(out, "proxy")
     groups = _groups(raw)
     paths, names = [], {}
     figures.mkdir(parents=True, exist_ok=True)

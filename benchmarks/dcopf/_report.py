@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import pathlib
 
-from .._common import plots, records as committed
+from .._common import plots, provenance, records as committed
 
 _CASE_ORDER = ("case1354pegase", "case2869pegase", "case9241pegase")
 
 
 def _records(out: pathlib.Path, kind: str) -> list[dict]:
+    """The raw records in `out/kind/`, by case (`_CASE_ORDER`) and dtype."""
     records = [json.loads(p.read_text()) for p in sorted((out / kind).glob("*.json"))]
     rank = {c: i for i, c in enumerate(_CASE_ORDER)}
     return sorted(records, key=lambda r: (rank.get(r["case"], 99), r.get("dtype", "")))
@@ -28,31 +29,49 @@ def _osqp(r: dict) -> str:
     return text + (f" ({failed} failed)" if failed else "")
 
 
+def _table(header: str, rows: list[list]) -> str:
+    """A Markdown table (`header`: the columns, `|`-separated), newline-ended."""
+    return committed.table(header.split("|"), rows) + ("\n" if rows else "\n\n")
+
+
 def table(records: list[dict]) -> str:
     """The projection records as one Markdown table."""
-    head = (
-        "| case | dtype | n (y) | build s | peak GB | ok near / far | "
-        "rel. err near / far (vs Clarabel) | obj. - Clarabel's | "
-        "max viol. (f64) | max norm. residual / eps32 | ours ms/inst. (batch 256) | "
-        "Clarabel ms | OSQP ms | ours / Clarabel |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-    )
     rows = []
     for r in records:
         near, far = r["near"], r["far"]
-        rows.append(
-            f"| {r['case']} | {r['dtype']} | {r['dim']} | {r['build_s']:.2f} | "
-            f"{r['peak_rss_gb_after_build']:.2f} | "
+        worst = lambda key: _fmt(max(near[key], far[key]))  # noqa: E731
+        rows.append([
+            r["case"], r["dtype"], r["dim"], f"{r['build_s']:.2f}",
+            f"{r['peak_rss_gb_after_build']:.2f}",
             f"{near['successful']:.3g} / {far['successful']:.3g} "
-            f"(batch {r['batch_successful']:.3g}) | "
-            f"{_fmt(near['rel_err_max'])} / {_fmt(far['rel_err_max'])} | "
-            f"{_fmt(max(near['objective_minus_clarabel_max'], far['objective_minus_clarabel_max']))} | "  # noqa: E501
-            f"{_fmt(max(near['violation_max'], far['violation_max']))} | "
-            f"{_fmt(max(near['normalised_residual_over_eps32'], far['normalised_residual_over_eps32']))} | "  # noqa: E501
-            f"{r['per_instance_ms']:.1f} | {r['clarabel_ms']['median']:.1f} | "
-            f"{_osqp(r)} | {r['ratio_to_clarabel']:.2f} |"
-        )
-    return head + "\n".join(rows) + "\n"
+            f"(batch {r['batch_successful']:.3g})",
+            f"{_fmt(near['rel_err_max'])} / {_fmt(far['rel_err_max'])}",
+            worst("objective_minus_clarabel_max"), worst("violation_max"),
+            worst("normalised_residual_over_eps32"), f"{r['per_instance_ms']:.1f}",
+            f"{r['clarabel_ms']['median']:.1f}", _osqp(r),
+            f"{r['ratio_to_clarabel']:.2f}",
+        ])  # fmt: skip
+    return _table(
+        "case|dtype|n (y)|build s|peak GB|ok near / far|rel. err near / far (vs "
+        "Clarabel)|obj. - Clarabel's|max viol. (f64)|max norm. residual / eps32|"
+        "ours ms/inst. (batch 256)|Clarabel ms|OSQP ms|ours / Clarabel",
+        rows,
+    )
+
+
+def training_table(trains: list[dict]) -> str:
+    """The `train` records as one Markdown table."""
+    rows = [
+        [t["case"], f"{t['steps']} x {t['batch']}", f"{t['total_s']:.0f}",
+         f"{_fmt(t['gap_mean'])} / {_fmt(t['gap_max'])}", f"{t['test_successful']:.3g}",
+         _fmt(t["normalised_residual_over_eps32_max"]), t["cost_constant_on_set"]]
+        for t in trains
+    ]  # fmt: skip
+    return _table(
+        "case|steps x batch|total s (incl. compile)|gap mean / max|test ok|"
+        "max norm. residual / eps32|cost constant on set",
+        rows,
+    )
 
 
 def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
@@ -112,29 +131,25 @@ def distances_table(records: list[dict]) -> str:
     """The `distances` records as one Markdown table: time per instance (the
     median of the timed batch calls, with their quartiles), Clarabel's, the
     ratio, the share successful, host factorisations and the residual."""
-    head = (
-        "| case | batch | raw outputs | ours ms/inst. (IQR) | Clarabel ms | "
-        "ours / Clarabel | successful | factorisations / inst. | "
-        "max norm. residual / eps32 |\n|---|---|---|---|---|---|---|---|---|\n"
-    )
     rows = []
     for r in records:
         for row in r["rows"]:
             t, n = row["batch_s"], row["batch"]
-            iqr = f"{1e3 * t['lq'] / n:.1f}-{1e3 * t['uq'] / n:.1f}"
-            clarabel = row.get("clarabel_ms")
-            ratio = row.get("ratio_to_clarabel")
-            clarabel = "-" if not clarabel else f"{clarabel['median']:.1f}"
-            ratio = "-" if ratio is None else f"{ratio:.2f}"
-            rows.append(
-                f"| {r['case']} | {n} | {_label(row)} | "
-                f"{row['per_instance_ms']:.1f} ({iqr}) | "
-                f"{clarabel} | {ratio} | "
-                f"{row['successful']:.3g} | "
-                f"{row['factorisations_per_instance']:.1f} | "
-                f"{_fmt(row['normalised_residual_over_eps32'])} |"
-            )
-    return head + "\n".join(rows) + "\n"
+            clarabel, ratio = row.get("clarabel_ms"), row.get("ratio_to_clarabel")
+            rows.append([
+                r["case"], n, _label(row),
+                f"{row['per_instance_ms']:.1f} ({1e3 * t['lq'] / n:.1f}-"
+                f"{1e3 * t['uq'] / n:.1f})",
+                "-" if not clarabel else f"{clarabel['median']:.1f}",
+                "-" if ratio is None else f"{ratio:.2f}", f"{row['successful']:.3g}",
+                f"{row['factorisations_per_instance']:.1f}",
+                _fmt(row["normalised_residual_over_eps32"]),
+            ])  # fmt: skip
+    return _table(
+        "case|batch|raw outputs|ours ms/inst. (IQR)|Clarabel ms|ours / Clarabel|"
+        "successful|factorisations / inst.|max norm. residual / eps32",
+        rows,
+    )
 
 
 def distances_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
@@ -198,8 +213,6 @@ def _headline(distances: list[dict]) -> list[dict]:
 
 def distances_record(distances: list[dict], figure: str) -> dict:
     """The committed record of the `distances` runs."""
-    from .._common import provenance
-
     m = distances[0]["machine"]
     body = "\n\n".join([DISTANCES_SETUP, distances_table(distances), figure])
     return {
@@ -225,17 +238,7 @@ def report(out: pathlib.Path, record: bool = False) -> list[pathlib.Path]:
     text = "# DC-OPF projection benchmark\n\n" + table(records)
     trains = _records(out, "train")
     if trains:
-        text += "\n| case | steps x batch | total s (incl. compile) | gap mean / max |"
-        text += " test ok | max norm. residual / eps32 | cost constant on set |\n"
-        text += "|---|---|---|---|---|---|---|\n"
-        for t in trains:
-            text += (
-                f"| {t['case']} | {t['steps']} x {t['batch']} | {t['total_s']:.0f} | "
-                f"{_fmt(t['gap_mean'])} / {_fmt(t['gap_max'])} | "
-                f"{t['test_successful']:.3g} | "
-                f"{_fmt(t['normalised_residual_over_eps32_max'])} | "
-                f"{t['cost_constant_on_set']} |\n"
-            )
+        text += "\n" + training_table(trains)
     distances = _records(out, "distances")
     if distances:
         text += "\n## Inference time against the distance\n\n"

@@ -27,7 +27,7 @@ import pinet_eqx as pe
 
 from .._common import provenance
 from ._fixture import GridCase, sample_loads
-from ._projection import projector, row_residuals
+from ._projection import EPS32, _successful, max_residuals, projector
 
 
 def train(
@@ -128,14 +128,9 @@ def train(
     distance = np.linalg.norm(np.asarray(raw, np.float64) - ys, axis=1) / (
         spread * np.sqrt(case.dim)
     )
-    gaps, resid = [], []
-    for i in range(n_test):
-        _, opt_cost, _ = dcopf_clarabel(case, p_test[i])
-        ours = float(
-            np.sum(case.cost_quad * ys[i, :n_gen] ** 2 + case.cost_lin * ys[i, :n_gen])
-        )
-        gaps.append((ours - opt_cost) / abs(opt_cost))
-        resid.append(row_residuals(case, ys[i], p_test[i]).max())
+    optima = [dcopf_clarabel(case, p_d)[1] for p_d in p_test]
+    gaps = [(case.cost(y[:n_gen]) - c) / abs(c) for y, c in zip(ys, optima)]
+    resid = max_residuals(case, ys, p_test) / EPS32
     return dict(
         case=case.name,
         steps=steps,
@@ -149,16 +144,12 @@ def train(
         loss_last=losses[-1],
         gap_mean=float(np.mean(gaps)),
         gap_max=float(np.max(gaps)),
-        normalised_residual_over_eps32_max=float(
-            np.max(resid) / np.finfo(np.float32).eps
-        ),
+        normalised_residual_over_eps32_max=float(np.max(resid)),
         gaps=[float(g) for g in gaps],
-        normalised_residuals_over_eps32=[
-            float(r / np.finfo(np.float32).eps) for r in resid
-        ],
+        normalised_residuals_over_eps32=resid.tolist(),
         raw_distance_in_spreads_median=float(np.median(distance)),
         raw_distance_in_spreads_max=float(np.max(distance)),
-        test_successful=float(np.mean(np.asarray(sol.result == pe.RESULTS.successful))),
+        test_successful=_successful(sol),
         cost_constant_on_set=bool(
             np.all(case.cost_quad == 0) and np.ptp(case.cost_lin) == 0
         ),

@@ -59,7 +59,7 @@ def test_trained_proxy_against_clarabel(week):
     case = week.case
     # One validation, on all 24 hours of the validation day: the same batch shape
     # as the test day, so the inference program compiles once.
-    model, _, info = train_proxy(
+    model, info = train_proxy(
         week, "ours", steps=200, batch=32, lr=3e-3, width=64, depth=2, every=200,
         n_val=24, augment=0.03,
     )  # fmt: skip
@@ -131,10 +131,10 @@ def test_e2elr_and_mlp_evaluate(week):
     """The baselines train and are scored: E2ELR's outputs balance the load
     and stay within the bounds, whatever their line flows."""
     for method in ("e2elr", "mlp"):
-        model, grid, _ = train_proxy(
+        model, _ = train_proxy(
             week, method, steps=20, batch=16, width=32, depth=1, every=20, n_val=24
         )
-        record = evaluate(method, model, week, week.test, grid)
+        record = evaluate(method, model, week, week.test)
         assert record["n_hours"] == week.test.size
         if method == "e2elr":
             assert record["imbalance_mw_max"] <= 1e-2
