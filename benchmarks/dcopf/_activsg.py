@@ -296,6 +296,30 @@ def split_by_month(hours: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return tuple(np.flatnonzero(part) for part in parts)  # type: ignore[return-value]
 
 
+def sample_e2elr(
+    case: GridCase, n: int, seed: int, *, sigma: float = 0.05, scale=(0.8, 1.2)
+) -> np.ndarray:
+    r"""`n` random per-unit loads as E2ELR samples them: $p_d = \gamma \, \eta \odot
+    \bar p_d$, $\bar p_d$ = `case.p_d`, $\gamma \sim U$(`scale`) once per sample and
+    $\eta_i = e^{z_i}$, $z_i \sim N(-\sigma^2/2, \sigma^2)$ per bus ($E[\eta_i] = 1$):
+    the mean-one log-normal of the E2ELR authors' generator (OPFGenerator's
+    `ScaledLogNormal`; Chen, Tanneau and Van Hentenryck, arXiv:2304.11726).
+    """
+    rng = np.random.default_rng(seed)
+    gamma = rng.uniform(*scale, size=(n, 1))
+    eta = np.exp(rng.normal(-0.5 * sigma**2, sigma, size=(n, case.n_bus)))
+    return gamma * eta * case.p_d[None, :]
+
+
+def split_indices(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A random 80/10/10 split of `range(n)` (seed `seed`): sorted train,
+    validation and test indices; the test part takes what rounding leaves."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_train, n_val = round(0.8 * n), round(0.1 * n)
+    train, val, test = np.split(order, [n_train, n_train + n_val])
+    return np.sort(train), np.sort(val), np.sort(test)
+
+
 def save_fixture(
     path: str | os.PathLike, *, start: str = FIXTURE_WEEK, n_hours: int = 168
 ) -> None:

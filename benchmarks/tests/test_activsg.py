@@ -22,7 +22,9 @@ from benchmarks.dcopf._activsg import (
     CT_TLOAD,
     apply_load_changes,
     load_fixture,
+    sample_e2elr,
     split_by_month,
+    split_indices,
 )
 from benchmarks.dcopf._fixture import load_saved
 
@@ -150,6 +152,33 @@ def test_split_by_month_of_2016():
     assert hours[val[0]] == np.datetime64("2016-10-01T00")
     assert hours[test[0]] == np.datetime64("2016-11-01T00")
     assert_close(np.concatenate([train, val, test]), np.arange(8784), 0)
+
+
+def test_sample_e2elr():
+    data, _, _ = load_fixture(FIXTURE)
+    base = data.case.p_d
+    loads = sample_e2elr(data.case, 4000, seed=0)
+    assert loads.shape == (4000, data.case.n_bus)
+    assert_close(sample_e2elr(data.case, 4000, seed=0), loads, 0.0)
+    assert not np.allclose(sample_e2elr(data.case, 4000, seed=1), loads)
+    assert np.all(loads[:, base == 0] == 0)
+    ratio = loads[:, base > 0] / base[base > 0]
+    # Per sample, the log-ratios share log(gamma) and spread by sigma = 5 %; the
+    # mean over the 108 loads estimates log(gamma) to about 0.05 / sqrt(108).
+    logs = np.log(ratio)
+    assert_close(np.std(logs, axis=1).mean(), 0.05, 0.002)
+    gamma = np.exp(logs.mean(axis=1) + 0.05**2 / 2)
+    assert gamma.min() > 0.8 * 0.98 and gamma.max() < 1.2 * 1.02
+    assert gamma.min() < 0.81 and gamma.max() > 1.19
+    # Mean-one noise: the average load is the base load (E[gamma] = 1).
+    assert_close(ratio.mean(), 1.0, 0.01)
+
+
+def test_split_indices():
+    train, val, test = split_indices(1001, seed=3)
+    assert (train.size, val.size, test.size) == (801, 100, 100)
+    assert_close(np.sort(np.concatenate([train, val, test])), np.arange(1001), 0)
+    assert_close(split_indices(1001, seed=3)[1], val, 0)
 
 
 @pytest.mark.slow
