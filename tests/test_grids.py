@@ -336,6 +336,30 @@ def test_derivative_face_with_more_rows_than_free_coordinates(monkeypatch):
     assert_close(x + M.T @ zeta, r, 1e-9)
 
 
+def test_derivative_face_whose_first_solve_overflows():
+    """A face of ACTIVSg2000 met in a paper-recipe proxy's training (3043
+    active rows on 2001 free coordinates): the saddle-point system factorises
+    with the smallest shift, on pivots of rounding size, and its solve returns
+    values past float32's range for a right-hand side below 1e-4, which made
+    the training's parameters NaN. `saddle_solve` then takes the rows as
+    dependent: `x` is the projection of `r` onto $\\{x : M x = 0\\}$, against a
+    dense least-squares solve (float64)."""
+    from pinet_eqx._linalg.host_solve import SaddleSolver, saddle_solve
+
+    f = np.load(DATA / "saddle_overflow.npz")
+    M = sp.csr_matrix((f["data"], f["indices"], f["indptr"]), tuple(f["shape"]))
+    rank, r, s = f["rank"].astype(np.int64), f["r"], f["s"]
+    big = np.finfo(np.float32).max
+    with np.errstate(all="ignore"):
+        x, zeta = SaddleSolver(M, rank).solve(r, s)
+    assert not np.abs(x).max() < big, "the first solve did not overflow"
+    x, zeta = saddle_solve(M, rank, r, s, np.float32)
+    assert np.abs(zeta).max() < big
+    A = M.toarray()
+    correction = scipy.linalg.lstsq(A, A @ r - s, cond=1e-12, lapack_driver="gelsy")
+    assert_close(x, r - correction[0], 1e-8 * np.abs(r).max())
+
+
 def test_grid_gradient_in_loads():
     """d y / d loads (the equality right-hand side) of the sparse projection
     against central differences, float64, on case30."""

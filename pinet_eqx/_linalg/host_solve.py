@@ -199,20 +199,25 @@ class SaddleSolver:
     projection, the shift only choosing among the $\\zeta$ that give it.
     """
 
-    def __init__(self, M: Any, rank: np.ndarray):
+    def __init__(self, M: Any, rank: np.ndarray, dependent: bool = False):
         """Factorise for the rows `M`. `rank` places its $n + k$ unknowns ($x$,
         then $\\zeta$) in an elimination order, such as the one `saddle_rank`
         computes for a larger system that this one is a part of; its columns
         are factorised in that order, with no ordering of their own (a large
-        share of a factorisation's time)."""
+        share of a factorisation's time). `dependent` takes the larger shifts
+        at once (rows known to be numerically dependent)."""
         k, n = M.shape
         self._M = sp.csr_matrix(M)
         self._n = n
         self._order = np.argsort(rank, kind="stable")
         self._steps = _REFINE_STEPS
-        try:
-            self._lu = self._factorise(_SADDLE_SHIFT)
-        except RuntimeError:  # "Factor is exactly singular"
+        self._lu: Any = None
+        if not dependent:
+            try:
+                self._lu = self._factorise(_SADDLE_SHIFT)
+            except RuntimeError:  # "Factor is exactly singular"
+                pass
+        if self._lu is None:
             largest = row_norms(self._M).max(initial=1.0) ** 2
             self._steps = _DEPENDENT_REFINE_STEPS
             for shift in _DEPENDENT_SHIFTS:
@@ -324,21 +329,38 @@ def _host_saddle(shape, rows, cols, values, remainder, free, scale, active, r, s
     xs = per_instance(r, d).astype(np.float64)
     zs = per_instance(s, m).astype(np.float64)
 
+    dtype = np.asarray(r).dtype
+
     def one(i):
         used, cols_i = np.flatnonzero(actives[i]), np.flatnonzero(frees[i])
         if used.size:
             A = sp.diags(scales[i, used].astype(np.float64)) @ M[used][:, cols_i]
-            solver = SaddleSolver(A, rank[np.concatenate([cols_i, d + used])])
-            xs[i, cols_i], zs[i, used] = solver.solve(xs[i, cols_i], zs[i, used])
+            order = rank[np.concatenate([cols_i, d + used])]
+            xs[i, cols_i], zs[i, used] = saddle_solve(
+                A, order, xs[i, cols_i], zs[i, used], dtype
+            )
 
     # SuperLU releases the GIL, and JAX waits on this callback: the instances'
     # factorisations share the cores.
     list(pool().map(one, range(n)))
-    dtype = np.asarray(r).dtype
     return (
         xs.reshape(batch + (d,)).astype(dtype),
         zs.reshape(batch + (m,)).astype(dtype),
     )
+
+
+def saddle_solve(A: Any, rank: np.ndarray, r, s, dtype) -> tuple[Any, Any]:
+    """`SaddleSolver(A, rank).solve(r, s)`, its result representable in
+    `dtype`. Rows dependent up to rounding can factorise with the smallest
+    shift on pivots of rounding size, and the solve then returns garbage
+    (values past 1e45 for a right-hand side below 1e-4, in a proxy's training
+    on ACTIVSg2000, whose parameters then became NaN): where a value overflows
+    `dtype`, the rows are taken as dependent (the larger shifts)."""
+    x, z = SaddleSolver(A, rank).solve(r, s)
+    largest = np.finfo(dtype).max
+    if not max(np.abs(x).max(initial=0.0), np.abs(z).max(initial=0.0)) < largest:
+        x, z = SaddleSolver(A, rank, dependent=True).solve(r, s)
+    return x, z
 
 
 # The derivative's rows and their ordering, by their entries.
