@@ -78,8 +78,8 @@ def table(columns: list, rows: list[list], align: str = "") -> str:
     """A Markdown table; `align` holds `r` for each right-aligned column (`l`, or
     nothing, for the others)."""
     lines = ["| " + " | ".join(map(str, columns)) + " |"]
-    lines.append("|" + "".join("---:|" if a == "r" else "---|" for a in align))
-    lines[-1] += "---|" * (len(columns) - len(align))
+    rules = align.ljust(len(columns))
+    lines.append("|" + "".join("---:|" if a == "r" else "---|" for a in rules))
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
     return "\n".join(lines)
 

@@ -160,15 +160,15 @@ def run(
             violation_max=float(np.max(viol)),
             normalised_residual_max=float(np.max(resid)),
             normalised_residual_over_eps32=float(np.max(resid) / EPS32),
-            successful=_successful(sol),
+            successful=share_successful(sol),
             clarabel_s_median=float(np.median(clarabel_s)),
         )
 
     # Inference throughput at `batch`.
     Y = jnp.asarray(raw_outputs(case, loads[:batch], rng, NEAR, y_center), jdtype)
     Q = jnp.asarray(case.q(loads[:batch]), jdtype)
-    sol, timed = _timed_batch(lambda: solve(Y, Q), batch, repeats, warmup=1)
-    record.update(timed, batch_successful=_successful(sol))
+    sol, timed = timed_batch(lambda: solve(Y, Q), batch, repeats, warmup=1)
+    record.update(timed, batch_successful=share_successful(sol))
     Yn = np.asarray(Y, np.float64)
     record["clarabel_ms"] = timing.stats(
         [1e3 * project_clarabel(case, Yn[i], loads[i])[1] for i in range(n_solver)]
@@ -214,7 +214,7 @@ def throughput(
     Q = jnp.asarray(case.q(loads), dtype)
     y_center, centre = _own_centre(solve, Q, case.dim)
     Y = jnp.asarray(raw_outputs(case, loads, rng, NEAR, y_center), dtype)
-    sol, timed = _timed_batch(lambda: solve(Y, Q), batch, repeats, warmup=1)
+    sol, timed = timed_batch(lambda: solve(Y, Q), batch, repeats, warmup=1)
     ys = np.asarray(sol.y, np.float64)
     return dict(
         case=case.name,
@@ -223,22 +223,22 @@ def throughput(
         affine_form=type(proj.op).__name__,
         build_s=build_s,
         **timed,
-        successful=_successful(sol),
+        successful=share_successful(sol),
         violation_max=max(max(case.residuals(y, p)) for y, p in zip(ys, loads)),
         normalised_residual_over_eps32=float(
             max(max_residuals(case, ys, loads)) / EPS32
         ),
-        center_successful=_successful(centre) == 1.0,
+        center_successful=share_successful(centre) == 1.0,
         machine=provenance.machine(devices=True),
     )
 
 
-def _successful(sol) -> float:
+def share_successful(sol) -> float:
     """The share of a batch's instances that report `successful`."""
     return float(np.mean(np.asarray(sol.result == pe.RESULTS.successful)))
 
 
-def _timed_batch(call, batch: int, repeats: int, warmup: int) -> tuple:
+def timed_batch(call, batch: int, repeats: int, warmup: int) -> tuple:
     """`(result, record)`: `call()` (on a batch of `batch`) once (`first_call_s`,
     compilation included), then timed over `repeats` calls after `warmup` more
     (`batch_s`, and its median per instance, `per_instance_ms`)."""
@@ -286,7 +286,7 @@ def distances(
 
     For each of `SCALES` (times the spread around the DC-OPF optimum) and
     each even-dispatch factor of `EVEN`: the whole jitted batch call timed
-    after warm-up (`_timed_batch`), the host factorisations per instance, the
+    after warm-up (`timed_batch`), the host factorisations per instance, the
     share `successful`, the largest normalised residual (in eps32), and
     Clarabel's time per instance (setup included) on the first `n_solver`.
     With `n_solver=0` (a machine without Clarabel, the GPU one) the centre is
@@ -313,7 +313,7 @@ def distances(
             Y = even_dispatch(case, loads, rng, factor)
         FACTORISATIONS.reset()
         Y_j = jnp.asarray(Y, dtype)
-        sol, timed = _timed_batch(lambda: solve(Y_j, Q), batch, repeats, warmup=1)
+        sol, timed = timed_batch(lambda: solve(Y_j, Q), batch, repeats, warmup=1)
         calls = 2 + repeats  # the first call, the warm-up and the timed ones
         resid = max(max_residuals(case, np.asarray(sol.y, np.float64), loads))
         clarabel = []
@@ -327,7 +327,7 @@ def distances(
             factor=factor,
             **timed,
             factorisations_per_instance=FACTORISATIONS.reset() / (calls * batch),
-            successful=_successful(sol),
+            successful=share_successful(sol),
             normalised_residual_over_eps32=float(resid / EPS32),
             clarabel_ms=timing.stats(clarabel) if clarabel else None,
         )

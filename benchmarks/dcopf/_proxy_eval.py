@@ -20,7 +20,7 @@ import numpy as np
 import pinet_eqx as pe
 
 from ._fixture import GridCase
-from ._projection import EPS32, _timed_batch, max_residuals
+from ._projection import EPS32, max_residuals, timed_batch
 from ._proxy_data import INFEASIBLE, HourlyData
 from ._proxy_models import injections_matrix, ptdf
 
@@ -224,7 +224,7 @@ def _timed(predict, data: HourlyData, hours: np.ndarray, repeats: int) -> dict:
     x = jnp.asarray(data.loads[idx], jnp.float32)
     q = jnp.asarray(data.case.q(data.loads[idx]), jnp.float32)
     # The first call compiled and ran the batch: it is the warm-up.
-    _, timed = _timed_batch(lambda: predict(x, q), CHUNK, repeats, warmup=0)
+    _, timed = timed_batch(lambda: predict(x, q), CHUNK, repeats, warmup=0)
     t = timed["batch_s"]
     return dict(
         timed,

@@ -27,7 +27,7 @@ import pinet_eqx as pe
 
 from .._common import provenance
 from ._fixture import GridCase, sample_loads
-from ._projection import EPS32, _successful, max_residuals, projector
+from ._projection import EPS32, max_residuals, projector, share_successful
 
 
 def train(
@@ -149,7 +149,7 @@ def train(
         normalised_residuals_over_eps32=resid.tolist(),
         raw_distance_in_spreads_median=float(np.median(distance)),
         raw_distance_in_spreads_max=float(np.max(distance)),
-        test_successful=_successful(sol),
+        test_successful=share_successful(sol),
         cost_constant_on_set=bool(
             np.all(case.cost_quad == 0) and np.ptp(case.cost_lin) == 0
         ),
