@@ -125,7 +125,7 @@ def _proxy_parser(sub) -> None:
     proxy.add_argument("--dist-weight", type=float, default=1e-2)
     proxy.add_argument("--penalty", type=float, default=10.0)
     proxy.add_argument("--augment", type=float, default=0.0, help="per-bus noise")
-    proxy.add_argument("--budget", type=float, help="stop solving for optima after N seconds (the cache resumes)")
+    proxy.add_argument("--budget", type=float, help="solver: N s at most")
     proxy.add_argument("--solver-hours", type=int, default=32)
     proxy.add_argument("--tag", help="appended to the record's name (a variant run)")
     proxy.add_argument("--stride", type=int, default=1, help="every N-th hour only")
