@@ -119,6 +119,43 @@ def test_far_raw_outputs_reach_the_projection_in_bounded_work():
     assert count <= _FAR_FACTORISATIONS * Y.shape[0], count
 
 
+def _clarabel_feasible(case: GridCase, p_d) -> bool:
+    """Whether Clarabel finds a point of the grid's set for the loads `p_d`."""
+    import cvxpy as cp
+    from helpers import clarabel_solve
+
+    poly = as_polytope(case, p_d)
+    y = cp.Variable(case.dim)
+    constraints = [poly.E @ y == poly.b, poly.C @ y >= poly.lower]
+    constraints += [poly.C @ y <= poly.upper, y >= poly.lb, y <= poly.ub]
+    status = clarabel_solve(cp.Problem(cp.Minimize(0), constraints))
+    assert status in ("optimal", "infeasible"), status
+    return status == "optimal"
+
+
+def test_empty_sets_are_proved_empty():
+    """case30 with its loads scaled to 0.6-0.9 times the units' total capacity
+    (from about 0.75 the line limits leave no dispatch): where Clarabel finds
+    no feasible point the layer reports `infeasible` (the
+    host's interior-point method proves it, so the finish stops there), and
+    elsewhere it reports `successful` at Clarabel's projection: the proof never
+    fires on a set that has a point, near the boundary included."""
+    case = grid("case30")
+    proj = grid_projector(case, inference=True)
+    Y, p_d = _far_instances(case, 9, 10.0)
+    target = np.linspace(0.6, 0.9, 9) * case.p_max.sum() - case.p_fixed.sum()
+    p_d = p_d * (target / p_d.sum(axis=1))[:, None]
+    sol = _solve(proj, Y, case.q(p_d))
+    feasible = np.array([_clarabel_feasible(case, p) for p in p_d])
+    assert feasible.any() and not feasible.all()
+    empty = np.asarray(sol.result == pe.RESULTS.infeasible)
+    assert np.array_equal(empty, ~feasible), (empty, feasible)
+    assert np.all(np.isfinite(np.asarray(sol.y)))
+    _assert_projections(
+        case, jax.tree.map(lambda a: a[feasible], sol), Y[feasible], p_d[feasible]
+    )
+
+
 def test_dual_method_finishes_where_the_rounds_cycle(monkeypatch):
     """Where the rounds from the interior-point method's face do not settle
     (here forced: both its runs name every bound), Goldfarb and Idnani's dual method
@@ -133,7 +170,7 @@ def test_dual_method_finishes_where_the_rounds_cycle(monkeypatch):
         return working_face(*args, **kwargs)
 
     def everything(pattern, r, q, lower, upper, y0=None, delta=None):
-        return r, np.isfinite(upper), np.isfinite(lower) & ~np.isfinite(upper), 0
+        return r, np.isfinite(upper), np.isfinite(lower) & ~np.isfinite(upper), 0, False
 
     working_face = _host_polish.working_face
     monkeypatch.setattr(_host_polish, "working_face", counted)

@@ -85,8 +85,8 @@ def test_trained_proxy_against_clarabel(week):
 
 def test_infeasible_hour_is_flagged_and_finite(week):
     """Loads 20 % above the units' total capacity (and half their total
-    minimum output): the layer does not report `successful`, and its output
-    is finite."""
+    minimum output): the layer reports `infeasible` (the host's finish proves
+    it with a Farkas certificate), and its output is finite."""
     case = week.case
     model, _ = make_model(case, "ours", width=16, depth=1, key=jax.random.key(0))
     base = week.loads[:2]
@@ -96,7 +96,7 @@ def test_infeasible_hour_is_flagged_and_finite(week):
     x = jnp.asarray(loads, jnp.float32)
     q = jnp.asarray(case.q(loads), jnp.float32)
     _, y, result = predictor("ours", model)(x, q)
-    assert np.all(np.asarray(result) != pe.RESULTS.successful._value)
+    assert np.all(np.asarray(result) == pe.RESULTS.infeasible._value)
     assert np.all(np.isfinite(np.asarray(y)))
 
 

@@ -26,19 +26,25 @@ from .refine import refine
 
 def finish(
     instance: Instance, it: Iterated
-) -> tuple[Float[Array, " d"], Float[Array, ""] | None, Bool[Array, ""] | bool]:
+) -> tuple[
+    Float[Array, " d"],
+    Float[Array, ""] | None,
+    Bool[Array, ""] | bool,
+    Bool[Array, ""] | bool,
+]:
     """Phase three: the finished point `y` of `instance`, with its constraint
-    violation where the refinement measured it (else `None`) and whether the
-    polish found the projection.
+    violation where the refinement measured it (else `None`), whether the
+    polish found the projection, and whether it proved the set empty (the
+    host's polish of sparse sets).
 
-    **Returns:** `(y, violation, polished)`.
+    **Returns:** `(y, violation, polished, empty)`.
     """
     problem, rows, data = instance.problem, instance.rows, instance.data
     y, flags = it.y, it.flags
-    polished = False
+    polished = empty = False
     viol = None
     if not (instance.refining or (instance.finishing and instance.polish)):
-        return y, viol, polished
+        return y, viol, polished, empty
     # The derivative of the unrefined map is kept (stop_gradient): the
     # refinement's correction is at rounding level, and a polished point's
     # own derivative is its face's: the iterate's (dense sets), or the one
@@ -64,7 +70,7 @@ def finish(
     else:
         # Without the refinement (sparse sets; training mode with
         # `polish=True`): the polished point where it is the projection.
-        candidate, polished, _, face = _polish(
+        candidate, polished, _, face, empty = _polish(
             problem, rows, y_raw, data, flags, it.status_tol
         )
         fix = jnp.where(polished, candidate, y_plain)
@@ -81,4 +87,4 @@ def finish(
             )
     # y - y is exactly zero, so the value is exactly `fix`.
     y = (y - jax.lax.stop_gradient(y_plain)) + jax.lax.stop_gradient(fix)
-    return y, viol, polished
+    return y, viol, polished, empty

@@ -17,12 +17,18 @@ $\\sigma_i = -1$, $\\beta_i = -u_i$ for an upper one), and each iteration
 solves with $K(Z S^{-1})$ on the set's fixed pattern (`_host_kkt`). The method
 stops at a modest accuracy: it only has to name the face, whose projection the
 polish's rounds then compute and certify (`_host_polish._rounds`).
+
+Where the set is empty the multipliers grow without bound, and their direction
+is a Farkas certificate: `_Iterate.proves_empty` checks it (`interior_point`
+then stops and says so), so that the polish does not search for a projection
+that does not exist.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .._linalg.host_solve import gram_lu
 from .host_kkt import KKTPattern
 
 # Stop when the residuals (relative to the data) and the complementarity
@@ -45,6 +51,11 @@ _STEP_FRACTION = 0.99
 # 1 takes fewer iterations (measured on the PEGASE grids, 10 and 100 times
 # the spread).
 _DUAL_START = 1.0
+# The Farkas certificate is checked from this iteration on, while the residuals
+# are above `_RESIDUAL_TOL` (infeasible hours of ACTIVSg2000: certified at the
+# third), and holds with this relative margin over the rounding of its terms.
+_FIRST_CHECK = 2
+_CERTIFICATE_MARGIN = 1e-9
 
 
 def interior_point(
@@ -56,7 +67,7 @@ def interior_point(
     max_iter: int = 60,
     y0: np.ndarray | None = None,
     delta: float | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, bool]:
     """The projection of `r` onto $\\{y : E y = q,\\ \\ell \\le [y; C y] \\le u\\}$,
     to the accuracy that names its face.
 
@@ -71,9 +82,10 @@ def interior_point(
     - `delta`: the regularisation of its systems (default: the pattern's; see
         `KKTPattern.factorise`).
 
-    **Returns:** `(y, hi, lo, iterations)`: the last iterate, the flags of the
-    bounds it finds binding (see `_Iterate.flags`), in the layout of `lower`,
-    and the number of factorisations.
+    **Returns:** `(y, hi, lo, iterations, empty)`: the last iterate, the flags
+    of the bounds it finds binding (see `_Iterate.flags`), in the layout of
+    `lower`, the number of factorisations, and whether its multipliers proved
+    the set empty (`_Iterate.proves_empty`; the rest then means nothing).
     """
     # Far from the set the last iterations can overflow; the method checks
     # its steps for that itself (and stops), so numpy's warnings say nothing.
@@ -96,9 +108,11 @@ def interior_point(
             elif best is not None:
                 state.restore(best[1])
                 break
+            elif it >= _FIRST_CHECK and state.proves_empty():
+                return state.y, *state.flags(), it, True
             if it == max_iter or not state.advance(mu):
                 break
-        return state.y, *state.flags(), it
+        return state.y, *state.flags(), it, False
 
 
 class _Iterate:
@@ -110,6 +124,7 @@ class _Iterate:
         self.P, self.r, self.q, self.delta = P, r, q / P.e_norms, delta
         scale = np.concatenate([np.ones(P.d), P.c_norms])
         lo_b, up_b = lower / scale, upper / scale
+        self.box = (lo_b[: P.d], up_b[: P.d])
         L, U = np.flatnonzero(np.isfinite(lo_b)), np.flatnonzero(np.isfinite(up_b))
         self.rows = np.concatenate([L, U])
         self.sign = np.concatenate([np.ones(L.size), -np.ones(U.size)])
@@ -157,6 +172,47 @@ class _Iterate:
         )
         gap = self.s @ self.z / (1.0 + 0.5 * np.sum((y - self.r) ** 2))
         return res, gap, mu
+
+    def proves_empty(self) -> bool:
+        """Whether the multipliers prove that no $y$ satisfies the constraints.
+
+        For a feasible $y$, the slacks of the rows of $C$ weighted by their
+        multipliers $z \\ge 0$ and the equalities weighted by $\\lambda$ give
+        $y^\\top v \\ge b$, with $v = C^\\top (\\sigma z) - E^\\top \\lambda$ and
+        $b = \\sum z_i \\beta_i - \\lambda^\\top q$; the coordinates' bounds give
+        $y^\\top v \\le h = \\sum_j \\max(v_j \\ell_j, v_j u_j)$. So $h < b$
+        proves the set empty. $\\lambda$ is first corrected (least norm) so that
+        $v$ vanishes on the coordinates without bounds, where $h$ would
+        otherwise be infinite: the multipliers of an iterate are a certificate
+        only up to $y - r$, which the growing multipliers dwarf.
+        """
+        P, d = self.P, self.P.d
+        lo, up = self.box
+        on_rows = self.rows >= d
+        mu = np.bincount(
+            self.rows[on_rows], (self.sign * self.z)[on_rows], P.G.shape[0]
+        )
+        lam = self.lam
+        v = P.GT @ mu - P.E.T @ lam
+        free = np.flatnonzero(np.isinf(lo) & np.isinf(up))
+        if free.size:
+            E_free = P.E[:, free]
+            try:
+                lu = gram_lu(E_free.T)
+            except RuntimeError:  # the free coordinates' columns are dependent
+                return False
+            lam = lam + E_free @ lu.solve(v[free])
+            v = P.GT @ mu - P.E.T @ lam
+        b_terms = np.concatenate([(self.z * self.beta)[on_rows], -lam * self.q])
+        b = np.sum(b_terms)
+        size = np.abs(P.GT) @ np.abs(mu) + np.abs(P.E.T) @ np.abs(lam)
+        # What rounding leaves of a zero entry of v: no bound is needed there.
+        zero = np.abs(v) <= _CERTIFICATE_MARGIN * size
+        h_terms = np.where(v > 0, v * up, np.where(v < 0, v * lo, 0.0))
+        h_terms = np.where(zero & ~np.isfinite(h_terms), 0.0, h_terms)
+        h = np.sum(h_terms)
+        scale = np.sum(np.abs(b_terms)) + np.sum(np.abs(h_terms))
+        return bool(np.isfinite(h) and b - h > _CERTIFICATE_MARGIN * scale)
 
     def saved(self):
         return (self.y, self.s, self.z)

@@ -39,9 +39,10 @@ def polish(problem, rows, y_raw, data, flags, tol, slack=1.0):
     - `tol`: the tolerance of the optimality conditions.
     - `slack`: the allowance on the active rows, a multiple of the tolerance.
 
-    **Returns:** `(candidate, accepted, bound, flags)`, `bound` the tolerance
-    as raised and `flags` the `(hi, lo)` of the face `candidate` lies on (the
-    iterate's, except for sparse rows: see `_active_set.polish`).
+    **Returns:** `(candidate, accepted, bound, flags, empty)`, `bound` the
+    tolerance as raised, `flags` the `(hi, lo)` of the face `candidate` lies
+    on (the iterate's, except for sparse rows: see `_active_set.polish`) and
+    `empty` whether the host's polish proved the set empty (sparse rows).
     """
     y_raw, data, flags = jax.lax.stop_gradient((y_raw, data, flags))
     hi, lo = flags
@@ -61,7 +62,10 @@ def polish(problem, rows, y_raw, data, flags, tol, slack=1.0):
         ub_w=jnp.where(pinned_w, jnp.inf, data.ub_w),
     )
     accepted = jnp.all(jnp.isfinite(candidate)) & (wrong_sign <= bound)
-    if not getattr(rows, "certifies", False):
+    certifies = getattr(rows, "certifies", False)
+    # Its NaN says that a Farkas certificate proved the set empty.
+    empty = jnp.isnan(wrong_sign) if certifies else jnp.asarray(False)
+    if not certifies:
         # (A polish certified in float64, `SparseRows`', is taken as it is: in
         # float32 the products with large entries would round far above the
         # rounding of the point.)
@@ -70,4 +74,4 @@ def polish(problem, rows, y_raw, data, flags, tol, slack=1.0):
             & (problem.violation(candidate, free) <= bound)
             & (problem.violation(candidate, data) <= slack * bound)
         )
-    return candidate, accepted, bound, tuple(face)
+    return candidate, accepted, bound, tuple(face), empty

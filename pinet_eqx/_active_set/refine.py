@@ -118,7 +118,7 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
     if y_raw is not None:
         # It must meet its active rows to its solve's accuracy only: the
         # refinement closes that gap (checked on the point returned).
-        candidate, polished, bound, _ = polish(
+        candidate, polished, bound, *_ = polish(
             problem, rows, y_raw, data, flags, tol, _POLISH_SLACK
         )
         y = stored(jnp.where(polished, candidate, y))

@@ -32,7 +32,7 @@ def solve(proj, y_raw, s0, params: dict, diagnostics: bool):
     if instance.only_boxes:
         return clip(instance, diagnostics)
     iterated = iterate(instance, diagnostics)
-    y, viol, polished = finish(instance, iterated)
+    y, viol, polished, empty = finish(instance, iterated)
     if not diagnostics:
         return y[: y_raw.shape[0]]
-    return certify(instance, iterated, y, viol, polished)
+    return certify(instance, iterated, y, viol, polished, empty)

@@ -3,8 +3,9 @@
 The status is successful where the output is feasible and the fixed point
 reached to the tolerance that the iterate can resolve (or where the polish
 found the projection), infeasible where the iterates certify that the set is
-empty (`douglas_rachford.certifies_infeasibility`), and `max_steps_reached`
-otherwise.
+empty (`douglas_rachford.certifies_infeasibility`) or the finish proved it
+(the host's polish: `_host_ipm._Iterate.proves_empty`), and
+`max_steps_reached` otherwise.
 """
 
 from __future__ import annotations
@@ -24,16 +25,18 @@ def certify(
     y: Float[Array, " d"],
     viol: Float[Array, ""] | None,
     polished: Bool[Array, ""] | bool,
+    empty: Bool[Array, ""] | bool = False,
 ) -> ProjectionSolution:
     """Phase four: the solution of `instance` at the finished point `y`, with its
-    constraint violation `viol` where the finish measured it."""
+    constraint violation `viol` where the finish measured it, and `empty`
+    where the finish proved the set empty."""
     problem, data, op = instance.problem, instance.data, instance.op
     d_out = instance.y_raw.shape[0]
     if viol is None:
         viol = problem.violation(y, data)
     viol, fp = jax.lax.stop_gradient((viol, it.fp))
     tol = dr.reachable_tol(it.status_tol, *jax.lax.stop_gradient((it.z, it.P)))
-    infeasible = dr.certifies_infeasibility(
+    infeasible = empty | dr.certifies_infeasibility(
         *jax.lax.stop_gradient((it.z, it.t, it.P, op))
     )
     result = RESULTS.where(
