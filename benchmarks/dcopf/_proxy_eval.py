@@ -196,9 +196,9 @@ def _M(case: GridCase) -> np.ndarray:
 
 def _infeasible(predict, data: HourlyData, part: np.ndarray, most: int = 64) -> dict:
     """What the layer reports on the hours of `part` without a feasible
-    dispatch (at most `most` of them, evenly spaced: each runs the iteration
-    to its cap): how many there are, the share it flags `infeasible`, the
-    share `successful` (which would be wrong), whether its outputs are finite."""
+    dispatch (at most `most` of them, evenly spaced): how many there are, the
+    share it flags `infeasible`, the share `successful` (which would be
+    wrong), whether its outputs are finite."""
     every = part[data.status[part] == INFEASIBLE]
     if every.size == 0:
         return dict(n_hours=0)
