@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._linalg.host_solve import gram_lu
 from .host_kkt import KKTPattern
 
 # Stop when the residuals (relative to the data) and the complementarity
@@ -196,10 +195,8 @@ class _Iterate:
         v = P.GT @ mu - P.E.T @ lam
         free = np.flatnonzero(np.isinf(lo) & np.isinf(up))
         if free.size:
-            E_free = P.E[:, free]
-            try:
-                lu = gram_lu(E_free.T)
-            except RuntimeError:  # the free coordinates' columns are dependent
+            E_free, lu = P.free_lu(free)
+            if lu is None:  # the free coordinates' columns are dependent
                 return False
             lam = lam + E_free @ lu.solve(v[free])
             v = P.GT @ mu - P.E.T @ lam

@@ -25,7 +25,13 @@ import numpy as np
 import qdldl
 import scipy.sparse as sp
 
-from .._linalg.host_solve import FACTORISATIONS, GramSolver, row_norms, unit_rows
+from .._linalg.host_solve import (
+    FACTORISATIONS,
+    GramSolver,
+    gram_lu,
+    row_norms,
+    unit_rows,
+)
 
 # The static regularisation of K's diagonal (both blocks), removed by refinement.
 _DELTA = 1e-11
@@ -137,6 +143,21 @@ class KKTPattern:
         self.n = n
         # QDLDL's symbolic analysis, kept per thread (a solver is stateful).
         self._local = threading.local()
+        self._free_lu: dict[bytes, Any] = {}
+
+    def free_lu(self, free: np.ndarray) -> tuple[Any, Any]:
+        """`(E_F, lu)`: $E_F$, the unit equality rows' columns `free`, and the
+        SuperLU of $E_F^\\top E_F$ (`gram_lu`; `None` where those columns are
+        dependent), kept per set of columns."""
+        key = free.tobytes()
+        if key not in self._free_lu:
+            E_free = self.E[:, free].tocsr()
+            FACTORISATIONS.add()
+            try:
+                self._free_lu[key] = (E_free, gram_lu(E_free.T))
+            except RuntimeError:  # singular
+                self._free_lu[key] = (E_free, None)
+        return self._free_lu[key]
 
     def values(self, D: np.ndarray) -> np.ndarray:
         """The entries of the unregularised $K$'s upper triangle for the
