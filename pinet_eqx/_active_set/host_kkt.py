@@ -80,6 +80,10 @@ class KKTPattern:
         self.d, self.m_eq, self.k = d, self.E.shape[0], Cn.shape[0]
         self.G: Any = sp.vstack([sp.identity(d, format="csr"), Cn]).tocsr()
         self.GT: Any = self.G.T.tocsr()
+        self.ET: Any = self.E.T.tocsr()
+        # For the rounding margins of `_host_ipm`'s Farkas check.
+        self.GT_abs: Any = abs(self.GT)
+        self.ET_abs: Any = abs(self.ET)
         n = d + self.m_eq
         # Every contribution to K: (row, column, constant value, weight index);
         # a weight index of -1 marks a constant entry.
