@@ -285,7 +285,8 @@ def record(raw: list[dict], figures: dict[tuple, list[str]]) -> dict:
         "finds feasible. The grids without a time series (case_ACTIVSg10k) use "
         "2,000 loads of E2ELR's sampler split 80/10/10 at random instead "
         "(their 'hours' are samples). `ours-sup` is the supervised recipe, "
-        "`e2elr` the E2ELR baseline in JAX, `mlp` a penalised MLP (`_proxy_models`); `pmin0` sets "
+        "`e2elr` the E2ELR baseline in JAX, `mlp` a penalised MLP "
+        "(`_proxy_models`); `pmin0` sets "
         "every PMIN to 0. The raw records (per hour) and checkpoints stay in "
         "`results/dcopf/proxy/`.",
     ]
