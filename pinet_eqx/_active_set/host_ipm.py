@@ -56,6 +56,7 @@ _DUAL_START = 1.0
 # iteration), and holds with this relative margin over the rounding of its terms.
 _FIRST_CHECK = 2
 _CERTIFICATE_MARGIN = 1e-9
+_CORRECTION_STEPS = 2
 
 
 def interior_point(
@@ -199,8 +200,11 @@ class _Iterate:
             E_free, lu = P.free_lu(self.free)
             if lu is None:  # the free coordinates' columns are dependent
                 return False
-            correction = E_free @ lu.solve(v[self.free])
-            lam, v = lam + correction, v - P.ET @ correction
+            # Refined once: E_F^T E_F squares the condition number of E_F (a
+            # grid's susceptances), and one solve leaves too much of v there.
+            for _ in range(_CORRECTION_STEPS):
+                correction = E_free @ lu.solve(v[self.free])
+                lam, v = lam + correction, v - P.ET @ correction
         b_terms = np.concatenate([(self.z * self.beta)[on_rows], -lam * self.q])
         b = np.sum(b_terms)
         h_terms = np.where(v > 0, v * up, np.where(v < 0, v * lo, 0.0))
