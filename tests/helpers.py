@@ -51,8 +51,18 @@ def clarabel_project(y_raw, poly: Polytope, **overrides):
     """
     import cvxpy as cp
 
-    data = {**dataclasses.asdict(poly), **overrides}
     y = cp.Variable(poly.d)
+    cons = polytope_constraints(y, poly, **overrides)
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(y - np.asarray(y_raw))), cons)
+    status = clarabel_solve(prob)
+    assert status == "optimal", status
+    return y.value
+
+
+def polytope_constraints(y, poly: Polytope, **overrides) -> list:
+    """The cvxpy constraints of `poly` on the variable `y` (finite bounds only);
+    `overrides` as for `clarabel_project`."""
+    data = {**dataclasses.asdict(poly), **overrides}
     cons = []
     if poly.E.shape[0]:
         cons.append(poly.E @ y == data["b"])
@@ -67,10 +77,7 @@ def clarabel_project(y_raw, poly: Polytope, **overrides):
         cons.append(y[np.flatnonzero(fin_lb)] >= data["lb"][fin_lb])
     if fin_ub.any():
         cons.append(y[np.flatnonzero(fin_ub)] <= data["ub"][fin_ub])
-    prob = cp.Problem(cp.Minimize(cp.sum_squares(y - np.asarray(y_raw))), cons)
-    status = clarabel_solve(prob)
-    assert status == "optimal", status
-    return y.value
+    return cons
 
 
 def central_difference(f, x, v, eps=1e-6):

@@ -122,12 +122,10 @@ def test_far_raw_outputs_reach_the_projection_in_bounded_work():
 def _clarabel_feasible(case: GridCase, p_d) -> bool:
     """Whether Clarabel finds a point of the grid's set for the loads `p_d`."""
     import cvxpy as cp
-    from helpers import clarabel_solve
+    from helpers import clarabel_solve, polytope_constraints
 
-    poly = as_polytope(case, p_d)
     y = cp.Variable(case.dim)
-    constraints = [poly.E @ y == poly.b, poly.C @ y >= poly.lower]
-    constraints += [poly.C @ y <= poly.upper, y >= poly.lb, y <= poly.ub]
+    constraints = polytope_constraints(y, as_polytope(case, p_d))
     status = clarabel_solve(cp.Problem(cp.Minimize(0), constraints))
     assert status in ("optimal", "infeasible"), status
     return status == "optimal"

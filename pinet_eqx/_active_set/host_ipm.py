@@ -51,9 +51,9 @@ _STEP_FRACTION = 0.99
 # the spread).
 _DUAL_START = 1.0
 # The Farkas certificate is checked at every other iteration from this one on,
-# while the residuals are above `_RESIDUAL_TOL` (infeasible hours of
-# ACTIVSg2000: it holds from the third; each check costs a fifth of an
-# iteration), and holds with this relative margin over the rounding of its terms.
+# until the iterate meets the stopping test (infeasible hours of ACTIVSg2000:
+# it holds from the third; each check costs a fifth of an iteration), and
+# holds with this relative margin over the rounding of its terms.
 _FIRST_CHECK = 2
 _CERTIFICATE_MARGIN = 1e-9
 _CORRECTION_STEPS = 2
