@@ -28,6 +28,7 @@ import scipy.sparse as sp
 from .._linalg.host_solve import (
     FACTORISATIONS,
     GramSolver,
+    SaddleSolver,
     gram_lu,
     row_norms,
     unit_rows,
@@ -59,6 +60,9 @@ _FACE_PENALTY = 1e10
 _FACE_STEPS = 8
 _FACE_TOL = 1e-13
 _FACE_REFINE = 1
+# The last refinement step's move of the face's point, relative, above which
+# its Gram solve is taken as lost to conditioning.
+_GRAM_TOL = 1e-10
 
 
 class KKTPattern:
@@ -287,7 +291,13 @@ def gram_face_projection(
 ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     """The projection of `r` onto the face of the flags, and each flagged
     coordinate's and row's multiplier (positive pushes $y$ down: the sign of
-    an upper bound), in the layout of the flags; `(None, None)` if singular."""
+    an upper bound), in the layout of the flags; `(None, None)` if singular.
+
+    It solves with the Gram matrix $M M^\\top$ of the face's free columns,
+    refined twice; where the refinement still moves the point, the rows are
+    nearly dependent and the point is solved again by the saddle-point
+    system (`SaddleSolver`), whose conditioning is that of $M$, not its
+    square."""
     pinned = (hi | lo)[:d]
     active = (hi | lo)[d:]
     bound = np.where(hi, upper, np.where(lo, lower, 0.0))
@@ -311,8 +321,14 @@ def gram_face_projection(
     y_free = r[free] - M.T @ lam
     for _ in range(2):  # refinement on the point, against the rows' residual
         step = gram.solve(M @ y_free - h / norms)
-        y_free = y_free - M.T @ step
+        move = M.T @ step
+        y_free = y_free - move
         lam = lam + step
+    if not np.abs(move).max(initial=0.0) <= _GRAM_TOL * (1.0 + np.abs(y_free).max()):
+        # Still moving: nearly dependent rows (a bus whose lines and units are
+        # all on the face), whose M M^T squares a condition number the
+        # saddle-point system keeps as it is.
+        y_free, lam = SaddleSolver(M).solve(r[free], h / norms)
     lam = _scatter(A.shape[0], used, lam / norms)
     y = y_pin.copy()
     y[free] = y_free

@@ -199,17 +199,21 @@ class SaddleSolver:
     projection, the shift only choosing among the $\\zeta$ that give it.
     """
 
-    def __init__(self, M: Any, rank: np.ndarray, dependent: bool = False):
+    def __init__(self, M: Any, rank: np.ndarray | None = None, dependent: bool = False):
         """Factorise for the rows `M`. `rank` places its $n + k$ unknowns ($x$,
         then $\\zeta$) in an elimination order, such as the one `saddle_rank`
         computes for a larger system that this one is a part of; its columns
         are factorised in that order, with no ordering of their own (a large
-        share of a factorisation's time). `dependent` takes the larger shifts
-        at once (rows known to be numerically dependent)."""
+        share of a factorisation's time). Without it, SuperLU orders them
+        (COLAMD). `dependent` takes the larger shifts at once (rows known to
+        be numerically dependent)."""
         k, n = M.shape
         self._M = sp.csr_matrix(M)
         self._n = n
-        self._order = np.argsort(rank, kind="stable")
+        if rank is None:
+            self._order, self._ordering = np.arange(n + k), "COLAMD"
+        else:
+            self._order, self._ordering = np.argsort(rank, kind="stable"), "NATURAL"
         self._steps = _REFINE_STEPS
         self._lu: Any = None
         if not dependent:
@@ -233,7 +237,7 @@ class SaddleSolver:
         FACTORISATIONS.add()
         # Partial pivoting (SuperLU's default, unlike `_splu`): without it the
         # tiny shift's pivots cost the accuracy this solver exists for.
-        return spla.splu(saddle, permc_spec="NATURAL")
+        return spla.splu(saddle, permc_spec=self._ordering)
 
     def _solve(self, rhs: np.ndarray) -> np.ndarray:
         out = np.empty_like(rhs)
