@@ -311,39 +311,59 @@ def test_face_one_row_too_many_reaches_the_projection():
     assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
 
 
-def test_nearly_dependent_face_reaches_the_projection(monkeypatch):
+def test_nearly_dependent_face_reaches_the_projection():
     """On a captured ACTIVSg2000 instance, the interior point names the face
     of Clarabel's projection, whose rows are nearly dependent (smallest
     singular value 6e-7 of the unit rows: three lines and a bus's units on
     the face). The pattern's penalty does not converge there and the Gram
     matrix squares the condition, so its point is off and the rounds wander;
-    the saddle-point system resolves it: the rounds end on Clarabel's
-    projection (float64)."""
-    from pinet_eqx._active_set import host_kkt
+    with `saddle` the saddle-point system resolves it, and the rounds end on
+    Clarabel's projection (float64)."""
+    from pinet_eqx._active_set.host_kkt import KKTPattern
     from pinet_eqx._active_set.host_polish import _rounds
 
     E, C, r, q, bounds, hi, lo = _proxy_faces("dependent")
     args = (E, C, r, q, bounds, hi, lo, 15)
-    pattern = host_kkt.KKTPattern(E, C)
-    with monkeypatch.context() as m:
-        m.setattr(host_kkt, "_GRAM_TOL", np.inf)  # the Gram solve trusted
-        assert _rounds(*args, pattern=pattern)[1] == 1.0, "no longer a hard face"
-    y, fail, *_ = _rounds(*args, pattern=pattern)
+    pattern = KKTPattern(E, C)
+    assert _rounds(*args, pattern=pattern)[1] == 1.0, "no longer a hard face"
+    y, fail, *_ = _rounds(*args, pattern=pattern, saddle=True)
     assert fail == 0.0
     assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
 
 
-@pytest.mark.parametrize("gram_only", [False, True])
-def test_second_interior_point_names_the_face(monkeypatch, gram_only):
-    """On a captured ACTIVSg2000 instance, the host finish ends on Clarabel's
-    projection without the dual method (float64). Its faces' points are only
-    accurate through the saddle-point system (nearly dependent rows): with
-    it, the first interior-point run's face settles; with the Gram solve
-    alone (`gram_only`), the rounds cannot settle that face (its equality
-    residual held near 1e-5 by the systems' regularisation) and the second
-    run, on finer systems, names one they settle."""
+def test_finish_retries_an_interior_point_face_with_the_saddle(monkeypatch):
+    """The whole host finish of that captured instance, from the raw output:
+    the rounds from the interior point's face wander, their second try with
+    the saddle-point system settles, so it ends on Clarabel's projection
+    without the dual method, in fewer than 100 factorisations (it was 475,
+    uncertified, when every try solved by the Gram matrix)."""
     import pinet_eqx._active_set.host_polish as host_polish
-    from pinet_eqx._active_set import host_kkt
+    from pinet_eqx._active_set.host_kkt import KKTPattern
+    from pinet_eqx._linalg.host_solve import FACTORISATIONS
+
+    def no_dual(*args):
+        raise AssertionError("the dual method ran")
+
+    monkeypatch.setattr(host_polish, "working_face", no_dual)
+    E, C, r, q, bounds, hi, lo = _proxy_faces("dependent")
+    none = np.zeros_like(hi)
+    FACTORISATIONS.reset()
+    y, fail, *_ = host_polish._active_set_method(
+        E, C, KKTPattern(E, C), r, q, *bounds, none, none
+    )
+    assert fail == 0.0
+    assert FACTORISATIONS.reset() < 100
+    assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
+
+
+def test_second_interior_point_names_the_face(monkeypatch):
+    """On a captured ACTIVSg2000 instance whose interior-point face the rounds
+    cannot settle (its equality residual held near 1e-5 by the systems'
+    regularisation), the second run on finer systems names the face: the host
+    finish ends on Clarabel's projection with two interior-point runs and no
+    dual method (float64)."""
+    import pinet_eqx._active_set.host_polish as host_polish
+    from pinet_eqx._active_set.host_kkt import FINE_DELTA, KKTPattern
 
     deltas = []
     interior_point = host_polish.interior_point
@@ -357,14 +377,12 @@ def test_second_interior_point_names_the_face(monkeypatch, gram_only):
 
     monkeypatch.setattr(host_polish, "interior_point", counted)
     monkeypatch.setattr(host_polish, "working_face", no_dual)
-    if gram_only:
-        monkeypatch.setattr(host_kkt, "_GRAM_TOL", np.inf)
     E, C, r, q, bounds, hi, lo = _proxy_faces("fine")
     y, fail, *_ = host_polish._active_set_method(
-        E, C, host_kkt.KKTPattern(E, C), r, q, *bounds, hi, lo
+        E, C, KKTPattern(E, C), r, q, *bounds, hi, lo
     )
     assert fail == 0.0
-    assert deltas == ([None, host_kkt.FINE_DELTA] if gram_only else [None])
+    assert deltas == [None, FINE_DELTA]
     assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
 
 

@@ -287,15 +287,15 @@ def face_projection(
 
 
 def gram_face_projection(
-    E: Any, C: Any, r, q, hi, lo, upper, lower, d
+    E: Any, C: Any, r, q, hi, lo, upper, lower, d, saddle: bool = False
 ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     """The projection of `r` onto the face of the flags, and each flagged
     coordinate's and row's multiplier (positive pushes $y$ down: the sign of
     an upper bound), in the layout of the flags; `(None, None)` if singular.
 
     It solves with the Gram matrix $M M^\\top$ of the face's free columns,
-    refined twice; where the refinement still moves the point, the rows are
-    nearly dependent and the point is solved again by the saddle-point
+    refined twice. With `saddle`, where the refinement still moves the point
+    (nearly dependent rows), the point is solved again by the saddle-point
     system (`SaddleSolver`), whose conditioning is that of $M$, not its
     square."""
     pinned = (hi | lo)[:d]
@@ -324,7 +324,8 @@ def gram_face_projection(
         move = M.T @ step
         y_free = y_free - move
         lam = lam + step
-    if not np.abs(move).max(initial=0.0) <= _GRAM_TOL * (1.0 + np.abs(y_free).max()):
+    settled = np.abs(move).max(initial=0.0) <= _GRAM_TOL * (1 + np.abs(y_free).max())
+    if saddle and not settled:
         # Still moving: nearly dependent rows (a bus whose lines and units are
         # all on the face), whose M M^T squares a condition number the
         # saddle-point system keeps as it is.

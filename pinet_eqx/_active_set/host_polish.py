@@ -45,6 +45,8 @@ _NEAR_ROUNDS = 8
 # of the bounds if more (PEGASE grids: tens near the set, hundreds far from it).
 _NEAR_MOVES = 50
 _NEAR_MOVES_SHARE = 0.02
+# The rounds of an interior-point face's second try (see `_active_set_method`).
+_SADDLE_ROUNDS = 4
 # `_active_set_method`'s `fail` where the interior-point method proved the set
 # empty (`_host_ipm._Iterate.proves_empty`); `polish` returns NaN for it.
 EMPTY = 2.0
@@ -209,6 +211,7 @@ def _active_set_method(
 
     named = {}
     interior = functools.partial(_interior, pattern, r, q, lower, upper, named)
+    fine = functools.partial(interior, FINE_DELTA)
 
     def dual():
         # From the first interior-point run's face, a few changes from it
@@ -229,7 +232,7 @@ def _active_set_method(
         # Where the face is further off: the first run's systems held its
         # equality residual too high to resolve the balance rows' weak
         # directions (see `_host_kkt.FINE_DELTA`).
-        (lambda: interior(FINE_DELTA), half, None, False),
+        (fine, half, None, False),
         # Where those cycle (dependent rows flagged).
         (dual, half, None, False),
         (lambda: (hi, lo), half, None, False),
@@ -242,12 +245,19 @@ def _active_set_method(
             return y, EMPTY, hi, lo
         if flags is None:
             continue
-        y, fail, up, down = _rounds(
-            E, C, r, q, bounds, flags[0], flags[1], rounds, moves,
-            pattern=pattern, exact=exact, release_one=one,
-        )  # fmt: skip
-        if not fail:
-            return y, 0.0, up, down
+        for saddle in (False, True) if start in (interior, fine) else (False,):
+            # An interior-point face the rounds leave is tried once more with
+            # nearly dependent faces solved accurately (`gram_face_projection`):
+            # only then, so that the attempts that follow start where they did.
+            out = _rounds(
+                E, C, r, q, bounds, flags[0], flags[1],
+                _SADDLE_ROUNDS if saddle else rounds, moves,
+                pattern=pattern, exact=exact, release_one=one, saddle=saddle,
+            )  # fmt: skip
+            if not out[1]:
+                return out[0], 0.0, out[2], out[3]
+            if not saddle:
+                y = out[0]
         named["point"] = y
     return y, 1.0, hi, lo
 
@@ -284,6 +294,7 @@ def _rounds(
     pattern=None,
     exact=False,
     release_one=False,
+    saddle=False,
 ):
     """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, where
     `bounds` is `(lb_y, ub_y, lb_w, ub_w)`, given up once a round would move
@@ -295,10 +306,11 @@ def _rounds(
     pattern (`_host_kkt.face_projection`: a numeric refactorisation, where a
     Gram matrix's LU redoes its ordering and symbolic work), and by its own
     Gram matrix (`gram_face_projection`) only where that does not converge
-    (inconsistent or nearly dependent rows). The pattern's faces are accurate
-    to about 1e-8 (its penalty's conditioning), enough for float32 outputs;
-    with `exact` (float64 outputs) the face the rounds settle on is solved and
-    checked once more by its Gram matrix."""
+    (inconsistent or nearly dependent rows; with `saddle`, the latter by the
+    saddle-point system). The pattern's faces are accurate to about 1e-8 (its
+    penalty's conditioning), enough for float32 outputs; with `exact` (float64
+    outputs) the face the rounds settle on is solved and checked once more by
+    its Gram matrix."""
     d = r.shape[0]
     lb_y, ub_y, lb_w, ub_w = bounds
     hi, lo = hi.copy(), lo.copy()
@@ -316,7 +328,9 @@ def _rounds(
         if pattern is not None:
             y, mult = face_projection(pattern, r, q, hi, lo, lower, upper)
         if y is None:
-            y, mult = gram_face_projection(E, C, r, q, hi, lo, upper, lower, d)
+            y, mult = gram_face_projection(
+                E, C, r, q, hi, lo, upper, lower, d, saddle=saddle
+            )
         if y is None or mult is None:
             return r, 1.0, hi, lo
         value = np.concatenate([y, C @ y])
