@@ -246,9 +246,8 @@ def _active_set_method(
         if flags is None:
             continue
         for saddle in (False, True) if start in (interior, fine) else (False,):
-            # An interior-point face the rounds leave is tried once more with
-            # nearly dependent faces solved accurately (`gram_face_projection`):
-            # only then, so that the attempts that follow start where they did.
+            # Then, nearly dependent faces solved accurately; only as a second
+            # try, so that the attempts that follow start where they did.
             out = _rounds(
                 E, C, r, q, bounds, flags[0], flags[1],
                 _SADDLE_ROUNDS if saddle else rounds, moves,
@@ -256,8 +255,7 @@ def _active_set_method(
             )  # fmt: skip
             if not out[1]:
                 return out[0], 0.0, out[2], out[3]
-            if not saddle:
-                y = out[0]
+            y = y if saddle else out[0]
         named["point"] = y
     return y, 1.0, hi, lo
 
@@ -305,12 +303,10 @@ def _rounds(
     With the set's `pattern`, each face is solved on that fixed factor
     pattern (`_host_kkt.face_projection`: a numeric refactorisation, where a
     Gram matrix's LU redoes its ordering and symbolic work), and by its own
-    Gram matrix (`gram_face_projection`) only where that does not converge
-    (inconsistent or nearly dependent rows; with `saddle`, the latter by the
-    saddle-point system). The pattern's faces are accurate to about 1e-8 (its
-    penalty's conditioning), enough for float32 outputs; with `exact` (float64
-    outputs) the face the rounds settle on is solved and checked once more by
-    its Gram matrix."""
+    Gram matrix (`gram_face_projection`, with `saddle` as it says) only where
+    that does not converge (inconsistent or nearly dependent rows). The
+    pattern's faces are accurate to about 1e-8, enough for float32 outputs;
+    with `exact` (float64) the settled face is checked by its Gram matrix."""
     d = r.shape[0]
     lb_y, ub_y, lb_w, ub_w = bounds
     hi, lo = hi.copy(), lo.copy()
@@ -328,9 +324,7 @@ def _rounds(
         if pattern is not None:
             y, mult = face_projection(pattern, r, q, hi, lo, lower, upper)
         if y is None:
-            y, mult = gram_face_projection(
-                E, C, r, q, hi, lo, upper, lower, d, saddle=saddle
-            )
+            y, mult = gram_face_projection(E, C, r, q, hi, lo, upper, lower, d, saddle)
         if y is None or mult is None:
             return r, 1.0, hi, lo
         value = np.concatenate([y, C @ y])
