@@ -58,6 +58,7 @@ def _parser():
     proj.add_argument("--batch", type=int, default=256)
     proj.add_argument("--solver-instances", type=int, default=8)
     proj.add_argument("--repeats", type=int, default=3)
+    _pin_option(proj)
     train = sub.add_parser("train", help="self-supervised DC-OPF proxy")
     train.add_argument("--case", required=True)
     train.add_argument("--steps", type=int, default=300)
@@ -136,12 +137,16 @@ def _proxy_parser(sub) -> None:
         action="store_true",
         help="score the earlier run's checkpoint again with the current library",
     )
-    proxy.add_argument(
+    _pin_option(proxy)
+    sub.add_parser("proxy-report", help="figures of the proxy records")
+
+
+def _pin_option(command) -> None:
+    command.add_argument(
         "--pin-core",
         type=int,
         help="run on this core only, with JAX's thread pool sized for all (see _pin)",
     )
-    sub.add_parser("proxy-report", help="figures of the proxy records")
 
 
 def _pin(core: int) -> None:
@@ -229,11 +234,16 @@ def _proxy(args):
 
 def _case(args):
     """The subcommand's grid: the saved `--fixture` where given, else the
+    ACTIVSg case `--case` from MATPOWER's files (`_activsg`), else the
     pandapower case `--case` (the slack generator keeping its 1e7 bound)."""
     if getattr(args, "fixture", None):
         from ._fixture import load_saved
 
         return load_saved(args.fixture)
+    from ._activsg import CASES, load_activsg
+
+    if args.case in CASES:
+        return load_activsg(args.case).case
     from ._data import load_case
 
     return load_case(args.case, slack_limits="ppc")
@@ -251,6 +261,9 @@ def _run(args):
         jax.config.update("jax_enable_x64", x64)
     if command == "projection":
         from ._projection import run
+
+        if args.pin_core is not None:
+            _pin(args.pin_core)
 
         record = run(
             _case(args), args.dtype, n_accuracy=args.accuracy, batch=args.batch,
