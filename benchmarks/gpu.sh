@@ -149,7 +149,8 @@ if [ -n "${GPU_PREPARE:-}" ]; then
   feasibility_large --prepare-only
   feasibility_new --prepare-only
   feasibility_small --prepare-only
-  for c in case1354pegase case2869pegase case9241pegase; do
+  for c in case1354pegase case2869pegase case9241pegase case_ACTIVSg25k \
+    case_ACTIVSg70k; do
     step "dcopf_save_$c" 300 python -m benchmarks.dcopf save --case "$c" \
       --to ".gpu_data/dcopf/$c.npz"
   done
@@ -268,6 +269,23 @@ step train_pinet_defaults 90 "${train[@]}" --method pinet \
 step train_reference_highest 120 env JAX_DEFAULT_MATMUL_PRECISION=highest \
   "${train[@]}" --method reference --label reference-highest
 step train_reference 90 "${train[@]}" --method reference
+
+# 9. Issue 40, last as the least urgent: the largest ACTIVSg grids (MATPOWER's
+# files as they are, saved by GPU_PREPARE), float64 and float32, a small
+# batch. The device runs the iterations; the finish stays on the host.
+# Compare with the CPU's record (benchmarks/dcopf/RESULTS.md, "The projection
+# on the large ACTIVSg grids").
+for c in ${ACTIVSG_CASES-case_ACTIVSg25k case_ACTIVSg70k}; do
+  for dt in float64 float32; do
+    if [ -f ".gpu_data/dcopf/$c.npz" ]; then
+      step "dcopf_${c}_$dt" 240 python -m benchmarks.dcopf --out "$out/dcopf" \
+        throughput --fixture ".gpu_data/dcopf/$c.npz" --dtype "$dt" --batch 8 \
+        --repeats 3
+    else
+      echo "dcopf_${c}_$dt skipped: no .gpu_data/dcopf/$c.npz" | tee -a "$status"
+    fi
+  done
+done
 
 echo "== done in $SECONDS s; results under $out" >&2
 cat "$status"

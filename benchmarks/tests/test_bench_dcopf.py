@@ -39,11 +39,20 @@ def test_projection_record_and_report(tmp_path):
         assert record[side]["rel_err_certified_max"] < 1e-8
     assert record["batch_successful"] == 1.0
     assert record["per_instance_ms"] > 0 and record["clarabel_ms"]["median"] > 0
+    far = record["far_timing"]
+    assert far["successful"] == 1.0 and far["per_instance_ms"] > 0
+    assert far["ratio_to_clarabel"] > 0
     out = tmp_path / "projection"
     out.mkdir()
     (out / "case118-float64.json").write_text(json.dumps(record))
     md, png = _report.report(tmp_path)
     assert "case118" in md.read_text() and png.stat().st_size > 0
+    # The large grids' record, rendered from the same kind of run.
+    activsg = _report.activsg_record([dict(record, case="case_ACTIVSg70k")])
+    body = json.dumps(activsg["blocks"])
+    assert "case_ACTIVSg70k" in body and "certified projection, near and far" in body
+    assert ": met; time per instance" in body  # the accuracy target, 1e-8 here
+    assert activsg["headline"][0]["ours"].endswith(" ms")
 
 
 def test_train_record_and_figure(tmp_path):
