@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import equinox as eqx
 import jax
@@ -93,7 +93,19 @@ def lifted_rhs(d_r_eq, d_w, q):
     return jnp.concatenate([d_r_eq * q, jnp.zeros(d_w.shape, q.dtype)])
 
 
-class NullspaceProjection(AbstractAffineProjection):
+class _ParticularByRows(AbstractAffineProjection):
+    """An affine projection whose particular term is $P^\\top q$."""
+
+    if TYPE_CHECKING:
+        # Declared by each subclass in its own place: a field here (or an
+        # `AbstractVar`) would move `P` first and break files saved before.
+        P: Float[Array, "m_eq n"]
+
+    def particular(self, q):
+        return q @ self.P
+
+
+class NullspaceProjection(_ParticularByRows):
     """$\\Pi(s) = N N^\\top s + P^\\top q$, with $N$ orthonormal."""
 
     N: Float[Array, "n k"]
@@ -101,23 +113,17 @@ class NullspaceProjection(AbstractAffineProjection):
     d_y: Float[Array, " d"]
     d_w: Float[Array, " m"]
 
-    def particular(self, q):
-        return q @ self.P
-
     def project(self, s, part):
         return _times_transpose(s @ self.N, self.N) + part
 
 
-class DenseProjection(AbstractAffineProjection):
+class DenseProjection(_ParticularByRows):
     """$\\Pi(s) = P s + P_q^\\top q$, with $P = N N^\\top$ stored (symmetric)."""
 
     P_s: Float[Array, "n n"]
     P: Float[Array, "m_eq n"]
     d_y: Float[Array, " d"]
     d_w: Float[Array, " m"]
-
-    def particular(self, q):
-        return q @ self.P
 
     def project(self, s, part):
         return s @ self.P_s + part
