@@ -212,9 +212,16 @@ def _headline(distances: list[dict]) -> list[dict]:
     return rows
 
 
+def _provenance(machine: dict) -> dict:
+    """A committed record's provenance fields, from a run record's `machine`."""
+    return {
+        "machine": provenance.describe(machine).split(", Linux")[0],
+        "date": machine["date"][:10], "commit": machine["git"], "source": "run",
+    }  # fmt: skip
+
+
 def distances_record(distances: list[dict], figure: str) -> dict:
     """The committed record of the `distances` runs."""
-    m = distances[0]["machine"]
     body = "\n\n".join([DISTANCES_SETUP, distances_table(distances), figure])
     return {
         "suite": "dcopf", "name": "distances", "order": 1,
@@ -222,8 +229,7 @@ def distances_record(distances: list[dict], figure: str) -> dict:
         "command": "taskset -c 0 python -m benchmarks.dcopf distances --case C "
         "--fixture C.npz --batch B; "
         "python -m benchmarks.dcopf report --record",
-        "machine": provenance.describe(m).split(", Linux")[0],
-        "date": m["date"][:10], "commit": m["git"], "source": "run",
+        **_provenance(distances[0]["machine"]),
         "headline": _headline(distances), "blocks": committed.blocks(body),
     }  # fmt: skip
 
@@ -242,13 +248,18 @@ process (near: the first instances of the timed batch; far: the accuracy
 instances). The peak memory is the process's after the build."""
 
 
-def _activsg_targets(records: list[dict]) -> str:
-    """Issue 40's targets for the largest grids, met or not, from the records."""
-    worst = lambda key: max(r[key] for r in records)  # noqa: E731
-    err = max(
+def _certified_error(records: list[dict]) -> float:
+    """The largest error against the certified projection, near or far."""
+    return max(
         max(r["near"]["rel_err_certified_max"], r["far"]["rel_err_certified_max"])
         for r in records
     )
+
+
+def _activsg_targets(records: list[dict]) -> str:
+    """Issue 40's targets for the largest grids, met or not, from the records."""
+    worst = lambda key: max(r[key] for r in records)  # noqa: E731
+    err = _certified_error(records)
     ratio = max(max(r["ratio_to_clarabel"], r["far_timing"]["ratio_to_clarabel"])
                 for r in records)  # fmt: skip
     met = lambda ok: "met" if ok else "**not met**"  # noqa: E731
@@ -293,12 +304,8 @@ def activsg_table(records: list[dict]) -> str:
 
 def activsg_record(records: list[dict]) -> dict:
     """The committed record of the ACTIVSg grids' `projection` runs."""
-    m = records[-1]["machine"]
     largest = max(records, key=lambda r: r["dim"])
-    errs = max(
-        max(r["near"]["rel_err_certified_max"], r["far"]["rel_err_certified_max"])
-        for r in records
-    )
+    errs = _certified_error(records)
     body = "\n\n".join(
         [ACTIVSG_SETUP, activsg_table(records), _activsg_targets(records)]
     )
@@ -308,8 +315,7 @@ def activsg_record(records: list[dict]) -> dict:
         "command": "python -m benchmarks.dcopf projection --case C --dtype float64 "
         "--accuracy 4 --batch 8 --solver-instances 4 --repeats 3 --pin-core 1; "
         "python -m benchmarks.dcopf report --record",
-        "machine": provenance.describe(m).split(", Linux")[0],
-        "date": m["date"][:10], "commit": m["git"], "source": "run",
+        **_provenance(records[-1]["machine"]),
         "headline": [{
             "label": "DC-OPF projection",
             "measure": f"f64 inference, {largest['case']} ({largest['dim']:,} "
