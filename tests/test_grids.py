@@ -356,33 +356,46 @@ def test_finish_retries_an_interior_point_face_with_the_saddle(monkeypatch):
     assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
 
 
-def test_second_interior_point_names_the_face(monkeypatch):
-    """On a captured ACTIVSg2000 instance whose interior-point face the rounds
-    cannot settle (its equality residual held near 1e-5 by the systems'
-    regularisation), the second run on finer systems names the face: the host
-    finish ends on Clarabel's projection with two interior-point runs and no
-    dual method (float64)."""
+@pytest.mark.parametrize("switch", [True, False])
+def test_finer_systems_name_the_face(monkeypatch, switch):
+    """On a captured ACTIVSg2000 instance whose multipliers are huge, the
+    interior-point residuals stall on the default systems (their equality
+    residual held near 1e-5 by the regularisation). The method then switches
+    to finer systems and names the face in its first run; without the switch
+    (`switch=False`), the rounds cannot settle its face and a second run on
+    finer systems names it. Either way the host finish ends on Clarabel's
+    projection with no dual method (float64)."""
+    import pinet_eqx._active_set.host_ipm as host_ipm
     import pinet_eqx._active_set.host_polish as host_polish
     from pinet_eqx._active_set.host_kkt import FINE_DELTA, KKTPattern
 
-    deltas = []
+    if not switch:
+        monkeypatch.setattr(host_ipm, "_STALL_LEVEL", 0.0)
+    runs, shifts = [], set()
     interior_point = host_polish.interior_point
+    factorise = KKTPattern.factorise
 
     def counted(*args, delta=None, **kwargs):
-        deltas.append(delta)
+        runs.append(delta)
         return interior_point(*args, delta=delta, **kwargs)
+
+    def recorded(self, D, delta=None):
+        shifts.add(delta)
+        return factorise(self, D, delta)
 
     def no_dual(*args):
         raise AssertionError("the dual method ran")
 
     monkeypatch.setattr(host_polish, "interior_point", counted)
+    monkeypatch.setattr(KKTPattern, "factorise", recorded)
     monkeypatch.setattr(host_polish, "working_face", no_dual)
     E, C, r, q, bounds, hi, lo = _proxy_faces("fine")
     y, fail, *_ = host_polish._active_set_method(
         E, C, KKTPattern(E, C), r, q, *bounds, hi, lo
     )
     assert fail == 0.0
-    assert deltas == [None, FINE_DELTA]
+    assert runs == ([None] if switch else [None, FINE_DELTA])
+    assert FINE_DELTA in shifts
     assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .host_kkt import KKTPattern
+from .host_kkt import FINE_DELTA, KKTPattern
 
 # Stop when the residuals (relative to the data) and the complementarity
 # (relative to the objective) are below these: enough to name the face...
@@ -57,6 +57,12 @@ _DUAL_START = 1.0
 _FIRST_CHECK = 2
 _CERTIFICATE_MARGIN = 1e-9
 _CORRECTION_STEPS = 2
+# The residuals stall when, below `_STALL_LEVEL`, they fall by less than
+# `_STALL_RATIO` over `_STALL_LAG` iterations; the systems then switch to the
+# smaller shift `FINE_DELTA` (see `interior_point`).
+_STALL_LEVEL = 1e-2
+_STALL_RATIO = 0.5
+_STALL_LAG = 2
 
 
 def interior_point(
@@ -80,8 +86,8 @@ def interior_point(
         `_host_polish` (coordinates, then rows), infinite where absent.
     - `max_iter`: the most iterations (factorisations).
     - `y0`: where to start (default `r`); any point, feasible or not.
-    - `delta`: the regularisation of its systems (default: the pattern's; see
-        `KKTPattern.factorise`).
+    - `delta`: the regularisation of its systems (default: the pattern's, see
+        `KKTPattern.factorise`, until the residuals stall, then `FINE_DELTA`).
 
     **Returns:** `(y, hi, lo, iterations, empty)`: the last iterate, the flags
     of the bounds it finds binding (see `_Iterate.flags`), in the layout of
@@ -92,9 +98,17 @@ def interior_point(
     # its steps for that itself (and stops), so numpy's warnings say nothing.
     with np.errstate(all="ignore"):
         state = _Iterate(pattern, r, q, lower, upper, y0, delta)
-        it, best = 0, None
+        it, best, history = 0, None, []
         for it in range(max_iter + 1):
             res, gap, mu = state.residuals()
+            history.append(float(res))
+            if _stalled(history) and state.delta is None:
+                # Near a face whose multipliers are huge (an hour close to
+                # infeasible), the default shift's error, about delta times
+                # the multipliers, outgrows what refinement removes: the
+                # residuals stall. The smaller shift resolves them (measured:
+                # see benchmarks/dcopf/RESULTS.md).
+                state.delta = FINE_DELTA
             if res < _RESIDUAL_TOL and gap < _GAP_TOL:
                 if mu < state.mu_floor:
                     break
@@ -282,6 +296,16 @@ class _Iterate:
         lo = (ratio_lo > _ACTIVE_RATIO) & (ratio_lo >= ratio_hi)
         hi = (ratio_hi > _ACTIVE_RATIO) & (ratio_hi > ratio_lo)
         return hi, lo
+
+
+def _stalled(history: list[float]) -> bool:
+    """Whether the residuals, once small, stopped falling: at most halved over
+    the last `_STALL_LAG` iterations."""
+    return (
+        len(history) > _STALL_LAG
+        and history[-1] < _STALL_LEVEL
+        and history[-1] > _STALL_RATIO * history[-1 - _STALL_LAG]
+    )
 
 
 def _longest(v, dv) -> float:

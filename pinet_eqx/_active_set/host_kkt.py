@@ -36,15 +36,16 @@ from .._linalg.host_solve import (
 
 # The static regularisation of K's diagonal (both blocks), removed by refinement.
 _DELTA = 1e-11
-# ... and a smaller one, for a second interior-point run where the first one's
-# face did not settle. The grids' balance rows, scaled to unit length, are
-# nearly dependent, so their multipliers reach 1e6 and more, and the shift's
-# error in those rows (about delta times the multipliers) is removed slowly by
-# refinement: at `_DELTA` it can hold the interior-point method's equality
-# residual near 1e-5, where an iterate is still far from the projection along
-# the rows' weak directions (identical units at one bus) and names a wrong face.
-# Not the default: late in the method the smaller shift makes other solves
-# noisier (on case1354pegase at 100 times the spread, 2 of 16 faces go wrong).
+# ... and a smaller one, for the interior-point method once its residuals
+# stall, and for a second run where the first one's face did not settle. The
+# grids' balance rows, scaled to unit length, are nearly dependent, so their
+# multipliers reach 1e6 and more, and the shift's error in those rows (about
+# delta times the multipliers) is removed slowly by refinement: at `_DELTA` it
+# can hold the interior-point method's equality residual near 1e-5, where an
+# iterate is still far from the projection along the rows' weak directions
+# (identical units at one bus) and names a wrong face. Not the default from
+# the start: late in the method the smaller shift makes other solves noisier
+# (on case1354pegase at 100 times the spread, 2 of 16 faces went wrong).
 FINE_DELTA = 1e-13
 # The most refinement steps of each solve against the unregularised K: the
 # bus-balance rows of a grid are nearly dependent (a Laplacian's rows sum to
