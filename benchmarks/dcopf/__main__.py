@@ -90,6 +90,7 @@ def _parser():
     dist.add_argument("--batch", type=int, default=256)
     dist.add_argument("--solver-instances", type=int, default=8)
     dist.add_argument("--repeats", type=int, default=3)
+    _pin_option(dist)
     save = sub.add_parser("save", help="save a case (pandapower) for `throughput`")
     save.add_argument("--case", required=True)
     save.add_argument("--to", type=pathlib.Path, required=True)
@@ -279,6 +280,8 @@ def _run(args):
     if command == "distances":
         from ._projection import distances
 
+        if args.pin_core is not None:
+            _pin(args.pin_core)
         case = _case(args)
         record = distances(
             case, batch=args.batch, n_solver=args.solver_instances, repeats=args.repeats

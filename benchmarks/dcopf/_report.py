@@ -181,8 +181,8 @@ noise of 0.1 to 100 times the spread of its entries, or an even dispatch of the
 total load plus 0.3 of each generator's range (0.09 rad on the angles). Each row
 is the whole jitted batch call, timed after a warm-up (median and quartiles);
 Clarabel's time is per instance, setup included (tolerance 1e-10). Ours and
-Clarabel alike ran pinned to one core (`taskset -c 0`), another job holding the
-other."""
+Clarabel alike ran pinned to one core (`taskset -c 1`), the other kept free of
+timed work."""
 
 
 def _headline(distances: list[dict]) -> list[dict]:
@@ -226,7 +226,7 @@ def distances_record(distances: list[dict], figure: str) -> dict:
     return {
         "suite": "dcopf", "name": "distances", "order": 1,
         "title": "Inference time against the distance from the set (float32)",
-        "command": "taskset -c 0 python -m benchmarks.dcopf distances --case C "
+        "command": "taskset -c 1 python -m benchmarks.dcopf distances --case C "
         "--fixture C.npz --batch B; "
         "python -m benchmarks.dcopf report --record",
         **_provenance(distances[0]["machine"]),
