@@ -189,8 +189,6 @@ def _proxy(args):
         for path in report(args.out):
             print(path)
         return None, None
-    if args.pin_core is not None:
-        _pin(args.pin_core)
     from ._proxy_data import PARTS, hourly_data
 
     data = hourly_data(
@@ -260,11 +258,11 @@ def _run(args):
         # cvxpylayers runs in float64; the reference is given float32 data.
         x64 = getattr(args, "dtype", "float64") == "float64"
         jax.config.update("jax_enable_x64", x64)
+    # After the precision is set: pinning starts JAX's CPU client.
+    if getattr(args, "pin_core", None) is not None:
+        _pin(args.pin_core)
     if command == "projection":
         from ._projection import run
-
-        if args.pin_core is not None:
-            _pin(args.pin_core)
 
         record = run(
             _case(args), args.dtype, n_accuracy=args.accuracy, batch=args.batch,
@@ -280,8 +278,6 @@ def _run(args):
     if command == "distances":
         from ._projection import distances
 
-        if args.pin_core is not None:
-            _pin(args.pin_core)
         case = _case(args)
         record = distances(
             case, batch=args.batch, n_solver=args.solver_instances, repeats=args.repeats

@@ -102,7 +102,7 @@ def interior_point(
         for it in range(max_iter + 1):
             res, gap, mu = state.residuals()
             history.append(float(res))
-            if _stalled(history) and state.delta is None:
+            if state.delta is None and _stalled(history):
                 # Near a face whose multipliers are huge (an hour close to
                 # infeasible), the default shift's error, about delta times
                 # the multipliers, outgrows what refinement removes: the
