@@ -119,6 +119,25 @@ def test_far_raw_outputs_reach_the_projection_in_bounded_work():
     assert count <= _FAR_FACTORISATIONS * Y.shape[0], count
 
 
+@pytest.mark.parametrize("n_iter_test", [None, 50])
+def test_inference_iterates_only_to_a_nearby_face(n_iter_test):
+    """Before the host's polish, inference runs `HOST_FINISH_STEPS` iterations
+    by default (the polish needs a nearby face, not convergence) and an
+    explicit `n_iter_test` where one is given; either way every output is
+    Clarabel's projection (float64, case30, near and far from the set)."""
+    from pinet_eqx._solver.instance import HOST_FINISH_STEPS
+
+    case = grid("case30")
+    proj = grid_projector(case, inference=True, n_iter_test=n_iter_test)
+    expected = HOST_FINISH_STEPS if n_iter_test is None else n_iter_test
+    assert HOST_FINISH_STEPS < proj.solver.n_iter
+    for scale in (0.1, 10.0):
+        Y, p_d = _far_instances(case, 4, scale)
+        sol = _solve(proj, Y, case.q(p_d))
+        assert np.all(np.asarray(sol.n_iter) == expected)
+        _assert_projections(case, sol, Y, p_d)
+
+
 def _clarabel_feasible(case: GridCase, p_d) -> bool:
     """Whether Clarabel finds a point of the grid's set for the loads `p_d`."""
     import cvxpy as cp

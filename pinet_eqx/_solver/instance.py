@@ -35,6 +35,11 @@ RANK_DEFICIENT = (
 )
 
 
+# The default iteration count in inference mode of sparse polyhedral sets,
+# whose host polish finishes from the iterate's face (see `prepare`).
+HOST_FINISH_STEPS = 10
+
+
 @dataclasses.dataclass(frozen=True)
 class Instance:
     """One instance, ready to iterate: its data and the settings that apply to it.
@@ -122,8 +127,13 @@ def prepare(proj, frozen: tuple, y_raw, s0, params: dict) -> Instance:
         # Their polish is an active-set method that finishes from any nearby
         # face (`_host_polish`): the iteration only has to find one, in its
         # `n_iter_test` steps, not to converge (on badly scaled grids it
-        # would not, in any affordable number).
-        n_min, n_max, tol = 0, proj.solver.steps(proj.inference), None
+        # would not, in any affordable number). Near the set its face is
+        # found in a few steps: by default inference runs `HOST_FINISH_STEPS`,
+        # the host's work no greater than after 50 (see inference.md).
+        n_steps = proj.solver.steps(proj.inference)
+        if proj.inference and proj.solver.n_iter_test is None:
+            n_steps = min(n_steps, HOST_FINISH_STEPS)
+        n_min, n_max, tol = 0, n_steps, None
     return Instance(
         problem=problem,
         op=op,

@@ -31,7 +31,10 @@ class DouglasRachford(eqx.Module):
     - `omega`: the relaxation $\\omega \\in (0, 2)$.
     - `n_iter`: iterations in training mode (the cap, when `tol` is set).
     - `n_iter_test`: iterations in inference mode (`eqx.nn.inference_mode`);
-        `None` (default) means `n_iter`, whatever `n_iter` is later set to.
+        `None` (default) means `n_iter`, whatever `n_iter` is later set to;
+        on sparse polyhedral sets, whose inference finishes with the host's
+        active-set polish from the iterate's face, at most 10 (that finish
+        needs a nearby face, not convergence; see the inference guide).
     - `tol`: if set, each instance stops as soon as its constraint violation and
         fixed-point residual (user units) are both at most `tol`, checked every 5
         iterations, with the iteration count (rounded up to a multiple of 5) as
