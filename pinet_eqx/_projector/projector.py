@@ -254,7 +254,9 @@ class Projector(eqx.Module):
 
     @property
     def n_iter_test(self) -> int:
-        """Iterations (or their cap) in inference mode."""
+        """Iterations (or their cap) in inference mode. Sparse polyhedral sets
+        left at the default `n_iter_test=None` run at most 10 of them before
+        the host's polish (see `DouglasRachford`)."""
         return self.solver.steps(inference=True)
 
     @property
