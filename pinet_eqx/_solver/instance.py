@@ -127,9 +127,10 @@ def prepare(proj, frozen: tuple, y_raw, s0, params: dict) -> Instance:
         # Their polish is an active-set method that finishes from any nearby
         # face (`_host_polish`): the iteration only has to find one, in its
         # `n_iter_test` steps, not to converge (on badly scaled grids it
-        # would not, in any affordable number). Near the set its face is
-        # found in a few steps: by default inference runs `HOST_FINISH_STEPS`,
-        # the host's work no greater than after 50 (see inference.md).
+        # would not, in any affordable number). A nearby face is found in a
+        # few steps: by default inference runs `HOST_FINISH_STEPS`, after
+        # which the host's work is within a few per cent of its work after
+        # 50 (see inference.md).
         n_steps = proj.solver.steps(proj.inference)
         if proj.inference and proj.solver.n_iter_test is None:
             n_steps = min(n_steps, HOST_FINISH_STEPS)
