@@ -38,9 +38,13 @@ from .host_parallel import merge_bounds, parallel_rows, unmerged_flags
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
 _MAX_ROUNDS = 30
-# Rounds from the iterate's face before the interior-point method takes over:
-# raw outputs near the set mostly finish in one to eight (PEGASE grids).
-_NEAR_ROUNDS = 8
+# Rounds from the iterate's face before the interior-point method takes over.
+# Most raw outputs near the set finish in one to eight (PEGASE grids), but
+# some need up to twelve (a trained proxy's, after the few iterations of
+# `_solver.instance.HOST_FINISH_STEPS`), and an interior-point start costs more
+# than those rounds. Far from the set the rounds stop early on `_NEAR_MOVES`,
+# so the extra rounds cost them nothing (factorisation counts: DC-OPF results).
+_NEAR_ROUNDS = 12
 # ... and the most rows one of those rounds may move: this many, or this share
 # of the bounds if more (PEGASE grids: tens near the set, hundreds far from it).
 _NEAR_MOVES = 50
