@@ -8,7 +8,7 @@ import pathlib
 
 import numpy as np
 
-from pinet_eqx.problems import DC3Problem, dc3_violation, make_dc3
+from pinet_eqx.problems import DC3Problem, dc3_violation, make_dc3, solve_dc3_convex
 
 from .._common import metrics
 from .._common.problems import (
@@ -16,7 +16,7 @@ from .._common.problems import (
     DC3_SIZES as SIZES,
     read_paper_instances,
 )
-from ._solvers import solve_convex, solve_nonconvex
+from ._solvers import solve_nonconvex
 
 # The keys of this suite's metrics record.
 METRICS = (*metrics.METRICS, "eq_cv_max", "ineq_cv_max")
@@ -94,12 +94,6 @@ class Dataset:
         return {"n_var": P.n_var, "n_eq": P.n_eq, "n_ineq": P.n_ineq}
 
 
-def _solve(problem: DC3Problem, X: np.ndarray, nonconvex: bool) -> np.ndarray:
-    if not nonconvex:
-        return solve_convex(problem, X)
-    return solve_nonconvex(problem, X)
-
-
 def _cached_solutions(path: pathlib.Path, problem, X, nonconvex, label, verbose):
     if path.exists():
         with np.load(path) as f:
@@ -108,7 +102,7 @@ def _cached_solutions(path: pathlib.Path, problem, X, nonconvex, label, verbose)
     if verbose:
         solver = "IPOPT (casadi)" if nonconvex else "OSQP"
         print(f"Solving {len(X)} {label} contexts with {solver}; cached in {path}")
-    Y = _solve(problem, X, nonconvex)
+    Y = (solve_nonconvex if nonconvex else solve_dc3_convex)(problem, X)
     cv = dc3_violation(Y, X, problem.A, problem.G, problem.h)
     if cv.max() > _SOLUTION_TOL:
         raise RuntimeError(

@@ -1,4 +1,5 @@
-r"""Reference solvers for the DC3 problems: OSQP (convex) and IPOPT (non-convex).
+r"""IPOPT, the reference solver of the non-convex DC3 problem (the convex one's is
+`pinet_eqx.problems.solve_dc3_convex`, OSQP).
 
 IPOPT (through casadi) solves $\min_y \tfrac12 y^\top Q y + p^\top \sin y$ s.t.
 $A y = x$, $G y \le h$ with the exact Hessian from $A^+ x$, the NLP built once
@@ -19,7 +20,7 @@ import time
 import numpy as np
 import scipy.linalg
 
-from pinet_eqx.problems import DC3Problem, solve_dc3_convex
+from pinet_eqx.problems import DC3Problem
 
 # Per large (1000/500/500) instance on a 2-core CPU, "full" took about 8 s and
 # "slack" about 0.6 s (30 and 12 ms on the small problem).
@@ -32,11 +33,6 @@ _CASADI_MISSING = (
 # Largest condition number of K = [A; G] for which the "slack" change of variables
 # is trusted; the DC3 problems have 5e5 (large), 1.5e3 (small) and 50 (tiny).
 _SLACK_MAX_COND = 1e10
-
-
-def solve_convex(problem: DC3Problem, X: np.ndarray) -> np.ndarray:
-    """Optimal solutions of the convex problem for each row of `X` (OSQP, 1e-9)."""
-    return solve_dc3_convex(problem, X)
 
 
 def _import_casadi():
