@@ -38,19 +38,12 @@ class Config(pinet_method.PinetConfig):
 
     # 1/32 of sigma="auto" (0.095 small, 0.0217 large), see above.
     sigma: float | Literal["auto"] = 0.003
-    # Small: stop each instance at violation and fixed-point residual 1e-4
-    # (the float32 floor here is about 4e-5), within these caps. Large: a
-    # fixed count, to fit a 20-minute training budget on a CPU.
     n_iter: int = 1000
     n_iter_test: int = 2000
-    # Step limit of the implicit backward solve (BiCGStab on the fixed point).
     bwd_max_steps: int | None = 50
-    tol: float | None = 1e-4
-    # mu in the loss c^T y_1 + mu ||y_raw - y||^2 (0: the objective alone);
-    # with residual_stop_gradient, y is a constant in the penalty's gradient.
-    residual_weight: float = 0.0
+    tol: float | None = 1e-4  # the float32 floor here is about 4e-5
+    residual_weight: float = 0.0  # see `make_loss`
     residual_stop_gradient: bool = True
-    # Only the distance beyond this margin is penalised.
     residual_margin: float = 0.0
     epochs: int = 1000
     batch_size: int = 128
