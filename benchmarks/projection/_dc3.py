@@ -166,9 +166,8 @@ def measure(size: str, args) -> dict:
     repeats = args.repeats
     if size == "large" and args.precision[0] == "f64":
         repeats = min(repeats, args.repeats_large_f64)
-    cap = 2000 if size == "small" else 1000
     fam = DC3Family(size, args.batch)
-    return _families._run(fam, args.precision[0], repeats, cap, fam.sigma)
+    return _families._run(fam, args.precision[0], repeats, fam.sigma)
 
 
 def details(args, results: list[dict]) -> str:

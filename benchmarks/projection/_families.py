@@ -302,7 +302,7 @@ def _ground_truth(fam) -> dict:
 # ---------------------------------------------------------------- measurement
 
 
-def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> dict:
+def _run(fam, precision: str, repeats: int, sigma: float) -> dict:
     """All measurements for one family, size and precision at the reference's
     `sigma` (also `ours_same`'s); a family with a `truth` is checked against it."""
     import jax.numpy as jnp
@@ -310,6 +310,7 @@ def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> di
     import pinet_eqx as pe
 
     tol = TOLERANCE[precision]
+    search_cap = 2000 if fam.size == "small" else 1000
     dtype = jnp.float64 if precision == "f64" else jnp.float32
     tag = f"[{fam.name} {fam.size} {precision}]"
     res = dict(
@@ -595,8 +596,7 @@ def measure(size: str, args) -> dict:
     repeats = args.repeats
     if size == "large":
         repeats = min(repeats, args.repeats_large_f64)
-    cap = 2000 if size == "small" else 1000
-    return _run(fam, args.precision[0], repeats, cap, args.sigma)
+    return _run(fam, args.precision[0], repeats, args.sigma)
 
 
 def details(args, results: list[dict]) -> str:
