@@ -2,19 +2,11 @@
 
     python -m benchmarks.compile_time [--repeats 5] [--size small] [--batch 2048]
 
-The step is the paper's DC3 recipe (App. H): a 200-200 ReLU MLP, the projection
-layer, the non-convex DC3 objective and an Adam update, on a batch of contexts, in
-float32. Ours is `pe.HardConstrainedNet` with `pe.Projector(constraints)` at the
-library's defaults; the reference is `pinet-hcnn` at its paper configuration
-(tuned sigma, 50 forward and 25 backward iterations). Only a first call pays for
-compilation, and JAX caches it per process, so each measurement runs in a fresh
-Python process, ours and the reference's taking turns. Each first call is split
-with `jax.jit(step).trace / .lower / .compile` and the run of the compiled step:
-their sum is the first call's time.
-
-Needs the `bench` extra and, for the reference, `pinet-hcnn` (else only ours is
-timed). Results go to `benchmarks/_out/compile_time.json` and, as a table, to
-stdout.
+The step is the paper's DC3 recipe (App. H: the 200-200 ReLU MLP, the projection,
+the non-convex objective, Adam) in float32, ours at the library's defaults, the
+reference at the paper's configuration. Each first call runs in a fresh process,
+ours and the reference's taking turns, split into `trace`, `lower`, `compile` and
+`run`. Results go to `benchmarks/_out/compile_time.json` and, as a table, stdout.
 """
 
 from __future__ import annotations

@@ -3,22 +3,14 @@ r"""Inference at the library defaults on random polytopes far from the set.
     python -m benchmarks.random_polytopes [--sets 60] [--per-set 8] [--scale 5]
         [--seed 1] [--dtypes float32 float64] [--out PATH]
 
-Draws `--sets` polytopes (`benchmarks._common.problems.random_polytope`: with
-`meta = np.random.default_rng(seed)`, each has its own seed in $[0, 2^{31})$,
-$d \in [3, 30)$, $\min(m_{eq}, d - 1)$ equalities with $m_{eq} \in [0, 6)$,
-$m_{ineq} \in [0, 20)$ two-sided rows, some bounds infinite, and a box with
-probability 1/2), and `--per-set` raw outputs $y_{feas} + \text{scale}\,
-\mathcal{N}(0, I)$ for each. Every instance is projected by
-`jax.vmap(eqx.nn.inference_mode(pe.Projector(constraints)).solve)`, with no
-keyword but the constraints, in each dtype (one process per dtype, so that
-JAX's x64 flag is set before it starts).
-
-Such sets are degenerate far more often than the paper's problems (vertices
-with many nearly active rows), which is where Douglas-Rachford drifts and the
-polish matters. Reported per dtype: the instances not reported `successful`
-(stopped at the cap), the iterations run in all, and the largest violation
-among all outputs and among the successful ones (float64 arithmetic on the
-float64 data).
+Draws `--sets` polytopes (`random_polytope`, shapes drawn from `--seed`; see
+`polytopes`) and `--per-set` raw outputs $y_{feas} + \text{scale}\,
+\mathcal{N}(0, I)$ for each, projected by
+`jax.vmap(eqx.nn.inference_mode(pe.Projector(constraints)).solve)` in each dtype
+(one process each). Such sets are degenerate far more often than the paper's
+problems, which is where Douglas-Rachford drifts and the polish matters.
+Reported: the instances not `successful`, the iterations, and the largest
+violation among all outputs and among the successful ones.
 """
 
 from __future__ import annotations

@@ -6,26 +6,14 @@ batch sharded over 1, 2, 4 and 8 devices.
     python -m benchmarks.scaling --quick                # tiny problem (smoke test)
     python -m benchmarks.scaling --platform gpu --devices 1   # a GPU baseline
 
-Weak scaling: every device holds `--per-device` instances, so the global batch is
-$n$ times that on $n$ devices. The problem is the DC3 projection of
-`benchmarks.training_step` (small: $d = 100$, 50 equalities, 50 inequalities;
-raw points $A^+ x + 0.5\,N(0, I)$), at the library's defaults, batched with
-`jax.vmap(proj)(Y, b=X)` and placed with `pinet_eqx.shard_batch` on a
-`pinet_eqx.data_mesh()`. Timed are the jitted projection (`fwd`) and the jitted
-`jax.value_and_grad` of $\sum_{ij} V_{ij} \Pi(Y)_{ij}$ with respect to $Y$
-(`fwd+bwd`), each call ended by `block_until_ready`; the first call is reported
-as `compile`. Reported per device count: the median step time with its
-quartiles, and the per-device throughput, instances per second per device.
-
-Each device count runs in a fresh process, since virtual CPU devices are fixed
-when JAX starts (`XLA_FLAGS=--xla_force_host_platform_device_count=N`). Virtual
-devices share the host's cores: on a machine with $c$ cores the per-device
-throughput can only fall beyond $n = c$. What this measures on a CPU is the
-overhead of sharding (partitioning, dispatch, the absence of collectives), not
-the speed-up of real devices.
-
-Writes a markdown table to stdout and a JSON record (default
-`benchmarks/_out/scaling.json`); progress goes to stderr.
+Weak scaling: each device holds `--per-device` instances of the DC3 projection
+of `benchmarks.training_step` at the library's defaults, placed with
+`pe.shard_batch` on a `pe.data_mesh()`; timed are `fwd` and `fwd+bwd` as there,
+reported as the median step time and the throughput per device. Each device count
+runs in a fresh process (`--xla_force_host_platform_device_count=N`); virtual CPU
+devices share the host's cores, so on a CPU this measures the overhead of
+sharding, not the speed-up of real devices. Writes a Markdown table to stdout and
+a JSON record (default `benchmarks/_out/scaling.json`).
 """
 
 from __future__ import annotations
@@ -45,8 +33,8 @@ DEFAULT_OUT = pathlib.Path(__file__).parent / "_out" / "scaling.json"
 
 
 def measure(size: str, per_device: int, repeats: int, dtype: str) -> dict:
-    """In this process, on all its devices: compile and step times of `fwd` and
-    `fwd+bwd`, and the peak memory of the process."""
+    """Compile and step times of `fwd` and `fwd+bwd` on all devices, and the
+    peak memory."""
     import jax
     import jax.numpy as jnp
     import numpy as np

@@ -5,51 +5,29 @@ against the published reference, with gradient accuracy against an exact VJP.
     python -m benchmarks.training_step --sizes small --dtypes float32 --repeats 20
     python -m benchmarks.training_step --quick          # tiny problem (CI smoke test)
 
-For each DC3 problem (small 100/50/50 at batch 2048, large 1000/500/500 at batch
-1024) and each float dtype, both layers run side by side in one process:
+DC3 small (100/50/50, batch 2048) and large (1000/500/500, batch 1024), each
+float dtype, both layers side by side in one process: **ours**, `pe.Projector` at
+its library defaults, `jax.vmap(proj)(Y, b=X)` with its arrays as arguments of the
+jitted function; **the reference**, `pinet-hcnn` 0.2.0 at the paper's
+configuration (App. B.2: tuned $\sigma$, 50 iterations, Ruiz equilibration with
+25 iterations, $\omega = 1.7$, 25 backward iterations). Timed: the jitted
+projection (`fwd`) and `jax.value_and_grad` of $\sum_{ij} V_{ij} \Pi(Y)_{ij}$ in
+$Y$ (`fwd+bwd`); the first call is `compile`, then `--repeats` calls.
 
-- **ours** is `pinet_eqx.Projector` at its library defaults (no setting passed),
-  batched with `jax.vmap(proj)(Y, b=X)`; its arrays are arguments of the jitted
-  function, as in training;
-- **the reference** is `pinet-hcnn` 0.2.0 at the paper's configuration (App. B.2):
-  tuned $\sigma$ (0.068068 small, 0.161069 large), 50 iterations, Ruiz
-  equilibration with 25 iterations, $\omega = 1.7$ and 25 backward iterations,
-  through `benchmarks._common.reference.ReferenceDC3Projector`.
+Raw inputs $Y = A^+ x + 0.5\,N(0, I)$: near the set, with some inequalities
+violated (the active rows are in `ground_truth`). $Y$, $X$ and $V$ are rounded
+to float32 once, so both dtypes share one ground truth: for the first
+`--n-grad-check` instances, the exact projection by a primal-dual active-set
+method in float64 NumPy (`ExactProjection`, certified by KKT; cross-checked with
+Clarabel on the small problems), whose VJP is $g$ projected onto the null space
+of the active rows. An instance with a weakly active row (slack and multiplier
+below 1e-7) has no derivative and is left out of the error statistics.
 
-Timed are the whole jitted projection (`fwd`) and the whole jitted
-`jax.value_and_grad` of $L(Y) = \sum_{ij} V_{ij} \Pi(Y)_{ij}$ with respect to the
-raw batch $Y$ (`fwd+bwd`), with $V$ a fixed random cotangent. The first call
-(trace, compile and run) is reported as `compile`; then the median, quartiles,
-minimum and maximum of `--repeats` calls, each ended by `block_until_ready`.
-
-**Raw inputs.** A trained network outputs points near the optimum, which lies on
-the boundary of the polytope, so some inequalities are violated and must be
-projected back. We take $Y = A^+ x + 0.5\,N(0, I)$: $A^+ x$ is the DC3 generator's
-strictly feasible point, and the noise leaves some of the inequalities
-violated before projection, so that some end up active (their count is in the
-record, `ground_truth.active_rows_mean`). $Y$, $X$ and $V$ are rounded to
-float32 once, so the float32 and float64 runs see the same numbers and share one
-ground truth.
-
-**Ground truth.** For the first `--n-grad-check` instances, the exact projection
-is found in float64 NumPy, independently of both libraries, by a primal-dual
-active-set method: with the active rows $S$, $M = [A; G_S]$ and
-$z = y - M^\top (M M^\top)^{-1}(M y - [x; h_S])$ (computed in the null space
-of $A$), it stops when every multiplier of $S$ is non-negative and every other row
-is satisfied, which certifies $z$ by the KKT conditions. On the small problems
-Clarabel (through cvxpy, tolerances 1e-12) solves the same instances as a
-cross-check. The exact VJP is then $g - M^\top (M M^\top)^{-1} M g$. An
-instance with a weakly active row (slack and multiplier both below 1e-7) has no
-well-defined derivative; it is counted and left out of the error statistics.
-
-**Precision.** The float32 runs execute under `jax.enable_x64(False)`, as training
-in float32 would: with x64 on, the reference silently promotes float32 inputs to
-float64. `JAX_DEFAULT_MATMUL_PRECISION` is recorded: on a GPU it decides whether
-the reference's float32 products run as TF32; ours always asks for full
-precision.
-
-Writes a markdown table to stdout and a JSON record (default
-`benchmarks/_out/training_step.json`); progress goes to stderr.
+The float32 runs execute under `jax.enable_x64(False)`, as float32 training
+would (with x64 on, the reference promotes float32 inputs to float64).
+`JAX_DEFAULT_MATMUL_PRECISION` is recorded (TF32 on a GPU, for the reference).
+Writes a Markdown table to stdout and a JSON record (default
+`benchmarks/_out/training_step.json`).
 """
 
 from __future__ import annotations
@@ -106,10 +84,8 @@ CLARABEL_MAX_VAR = 200  # Clarabel takes ~20 s per large instance; skip it there
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    r"""One benchmark problem and its batch, in float64 NumPy: the `DC3Problem`,
-    the contexts `X`, the raw points `Y` ($A^+ x + 0.5\,N(0, I)$), the cotangent
-    `V` ($N(0, I)$) and, for the record, the data's `source`.
-    """
+    """One problem and its batch, float64: contexts `X`, raw points `Y`,
+    cotangent `V` and the data's `source`."""
 
     size: str
     problem: DC3Problem
@@ -122,10 +98,8 @@ class Case:
 def make_case(
     size: str, batch: int | None = None, instances=None, seed: int = 0
 ) -> Case:
-    """The problem and batch of `size` (a key of `DC3_SIZES`), with `X`, `Y`
-    and `V` rounded to float32 values; `batch` defaults to `BATCH[size]`, and
-    `instances` (a folder of the paper's DC3 `.npz` files) gives the small problem.
-    """
+    """The problem and batch of `size` (default batch `BATCH[size]`), rounded to
+    float32 values; `instances` (the paper's `.npz` folder) gives the small one."""
     batch = BATCH[size] if batch is None else batch
     n_var, n_eq, n_ineq, n_examples = DC3_SIZES[size][:4]
     if instances is not None and size == "small":
@@ -155,13 +129,11 @@ def _f32_grid(a: np.ndarray) -> np.ndarray:
 
 
 class ExactProjection:
-    r"""The exact projection onto $\{z : A z = x,\ G z \le h\}$ in float64 NumPy
-    (`A` of full row rank).
+    r"""The exact projection onto $\{z : A z = x,\ G z \le h\}$ in float64 NumPy.
 
-    With $N$ an orthonormal basis of the null space of $A$ and $z_0$ the projection
-    of $y$ onto $\{A z = x\}$, the projection onto $\{A z = x,\ G_S z = h_S\}$ is
-    $z = z_0 - N K^\top \lambda_S$ with $K = G_S N$ and
-    $K K^\top \lambda_S = G_S z_0 - h_S$: a QR of the small $K^\top$ per step.
+    With $N$ a basis of null($A$) and $z_0$ the projection onto $\{A z = x\}$,
+    the projection onto $\{A z = x,\ G_S z = h_S\}$ is $z_0 - N K^\top \lambda_S$,
+    $K = G_S N$, $K K^\top \lambda_S = G_S z_0 - h_S$ (a QR of $K^\top$).
     """
 
     def __init__(self, A, G, h):
@@ -173,10 +145,8 @@ class ExactProjection:
         self._GN = self.G @ self.N
 
     def restricted(self, y, x, active):
-        r"""The projection of `y` onto $\{A z = x,\ G_S z = h_S\}$, $S$ = `active`:
-        `(z, lam, Q)`, with the multipliers of every row of `G` (zero off $S$) and an
-        orthonormal basis `Q` of the rows of $G_S N$.
-        """
+        r"""The projection onto $\{A z = x,\ G_S z = h_S\}$, $S$ = `active`: `(z,
+        lam, Q)`, the multipliers (zero off $S$) and a basis `Q` of rows($G_S N$)."""
         z = y - self._Q1 @ scipy.linalg.solve_triangular(
             self._R1, self.A @ y - x, trans="T"
         )
@@ -193,12 +163,9 @@ class ExactProjection:
         return z - self.N @ (K.T @ lam[active]), lam, Q
 
     def project(self, y, x, max_steps: int = 100):
-        r"""Project `y` by a primal-dual active-set method, certified by KKT: from
-        the rows violated by the projection onto $\{A z = x\}$, project onto the active
-        rows, drop those with negative multipliers and add the violated ones until the
-        set repeats. Returns `(z, active, lam, slack, Q)`, or `None` when the set did
-        not settle within `max_steps`.
-        """
+        """Project `y` by a primal-dual active-set method (drop negative
+        multipliers, add violated rows until the set repeats): `(z, active, lam,
+        slack, Q)`, or `None` if it did not settle within `max_steps`."""
         active = np.zeros(self.G.shape[0], bool)
         tol = 1e-12 * (1.0 + np.abs(self.h))
         for _ in range(max_steps):
@@ -237,11 +204,9 @@ def _clarabel(problem: DC3Problem):
 
 
 def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
-    r"""The exact projection and VJP of the first `n` instances, in float64:
-    a dict with `y`, `vjp`, `well_defined` (no weakly active row), `n_active` and
-    the record's `summary`. `clarabel`: cross-check each projection with Clarabel
-    (default: when cvxpy is installed and `n_var <= CLARABEL_MAX_VAR`).
-    """
+    """The exact projection and VJP of the first `n` instances: `y`, `vjp`,
+    `well_defined`, `n_active` and `summary`; `clarabel` cross-checks each one
+    (default: with cvxpy and `n_var <= CLARABEL_MAX_VAR`)."""
     from tqdm.auto import tqdm
 
     P = case.problem
@@ -367,16 +332,9 @@ def _reference(case: Case, dtype):
     P = case.problem
     cfg = REFERENCE_CONFIG
     sigma = PAPER_SIGMA.get(case.size, 1.0)
-    layer = ReferenceDC3Projector(
-        P.A,
-        P.G,
-        P.h,
-        sigma=sigma,
-        omega=cfg["omega"],
-        equilibrate=cfg["equilibrate"],
-        equilibration_max_iter=cfg["equilibration_max_iter"],
-        dtype=dtype,
-    )
+    keys = ("omega", "equilibrate", "equilibration_max_iter")
+    settings = {k: cfg[k] for k in keys}
+    layer = ReferenceDC3Projector(P.A, P.G, P.h, sigma=sigma, dtype=dtype, **settings)
     fn = layer.projection(cfg["n_iter"], cfg["n_iter_bwd"])
     return (lambda params, Y, X: fn(Y, X)), None, {"sigma": sigma, **cfg}
 
@@ -388,11 +346,9 @@ def _timed(fn, args, repeats: int) -> tuple[object, dict]:
 
 
 def measure(project, params, case: Case, dtype, repeats: int) -> dict:
-    r"""Time one layer's forward and forward+backward on `case`, in `dtype`:
-    `project(params, Y, X)` on batches, `repeats` timed calls after the first.
-    Returns the timings `fwd` and `fwd_bwd`, the outputs `y` and `grad` (float64
-    NumPy) and the warnings raised, counted by message.
-    """
+    """Time `project(params, Y, X)`'s forward and forward+backward on `case` in
+    `dtype`: `fwd`, `fwd_bwd`, the outputs `y` and `grad` (float64) and the
+    warnings raised, counted by message."""
     import jax
     import jax.numpy as jnp
 
@@ -426,11 +382,8 @@ def measure(project, params, case: Case, dtype, repeats: int) -> dict:
 
 
 def accuracy(result: dict, case: Case, truth: dict) -> dict:
-    r"""Errors of one layer against the ground truth: `grad_rel_err_{worst,median}`
-    ($\|g - g^\star\| / \|g^\star\|$ over the well-defined checked instances),
-    `y_err_max` (largest $\|y - y^\star\|_\infty$ there) and `cv_max` (the batch's
-    largest constraint violation).
-    """
+    r"""Errors against the ground truth: `grad_rel_err_{worst,median}`
+    ($\|g - g^\star\| / \|g^\star\|$), `y_err_max` and the batch's `cv_max`."""
     n = len(truth["y"])
     ok = truth["well_defined"]
     g, g_true = result["grad"][:n][ok], truth["vjp"][ok]
@@ -457,10 +410,8 @@ def run_case(
     with_ref: bool,
     variants: tuple[str, ...] = (),
 ):
-    """Both layers, and any `variants` of ours, on one case in one dtype: a
-    JSON-ready entry with `size`, `dtype`, `batch`, one entry per layer (the
-    `reference` `None` without it) and the `ratio` ours/reference of the medians.
-    """
+    """Both layers and any `variants` of ours on one case and dtype: an entry
+    per layer (`reference` `None` without it) and the `ratio` ours/reference."""
     import jax
     import jax.numpy as jnp
 
@@ -595,10 +546,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Run the benchmark, print the table and write the JSON record to `--out`
-    (`machine`, `settings`, `ground_truth` per size, `results` per size and dtype);
-    returns the record.
-    """
+    """Run the benchmark, print the table, write the JSON record to `--out` and
+    return it."""
     import jax
 
     jax.config.update("jax_enable_x64", True)

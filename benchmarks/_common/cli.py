@@ -1,9 +1,5 @@
-"""The command-line plumbing of the training suites (`dc3`, `soc`).
-
-Each suite's `__main__` builds its parser from these pieces, so that `train`,
-`report` and the hyperparameter overrides (`--set key=value`) read the same in
-every suite.
-"""
+"""The command-line plumbing of the training suites (`dc3`, `soc`): `train`,
+`report` and `--set key=value` read the same in every suite."""
 
 from __future__ import annotations
 
@@ -35,8 +31,7 @@ def parse_overrides(pairs: list[str]) -> dict:
 
 
 def add_train_arguments(train, methods: tuple[str, ...], default_out: pathlib.Path):
-    """The `train` options every suite shares: method, seeds, precision,
-    overrides, label, output folder, timing repeats, quiet."""
+    """The `train` options every suite shares."""
     train.add_argument("--method", choices=methods, default=methods[0])
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--precision", type=int, choices=(32, 64), default=32)
@@ -61,9 +56,7 @@ def add_train_arguments(train, methods: tuple[str, ...], default_out: pathlib.Pa
 
 
 def train_options(args) -> dict:
-    """The keyword arguments of a suite's `train` that `add_train_arguments`
-    reads: `seed`, `overrides` (`--set` and `--epochs`), `out`, `label`,
-    `repeats` and `quiet`."""
+    """The keyword arguments of a suite's `train` from `add_train_arguments`'s."""
     overrides = parse_overrides(args.set)
     if args.epochs is not None:
         overrides["epochs"] = args.epochs
@@ -78,9 +71,8 @@ def train_options(args) -> dict:
 
 
 def train(parser, args, train, *where, **keywords):
-    """Runs the `train` subcommand: `train(*where, args.method, **keywords)` with
-    the options of `add_train_arguments` (`train_options`), a `ConfigError`
-    reported as a usage error."""
+    """Runs `train(*where, args.method, **keywords, **train_options(args))`, a
+    `ConfigError` reported as a usage error."""
     with config_errors(parser):
         return train(*where, args.method, **keywords, **train_options(args))
 
@@ -98,8 +90,7 @@ def add_report_command(sub) -> None:
 
 
 def report(args, suite) -> None:
-    """Runs the `report` subcommand for `suite` (`report.report`) and prints the
-    paths written."""
+    """Runs the `report` subcommand for `suite` and prints the paths written."""
     from .report import report
 
     for path in report(args.results_dir, args.out, suite, args.record):
@@ -122,8 +113,7 @@ def apply_precision(args) -> None:
 
 @contextlib.contextmanager
 def config_errors(parser: argparse.ArgumentParser):
-    """Report a `ConfigError` (an unknown `--set` key, a value of the wrong type)
-    as a usage error rather than a traceback."""
+    """Report a `ConfigError` as a usage error rather than a traceback."""
     try:
         yield
     except ConfigError as error:

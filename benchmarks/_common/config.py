@@ -1,11 +1,5 @@
-"""Typed per-method configuration: frozen dataclasses that reject unknown keys.
-
-A method declares its hyperparameters as the typed fields of a `Config`
-subclass, and `default_config(data)` returns an instance. Overrides (the CLI's
-`--set key=value`) go through `with_overrides`, which names an unknown key or a
-value of the wrong type in its error, so that a typo fails at once rather than
-being silently ignored. The record of a run holds `as_dict()`.
-"""
+"""Typed per-method configuration: frozen dataclasses whose overrides (the CLI's
+`--set key=value`) reject an unknown key or a value of the wrong type."""
 
 from __future__ import annotations
 
@@ -55,11 +49,8 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config:
-    """A method's hyperparameters; subclasses declare them as typed fields.
-
-    Every field is checked against its annotation when the configuration is made
-    (`bool`, `int`, `float`, `str`, `None`, `Literal` and unions of these).
-    """
+    """A method's hyperparameters, typed fields checked against their annotations
+    (`bool`, `int`, `float`, `str`, `None`, `Literal` and unions of these)."""
 
     def __post_init__(self):
         hints = typing.get_type_hints(type(self))
@@ -80,12 +71,8 @@ class Config:
         return tuple(field.name for field in dataclasses.fields(cls))
 
     def with_overrides(self, overrides: dict | None, method: str = "") -> Self:
-        """A copy with `overrides` (`{key: value}`) replacing the values.
-
-        **Raises:** `ConfigError` (a `ValueError`) naming the key if `overrides`
-        holds a key that is not a hyperparameter of `method`, or a value of the
-        wrong type.
-        """
+        """A copy with `overrides` (`{key: value}`); `ConfigError` names an unknown
+        key or a value of the wrong type."""
         name = method or type(self).__name__
         known = self.keys()
         for key in overrides or {}:
@@ -110,11 +97,8 @@ class Config:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainingConfig(Config):
-    """The shared training loop's hyperparameters: `epochs`, `batch_size` (see
-    `training.plan`), Adam's `lr` with `lr_schedule` (constant or cosine to 1%),
-    `validate_every` (epochs; `None`: about 50 points) and `max_time_s` (`None`: no
-    limit).
-    """
+    """The training loop's hyperparameters (`lr_schedule`: constant, or cosine to
+    1%; `validate_every` `None`: about 50 points; `max_time_s` `None`: no limit)."""
 
     epochs: int
     batch_size: int
@@ -136,11 +120,8 @@ class PaperTrainingConfig(TrainingConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SolverConfig(Config):
-    """How the harness times and scores a solver that solves one instance at a
-    time (see `timing.InferenceTiming`): `timing_batch_rows` (`None`: as many as
-    take about `timing_budget_s`), `timing_repeats` (the most batch repeats) and
-    `test_rows` (score only the first; `None`: all).
-    """
+    """How the harness times (`timing.InferenceTiming`) and scores (the first
+    `test_rows`; `None`: all) a solver that solves one instance at a time."""
 
     timing_batch_rows: int | None = None
     timing_budget_s: float = 20.0

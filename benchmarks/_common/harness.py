@@ -1,11 +1,7 @@
 """Train (or set up), score, time and record one method, identically for all.
 
-A suite's method is a module (or an object) with `default_config(data) -> Config`
-and `fit(data, config, seed, run) -> Trained`. `train_and_save` configures it,
-fits it under a `Run` (which times the training, setup and JIT included, and
-records the validation learning curve), scores its test predictions in float64
-(`data.test_metrics`), times its inference (`timing.time_inference`) and writes
-`results.json` and `per_instance.csv`.
+A method is a module (or object) with `default_config(data) -> Config` and
+`fit(data, config, seed, run) -> Trained`; `train_and_save` runs it.
 """
 
 from __future__ import annotations
@@ -27,12 +23,9 @@ from .timing import InferenceTiming, time_inference
 
 @dataclasses.dataclass
 class Trained:
-    """What a method returns after training: `predict(X) -> Y` on a NumPy batch
-    (for networks, the whole jitted model; the harness blocks on the result),
-    `predict_single(x) -> y` (default `predict` on a batch of one), `info` to record,
-    the `model` where there is one (for the ablations; not written) and how to time
-    its inference (`timing`).
-    """
+    """A trained method: `predict(X) -> Y` on a NumPy batch, `predict_single(x)`
+    (default: `predict` on a batch of one), `info` to record, the `model` (not
+    written) and how to time its inference."""
 
     predict: Callable
     predict_single: Callable | None = None
@@ -42,9 +35,8 @@ class Trained:
 
 
 class Registry:
-    """The methods of a suite (`package`, e.g. `"benchmarks.dc3"`), imported on
-    demand: `methods` maps a name to `(description, where)`, `where` a module of the
-    package (`"_pinet"`) or an attribute of one (`"_solvers:SCS"`).
+    """A suite's methods, imported on demand: `name: (description, where)`,
+    `where` a module of `package` (`"_pinet"`) or an attribute (`"_solvers:SCS"`).
     """
 
     def __init__(self, package: str, methods: dict[str, tuple[str, str]]):
@@ -66,10 +58,8 @@ class Registry:
 class Run:
     """Progress bar, wall clock and validation learning curve of one training run.
 
-    The clock starts with the `Run`, so setup (equilibration, factorisation,
-    auto-tuning) and JIT compilation count as training time; validation pauses it.
-    `data` needs `X_valid`, `J_valid`, `relative_suboptimality(Y, J_star, X)` and
-    `violation(Y, X)`; `n_valid` contexts are evaluated at each `validate`.
+    The clock starts with the `Run` (setup and JIT count as training time);
+    validation, on the first `n_valid` contexts, pauses it.
     """
 
     def __init__(
@@ -94,9 +84,7 @@ class Run:
             dynamic_ncols=True,
         )
         self._last_loss = None
-        # Seconds of the first optimiser step (trace, compile and one run), when
-        # the method reports it with `first_step`.
-        self.first_step_s = None
+        self.first_step_s = None  # the first optimiser step, compilation included
 
     def first_step(self, seconds: float) -> None:
         """Record the duration of the first optimiser step (its compilation)."""
@@ -191,18 +179,11 @@ def train_and_save(
     start: float | None = None,
     extra: Callable | None = None,
 ):
-    """Configure, train, score and time `method` of `registry` on `data`, and write
-    its results to `out/{data.name}/{label}/seed{seed}` (`label` defaults to the
-    method; an earlier run there is overwritten).
-
-    `overrides` replace the method's default hyperparameters (an unknown key is an
-    error; the `Config`'s `test_rows` limits the test metrics, its `n_valid` the
-    validation contexts). The method is trained (or set up) under a `Run`, scored
-    on the test set and its inference timed (`repeats` batch repeats, 5x as many
-    single); `extra(trained) -> dict` is added to the record. `problem`, `size`
-    and `prog` are recorded, and the machine with the load average at start and
-    end and the peak memory. Returns the record (also in `results.json`), its
-    folder and the `Trained` model.
+    """Configure (`overrides`; an unknown key is an error), train, score in
+    float64 and time `method` on `data`, and write its results to
+    `out/{data.name}/{label}/seed{seed}` (`label` defaults to the method).
+    `extra(trained) -> dict` is added to the record. Returns the record, its
+    folder and the `Trained`.
     """
     import jax
 

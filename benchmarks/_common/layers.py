@@ -1,10 +1,6 @@
-r"""cvxpylayers (JAX interface) as a projection layer, the paper's baseline.
-
-cvxpylayers canonicalises a DPP problem to a cone program, solves each instance
-on the CPU through diffcp and differentiates it with diffcp's adjoint. diffcp's
-default cone solver, ECOS, is not installed; Clarabel (also an interior-point
-method, to high accuracy) is used instead.
-"""
+"""cvxpylayers (JAX interface) as a projection layer, the paper's baseline: each
+instance solved on the CPU through diffcp with Clarabel (diffcp's default, ECOS,
+is not installed)."""
 
 from __future__ import annotations
 
@@ -16,12 +12,8 @@ SOLVE_METHOD = "Clarabel"
 def projection_layer(
     n_var: int, n_param: int, constraints: Callable, solve_method: str = SOLVE_METHOD
 ):
-    r"""A differentiable projection onto $\{y : \text{constraints}(y, x)\}$ by
-    cvxpylayers: $\min_y \frac12\|y - r\|^2$ subject to `constraints(y, x)`
-    (DPP-compliant CVXPY constraints in `y` and the parameter `x`), solved with
-    diffcp's `solve_method`, its VJP from diffcp's adjoint. Eager (not under
-    `jax.jit`); returns `project(R, X) -> Y` for batches or single vectors.
-    """
+    """An eager, differentiable `project(R, X) -> Y` onto the set of the DPP
+    `constraints(y, x)` by cvxpylayers, with diffcp's `solve_method`."""
     import cvxpy as cp
     from cvxpylayers.jax import CvxpyLayer
 

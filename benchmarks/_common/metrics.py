@@ -1,8 +1,5 @@
-"""The metrics record of the training suites: RS, CV and the share of optimal
-instances, from per-instance values in float64.
-
-NumPy only, so that the report can import it without JAX.
-"""
+"""The metrics record of the training suites (RS, CV, share of optimal instances);
+NumPy only."""
 
 from __future__ import annotations
 
@@ -27,11 +24,8 @@ METRICS = (
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Metrics:
-    """Per-instance test metrics of one method's predictions: `rs` (relative
-    suboptimality, clipped at 0), `cv` (largest violation), `parts` (the violation
-    of each named part, e.g. `eq`, `ineq`, `cone`) and `signed_rs` (unclipped, where
-    a suite reports it: an infeasible output can beat the optimum).
-    """
+    """Per-instance test metrics: `rs` (clipped at 0), `cv`, the violation of each
+    of the `parts` (`eq`, `ineq`, `cone`) and, where reported, `signed_rs`."""
 
     rs: np.ndarray
     cv: np.ndarray
@@ -39,10 +33,8 @@ class Metrics:
     signed_rs: np.ndarray | None = None
 
     def summary(self) -> dict:
-        """The record's `metrics`: mean, median and max of RS and CV, each part's
-        largest violation (`{part}_cv_max`), the percentage of optimal instances
-        (CV and RS within the paper's thresholds), the row count and, with
-        `signed_rs`, its mean and min (`rs_signed_mean`, `rs_signed_min`)."""
+        """The record's `metrics` (the keys of `METRICS`, `{part}_cv_max` and,
+        with `signed_rs`, its mean and min)."""
         rs, cv = self.rs, self.cv
         out = {
             "rs_mean": float(rs.mean()),

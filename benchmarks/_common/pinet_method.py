@@ -19,11 +19,8 @@ from .problems import PAPER_N_ITER, PAPER_OMEGA
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PinetConfig(TrainingConfig):
-    """The projector's hyperparameters on top of the training loop's: `sigma`,
-    `omega`, `n_iter` (training), `n_iter_test` (inference), `bwd_max_steps`
-    (`None`: the adjoint's default), `equilibrate`, and `autotune` on
-    `autotune_points` validation contexts first.
-    """
+    """The projector's hyperparameters on top of the training loop's
+    (`bwd_max_steps` `None`: the adjoint's default)."""
 
     sigma: float | Literal["auto"] = "auto"
     omega: float = PAPER_OMEGA
@@ -48,8 +45,8 @@ def projector_settings(config: PinetConfig) -> dict:
 
 
 def tune_projector(projector: pe.Projector, B, n_var: int, seed: int):
-    """`pinet_eqx.autotune` as in the paper's App. H.2: on the right-hand sides
-    `B` (validation contexts) with standard-normal points drawn from `seed`."""
+    """`pinet_eqx.autotune` as in App. H.2: on the right-hand sides `B` with
+    standard-normal points drawn from `seed`."""
     dtype = jnp.result_type(float)
     B = jnp.asarray(B, dtype)
     Y = jax.random.normal(jax.random.key(seed), (B.shape[0], n_var), dtype)
@@ -57,14 +54,9 @@ def tune_projector(projector: pe.Projector, B, n_var: int, seed: int):
 
 
 def build(make, config: PinetConfig, B, n_var: int, seed: int, keep, tune=None):
-    """The projector `make()` builds, and the record of its set-up (`setup_s`).
-
-    With `tune` (default `config.autotune`) it is first auto-tuned on the
-    right-hand sides `B` (`tune_projector`), and the settings named in `keep`
-    rise to the tuned iteration count where they are below it; the record then
-    holds `autotune_s`, `sigma` and `n_iter`. Then the settings in use
-    (`projector_info`).
-    """
+    """The projector `make()` builds and the record of its set-up. With `tune`
+    (default `config.autotune`) it is auto-tuned on `B` first, and the settings in
+    `keep` rise to the tuned iteration count where they are below it."""
     start = time.perf_counter()
     projector = make()
     info = {"setup_s": time.perf_counter() - start}

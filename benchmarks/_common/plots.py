@@ -1,6 +1,5 @@
-"""The figures' shared frame: a `Figure` on the Agg canvas (outside `pyplot`'s
-global state, so no backend is switched and nothing needs closing) and the tail
-every figure ends with (scales, labels, legend, layout, file)."""
+"""The figures' shared frame: a `Figure` on the Agg canvas (outside `pyplot`) and
+the tail every figure ends with."""
 
 from __future__ import annotations
 
@@ -30,9 +29,8 @@ def finish(
     legend: float | None = 7,
     dpi: int = 120,
 ) -> pathlib.Path:
-    """Labels `ax` (log scale on the axes named in `log`: "x", "y" or "xy"),
-    draws its legend (font size `legend`; none for `None`), lays the figure out
-    and saves it to `path`, which it returns."""
+    """Labels `ax` (log scale on the axes in `log`), draws its legend (font size
+    `legend`, or none), lays the figure out and saves it to `path`."""
     if "x" in log:
         ax.set_xscale("log")
     if "y" in log:

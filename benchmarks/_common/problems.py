@@ -1,13 +1,7 @@
-r"""The problems that several suites benchmark, and the paper's settings for them.
-
-- DC3 (paper Sec. 3.1, App. B.1-B.2): the sizes, the paper's tuned
-  Douglas-Rachford settings and a reader for the paper's own instance files.
-- The second-order-cone set of App. B.4:
-  $\{y = (y_1, y_2) : A y_1 + y_2 = b,\ \|y_{2,:-1}\|_2 \le y_{2,-1}\}$, with
-  instances generated as in O'Donoghue et al. (2016, §6.6), and our projector
-  onto it.
-- Random polytopes with an interior point (`random_polytope`), for the tests
-  and `benchmarks.random_polytopes`.
+r"""The problems several suites share, and the paper's settings: DC3 (sizes,
+tuned settings, the paper's instance files), the App. B.4 cone
+$\{y = (y_1, y_2) : A y_1 + y_2 = b,\ \|y_{2,:-1}\|_2 \le y_{2,-1}\}$, and
+random polytopes with an interior point.
 """
 
 from __future__ import annotations
@@ -37,8 +31,7 @@ PAPER_RUIZ_ITERS = 25
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class PaperInstances:
-    """The paper's DC3 instance files: the problem and the optimal solutions of
-    its validation and test contexts."""
+    """The paper's DC3 problem and its validation and test contexts and optima."""
 
     problem: DC3Problem
     X_valid: np.ndarray
@@ -50,11 +43,8 @@ class PaperInstances:
 def read_paper_instances(
     path: str | pathlib.Path, problem: str = "nonconvex"
 ) -> PaperInstances:
-    """Read the paper's exact instances from DC3-layout `.npz` files.
-
-    `path` is a folder holding `dc3_random_{simple,nonconvex}_dataset_*valid.npz`
-    and `*test.npz` (keys Q p A G h X Ystar), e.g. `../shared/data/dc3`.
-    """
+    """Read the paper's instances from the folder `path` of DC3-layout files
+    `dc3_random_{simple,nonconvex}_dataset_*{valid,test}.npz`."""
     if problem not in DC3_PROBLEMS:
         raise ValueError(f"`problem` must be one of {DC3_PROBLEMS}, got {problem!r}.")
     stem = "simple" if problem == "convex" else "nonconvex"
@@ -104,26 +94,17 @@ def soc_project(Z):
 
 
 def soc_instances(A: np.ndarray, z: np.ndarray, y1: np.ndarray):
-    r"""App. B.4 instances for the matrix `A` from draws $z \sim U[-1, 1]^{d_2}$
-    and $y_1^\star \sim U[-1, 1]^{d_1}$ (one row per instance).
-
-    With $y_2^\star = \Pi_{\mathcal{K}}(z)$, $b = A y_1^\star + y_2^\star$ and
-    $c = -A^\top (y_2^\star - z)$, the KKT conditions of
-    $\min c^\top y_1$ over the set hold at $y^\star = (y_1^\star, y_2^\star)$.
-
-    **Returns:** `b`, `c` and $y_2^\star$, float64.
+    r"""App. B.4 instances for `A` from the rows of $z$ and $y_1^\star$: `b`, `c`
+    and $y_2^\star = \Pi_{\mathcal{K}}(z)$, with $b = A y_1^\star + y_2^\star$ and
+    $c = -A^\top (y_2^\star - z)$, so that $y^\star$ minimises $c^\top y_1$.
     """
     y2 = soc_project(z)
     return y1 @ A.T + y2, -(y2 - z) @ A, y2
 
 
 def soc_batch(d1: int, d2: int, n: int, seed: int = 17):
-    """The projection benchmarks' App. B.4 data: the matrix `A` of shape
-    `(d2, d1)` and the right-hand sides `b` of `n` instances.
-
-    One legacy NumPy stream per array, so that instance `i` does not depend on
-    `n`.
-    """
+    """The projection benchmarks' App. B.4 data: `A` `(d2, d1)` and `n` right-hand
+    sides `b`, one NumPy stream per array (instance `i` does not depend on `n`)."""
     A = np.random.RandomState(seed).uniform(-1, 1, (d2, d1))
     z = np.random.RandomState(seed + 1).uniform(-1, 1, (n, d2))
     y1 = np.random.RandomState(seed + 2).uniform(-1, 1, (n, d1))
@@ -170,8 +151,7 @@ class Polytope:
         return self.E.shape[1] if self.E.size else self.C.shape[1]
 
     def violation(self, Y) -> np.ndarray:
-        """The largest constraint violation of each row of `Y`, in float64
-        (the box as rows of the identity)."""
+        """The largest constraint violation of each row of `Y`, in float64."""
         C = np.vstack([self.C, np.eye(self.d)])
         lower = np.concatenate([self.lower, self.lb])
         upper = np.concatenate([self.upper, self.ub])
@@ -192,10 +172,8 @@ def linear_violation(Y, E, q, C, lower, upper) -> np.ndarray:
 
 
 def random_polytope(rng, d, m_eq, m_ineq, *, box=True, two_sided=True, infs=True):
-    """A random polytope that contains a strictly feasible point.
-
-    Some inequality and box bounds are +-inf when `infs`, so one-sided rows appear.
-    """
+    """A random polytope with a strictly feasible point (some bounds infinite
+    with `infs`)."""
     y0 = rng.uniform(-0.5, 0.5, size=d)
     E = rng.normal(size=(m_eq, d))
     b = E @ y0

@@ -1,9 +1,5 @@
-"""The provenance record of a benchmark result: machine, software and command.
-
-Every suite records where its numbers come from through `machine()` (a dict, for
-JSON records), `command_line()` and `describe()` (one line of prose, for Markdown
-output), so that the fields and their names are the same everywhere.
-"""
+"""The provenance of a benchmark result (machine, software, command), progress
+logging, worker processes and JSON records."""
 
 from __future__ import annotations
 
@@ -55,10 +51,8 @@ def log(message: str) -> None:
 
 def run_worker(module: str, args: list[str], env: dict | None = None, **kwargs):
     """Runs `python -m module args` in a fresh process from the repository root,
-    with `env` added to the environment (JAX reads its flags when it starts),
-    and returns the JSON object on the last line of its standard output; raises
-    `SystemExit` with the end of its standard error if it fails. `kwargs` go to
-    `subprocess.run` (`timeout`, say)."""
+    with `env` added, and returns the JSON on the last line of its standard output
+    (`SystemExit` with its standard error if it fails)."""
     proc = subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=pathlib.Path(__file__).resolve().parents[2],
@@ -85,12 +79,8 @@ def peak_rss_gb() -> float:
 
 
 def machine(devices: bool = False) -> dict:
-    """The machine and software that produced a result, and how busy it was:
-    `cpu`, `cpu_count`, `platform`, `python`, `jax`, `jax_backend`, `git`, `date`
-    (UTC) and `load_avg` (other jobs inflate every time). With `devices`, also
-    `device_kind`, `device_count` and `matmul_precision` (on a GPU, whether float32
-    products run as TF32).
-    """
+    """The machine, software and load behind a result; with `devices`, also the
+    device kind and count and the matmul precision (TF32 or not on a GPU)."""
     import jax
 
     record = {

@@ -1,25 +1,16 @@
 """The committed summary records of the suites, and the pages made from them.
 
-Each suite keeps small JSON records of its current numbers beside its code, in
-`benchmarks/<suite>/records/` (the scripts at the top of `benchmarks/`: in
-`benchmarks/records/`). A suite's `report` command writes its records from its
-raw results and renders them; `python -m benchmarks.report` renders every page
-from the committed records alone:
+Each suite keeps small JSON records beside its code, in
+`benchmarks/<suite>/records/` (the top-level scripts: `benchmarks/records/`). A
+suite's `report` command writes them from raw results; `python -m
+benchmarks.report` renders `benchmarks/<suite>/RESULTS.md` (a section per record)
+and `benchmarks/RESULTS.md` (the headline table, then the top-level records).
 
-- `benchmarks/<suite>/RESULTS.md`, one section per record;
-- `benchmarks/RESULTS.md`: the headline table (every record's `headline` rows),
-  then the sections of the top-level records.
-
-A record is a dict:
-
-- `suite`, `name` (its file's stem), `title`, `order` (its place on the page);
-- `command`, `machine`, `date`, `commit`: what produced the numbers;
-- `source`: `"run"` where `report` wrote it from raw results, or a sentence
-  saying where the numbers were transcribed from;
-- `headline`: rows of the headline table (`measure`, `ours`, `baseline`,
-  `ratio`, and optionally `machine`, `date`, `command`, `label`);
-- `blocks`: the section's body, each `{"text": markdown}` or
-  `{"table": {"columns": [...], "rows": [[...], ...]}}`.
+A record holds `suite`, `name` (its file's stem), `title`, `order`; `command`,
+`machine`, `date`, `commit`; `source` (`"run"`, or where the numbers were
+transcribed from); `headline` rows (`measure`, `ours`, `baseline`, `ratio`, and
+optionally `machine`, `date`, `command`, `label`); and `blocks`, each
+`{"text": markdown}` or `{"table": {"columns": [...], "rows": [[...], ...]}}`.
 """
 
 from __future__ import annotations

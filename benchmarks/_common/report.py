@@ -1,18 +1,11 @@
 """Figures and Markdown tables from a folder of a training suite's results.
 
-`report(results_dir, out_dir, suite)` reads every `results.json` (and the
-`per_instance.csv` beside it) written by `harness.write_results`, groups the runs
-by data set and method, and writes for each data set
-
-- `scatter_{dataset}.png`: per-instance test CV against RS (the paper's scatter),
-- `curves_{dataset}.png`: validation mean RS and max CV against training time,
-
-and one `tables.md` with the accuracy and inference-time tables of every data set,
-followed by the machines and commands that produced them.
-
-Matplotlib is imported inside the drawing functions, so importing this module (for
-the CLI's `--help`, say) stays cheap; it draws on `Figure` objects with the Agg
-canvas, never through `pyplot`, so it leaves the global backend alone.
+`report(results_dir, out_dir, suite)` reads every `results.json` and
+`per_instance.csv` (`harness.write_results`) and writes, per data set,
+`scatter_{dataset}.png` (per-instance test CV against RS, the paper's scatter) and
+`curves_{dataset}.png` (validation mean RS and max CV against training time), and
+one `tables.md` with every data set's tables and provenance. Matplotlib is
+imported only to draw.
 """
 
 from __future__ import annotations
@@ -27,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from . import plots
+from . import plots, records
 from .metrics import CV_OPTIMAL, RS_OPTIMAL
 from .timing import TIMING_STATS
 
@@ -75,14 +68,9 @@ def report(
     suite: Suite,
     record: bool = False,
 ) -> list[pathlib.Path]:
-    """Write the figures and tables of every data set in `results_dir` (every
-    `results.json` below it, with its `per_instance.csv`; the data set and label
-    come from the file) to `out_dir` (default `results_dir`); with `record`, also
-    the suite's committed record `tables` and its page. Returns the paths written.
-
-    Raises `FileNotFoundError` if `results_dir` holds no `results.json`, and
-    `ValueError` if none can be read; a run with missing or incomplete files is
-    skipped with a warning.
+    """Write the figures and tables of every run below `results_dir` to `out_dir`
+    (default `results_dir`); with `record`, also the suite's committed record
+    `tables` and its page. Returns the paths written (see `load_runs` for errors).
     """
     results_dir = pathlib.Path(results_dir)
     out_dir = results_dir if out_dir is None else pathlib.Path(out_dir)
@@ -108,7 +96,7 @@ def report(
 def write_record(text: str, suite: Suite, results_dir) -> list[pathlib.Path]:
     """The tables (`markdown`'s text) as the suite's committed record `tables`,
     one heading level down (they sit under the record's title); then its page."""
-    from . import provenance, records
+    from . import provenance
 
     body = re.sub(r"^#", "##", text.split("\n", 1)[1], flags=re.M)
     return records.write_run(
@@ -130,9 +118,8 @@ def write_record(text: str, suite: Suite, results_dir) -> list[pathlib.Path]:
 
 def load_runs(results_dir: pathlib.Path, prog: str) -> list[_Run]:
     """Every readable run below `results_dir`; unreadable ones are warned about.
-
-    `prog` is the command that makes runs, named in the error when there are none.
-    """
+    Raises `FileNotFoundError` if there is no `results.json` (naming `prog`), and
+    `ValueError` if none can be read."""
     if not results_dir.is_dir():
         raise FileNotFoundError(f"Results folder {str(results_dir)!r} does not exist.")
     # Shallowest first, so that of two copies of a run the one in the standard
@@ -312,11 +299,8 @@ def _curve(run: _Run, key: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _seed_band(curves: list[tuple[np.ndarray, np.ndarray]]):
-    """Mean and std over seeds of log10(y) on a common log-spaced time grid.
-
-    Only the span that every seed covers is used, so no curve is extrapolated.
-    Returns `None` when the seeds' time spans do not overlap.
-    """
+    """Mean and std over seeds of log10(y) on a common log-spaced grid over the
+    span every seed covers (`None` if there is none)."""
     lo = max(t[0] for t, _ in curves)
     hi = min(t[-1] for t, _ in curves)
     if hi < lo:
@@ -413,16 +397,6 @@ def _stat(values: list) -> str:
     return f"{_fmt(np.mean(values))} ± {_fmt(np.std(values))}"
 
 
-def _row(cells) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def _table(header: list[str], rows: list[list], align: str) -> list[str]:
-    """A Markdown table; `align` holds `l` or `r` per column."""
-    rule = ["---" if a == "l" else "---:" for a in align]
-    return [_row(header), _row(rule), *(_row(r) for r in rows)]
-
-
 def _describe(record: dict) -> str:
     """'100 variables, 50 equalities, 50 inequalities', or what the record holds."""
     ds = record.get("dataset", {})
@@ -450,7 +424,7 @@ def _accuracy_table(series: dict[tuple, list[_Run]]) -> list[str]:
             ]
         )
     header = "Method|Precision|Seeds|Mean RS|Max CV|Optimal [%]|Training time [s]"
-    return _table(header.split("|"), rows, "llrrrrr")
+    return [records.table(header.split("|"), rows, "llrrrrr")]
 
 
 def _inference_table(series: dict[tuple, list[_Run]]) -> list[str]:
@@ -480,7 +454,7 @@ def _inference_table(series: dict[tuple, list[_Run]]) -> list[str]:
     quartiles = ["LQ", "UQ", "Min", "Max"]
     header = ["Method", "Seed", "Repeats (single / batch)", "Single median [s]"]
     header += [*quartiles, f"{batch} median [s]", *quartiles]
-    lines = _table(header, rows, "lrr" + "r" * 10)
+    lines = [records.table(header, rows, "lrr" + "r" * 10)]
     if len(sizes) > 1:
         lines.append("")
         lines.append("The batch sizes differ between methods; see each results.json.")
@@ -563,7 +537,7 @@ def _head_to_head_table(series: dict[tuple, list[_Run]]) -> list[str]:
         return []
     header = "Method|Seed|Reference's final val RS / CV|Time to reach it [s]|"
     header += "Reference's training [s]|Ratio"
-    return _table(header.split("|"), rows, "lrrrrr")
+    return [records.table(header.split("|"), rows, "lrrrrr")]
 
 
 def markdown(

@@ -1,9 +1,5 @@
-"""The plumbing of the solver baselines, which solve one instance at a time.
-
-A solver baseline has no training: its "training" time is the solver's set-up,
-and it predicts by solving each context in turn, in float64, recording running
-statistics (`SolverStats`) in `Trained.info`.
-"""
+"""The plumbing of the solver baselines, which solve one instance at a time (their
+"training" is the set-up), and Clarabel's solve."""
 
 from __future__ import annotations
 
@@ -18,9 +14,8 @@ from .timing import InferenceTiming
 
 
 def clarabel(problem, tol: float, quiet: bool = False, **settings) -> str:
-    """Solves the cvxpy `problem` with Clarabel at gap and feasibility tolerances
-    `tol` (and its other `settings`); `quiet` silences cvxpy's "solution may be
-    inaccurate" warning. Returns the problem's status."""
+    """Solves the cvxpy `problem` with Clarabel at tolerances `tol`; `quiet`
+    silences cvxpy's "inaccurate" warning. Returns the problem's status."""
     import cvxpy as cp
 
     tols = dict(tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
@@ -61,14 +56,9 @@ class SolverStats:
 def fit_solver(
     make_solve: Callable, config: SolverConfig, run: Run, info: dict, n_var: int
 ) -> Trained:
-    """Set a solver up (the "training" time, one `run` step) and return its
-    predictors on float64 NumPy rows.
-
-    `make_solve(stats) -> solve`, `solve(x, warm_start=True)` solving one context
-    and counting it in `stats`. `predict` solves the rows in turn, each warm-started
-    from the previous; `predict_single` solves cold (timing one instance from its
-    own solution would time a solver confirming a solved problem).
-    """
+    """Set a solver up (`make_solve(stats) -> solve(x, warm_start=True)`) and
+    return its predictors: `predict` warm-starts each row from the previous,
+    `predict_single` solves cold (not from its own solution)."""
     run.set_total(1)
     info["config"] = config.as_dict()
     solve = make_solve(SolverStats(info))

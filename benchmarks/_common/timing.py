@@ -1,11 +1,8 @@
 """The one timing helper of the benchmarks, and the inference timing of a method.
 
-`time_interleaved` times several calls side by side: each is warmed up (the first
-call compiles), then the calls take turns, repeat by repeat, so that background
-load hits every one alike. Every call's result is waited for with
-`jax.block_until_ready`, since JAX dispatches asynchronously and would otherwise
-time only the launch. Statistics are in seconds: median, quartiles, min, max and
-the number of repeats.
+`time_interleaved` warms each call up, then the calls take turns, repeat by
+repeat, so that background load hits every one alike; each result is waited for
+with `jax.block_until_ready`. Statistics are in seconds.
 """
 
 from __future__ import annotations
@@ -46,11 +43,8 @@ def fmt(
 def time_interleaved(
     calls: dict[str, Callable[[], object]], repeats: int, warmup: int = 2
 ) -> dict:
-    """Time each of `calls` (`name: call()`) `repeats` times, taking turns in an
-    order that reverses each repeat, after `warmup` untimed calls. Returns the
-    `stats` of each name and `load`, the larger 1-minute load average of start and
-    end.
-    """
+    """`stats` of each of `calls` (`name: call()`) over `repeats` turns (the order
+    reversing each repeat) after `warmup` calls, and `load` (1-minute average)."""
     import jax
 
     for call in calls.values():
@@ -77,9 +71,8 @@ def time_calls(call: Callable[[], object], repeats: int, warmup: int = 2) -> dic
 def time_first(
     calls: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
 ) -> dict:
-    """`time_interleaved` of `calls`, each call's `stats` with `first_s` added:
-    the seconds of its first call (tracing and compilation included), timed on
-    its own before the others run."""
+    """`time_interleaved` of `calls`, with `first_s`: the seconds of each first
+    call (compilation included), timed on its own."""
     import jax
 
     first = {}
@@ -95,12 +88,9 @@ def time_first(
 
 @dataclasses.dataclass(frozen=True)
 class InferenceTiming:
-    """How `time_inference` times a method (the defaults suit a jitted network):
-    at most `max_repeats` batch repeats (`None`: as asked), `warmup` untimed calls;
-    `batch_rows` times that many rows and scales to the batch (for rows solved one
-    after another); else `budget_s` picks as many rows (at least 8) as take about
-    that long at `Trained.info["solve_s_mean"]`.
-    """
+    """How `time_inference` times a method: at most `max_repeats` batch repeats,
+    `warmup` calls; `batch_rows` (else as many as take `budget_s` at
+    `info["solve_s_mean"]`, at least 8) rows timed and scaled to the batch."""
 
     max_repeats: int | None = None
     warmup: int = 2
@@ -134,12 +124,9 @@ def time_inference(
     batch_size: int = 1024,
     single_repeats: int | None = None,
 ) -> dict:
-    """Batch and single-instance inference times of `trained` on the first
-    `batch_size` test contexts of `data` (`timing_batch`) and on its first:
-    `repeats` batch repeats (capped by `trained.timing.max_repeats`) and
-    `single_repeats` (default 5x). Returns `batch` and `single` (`stats`),
-    `batch_size` and, where fewer rows were solved, `batch_extrapolated_from` (the
-    batch times are scaled by `batch_size / rows`).
+    """`batch` and `single` inference `stats` of `trained` on the first
+    `batch_size` test contexts of `data` and on its first (`single_repeats`,
+    default 5x `repeats`); `batch_extrapolated_from` where fewer rows were timed.
     """
     policy = trained.timing
     if policy.max_repeats is not None:

@@ -1,11 +1,7 @@
-"""The one training loop shared by every network method (ours, reference, baselines).
-
-Every network method trains the same backbone, an MLP with two hidden layers of
-200 ReLU units, with Adam on a self-supervised loss, shuffling the training
-contexts each epoch with `np.random.default_rng(seed)` (or drawing a fresh batch
-each epoch). `train_loop` runs that schedule, times the first step, validates
-and stops on the time budget for all of them; `fit_model` (jitted steps) and
-`fit_eager` (a layer that cannot be jitted) wrap it with an Adam step.
+"""The one training loop shared by every network method: the paper's backbone,
+Adam on a self-supervised loss, `train_loop` (schedule, first-step timing,
+validation, time budget), and `fit_model` (jitted steps) and `fit_eager` (a
+layer that cannot be jitted) around it.
 """
 
 from __future__ import annotations
@@ -51,12 +47,9 @@ def optimiser(config: TrainingConfig, total_steps: int) -> optax.GradientTransfo
 
 
 class Plan(NamedTuple):
-    """The minibatch schedule every training loop follows: `X_train` (JAX's
-    default float; `None` when each epoch draws a fresh batch), its size `n`,
-    `batch`, `per_epoch` batches (the last partial one too), `epochs`, `every`
-    (epochs between validation points; about 50 points by default) and `max_time`
-    (stop after the epoch that exceeds it; `None`: no limit).
-    """
+    """The minibatch schedule: `X_train` (`None`: a fresh batch each epoch), its
+    size `n`, `batch`, `per_epoch` batches, `epochs`, `every` (epochs between
+    validation points) and `max_time` (`None`: no limit)."""
 
     X_train: jax.Array | None
     n: int
@@ -68,12 +61,8 @@ class Plan(NamedTuple):
 
 
 def plan(data, config: TrainingConfig) -> Plan:
-    """The `Plan` for `data` and `config`.
-
-    `data` is a DC3 `Dataset` (fixed training contexts `X_train`, shuffled each
-    epoch) or any object whose `X_train` is `None` and which has
-    `sample_train(rng, n)`: then each epoch is one fresh batch of `batch_size`
-    contexts (the protocol of the paper's App. B.4).
+    """The `Plan` for `data` and `config`: `data.X_train` shuffled each epoch, or,
+    where it is `None`, one batch `data.sample_train(rng, n)` per epoch (App. B.4).
     """
     epochs = config.epochs
     every = config.validate_every or max(1, epochs // 50)
@@ -88,11 +77,7 @@ def plan(data, config: TrainingConfig) -> Plan:
 
 
 def epoch_batches(p: Plan, data, rng: np.random.Generator):
-    """Yield the training batches of one epoch of plan `p`, drawn with `rng`.
-
-    A permutation of `p.X_train` cut into batches, or, when `p.X_train` is
-    `None`, one fresh batch `data.sample_train(rng, p.batch)`.
-    """
+    """Yield the training batches of one epoch of plan `p`, drawn with `rng`."""
     if p.X_train is None:
         yield jnp.asarray(data.sample_train(rng, p.batch), jnp.result_type(float))
         return
@@ -112,14 +97,10 @@ def train_loop(
     *,
     stop_in_epoch: bool = False,
 ):
-    """Run the epochs of `plan(data, config)` and record the validation curve.
-
-    `step(state, X) -> (state, loss)` updates `state` on one batch; `rng` shuffles
-    (or draws) the batches; `run` counts the steps and validates with
-    `predictor(state)(X)`. `stop_in_epoch` checks `config.max_time_s` after every
-    step, for steps so slow that one epoch takes minutes. Returns the final state,
-    the epochs done (a fraction when stopped within one) and whether the time budget
-    stopped training.
+    """Run the epochs of `plan(data, config)` with `step(state, X) -> (state,
+    loss)`, validating with `predictor(state)(X)`; `stop_in_epoch` checks the time
+    budget after every step. Returns the state, the epochs done and whether the
+    time budget stopped training.
     """
     schedule = plan(data, config)
     run.set_total(schedule.epochs * schedule.per_epoch)
@@ -164,14 +145,10 @@ def fit_model(
     info: dict | None = None,
     filter_spec=None,
 ) -> Trained:
-    """Train an Equinox model with jitted minibatch Adam steps (`train_loop`).
-
-    `loss(model, X)` is minimised over the leaves `filter_spec` selects (default
-    `pinet_eqx.trainable_filter(model)`, leaving a projector's frozen data alone);
-    `apply(model, X) -> Y` (inference mode) also makes the validation predictions,
-    and `apply_single(model, x)` defaults to `apply` on a batch of one. Returns a
-    `Trained` in inference mode whose predictors take NumPy contexts and are jitted
-    with the model as an argument, so its arrays are not folded into the program.
+    """Train an Equinox model with jitted Adam steps on `loss(model, X)` over the
+    leaves `filter_spec` selects (default `pe.trainable_filter(model)`). Returns a
+    `Trained` in inference mode predicting with `apply(model, X)` (and
+    `apply_single`), jitted with the model as an argument.
     """
     dtype = jnp.result_type(float)
     batch_predict = eqx.filter_jit(apply)
@@ -226,15 +203,10 @@ def fit_eager(
     run: Run,
     info: dict | None = None,
 ) -> Trained:
-    """Train `model` (the backbone) with Adam through a layer that cannot be jitted,
-    `project(R, X) -> Y` (differentiable by `jax.vjp`), on the jit-able
-    `loss(Y, X)`.
-
-    The loop is `train_loop`'s, with the step built around the eager layer and
-    `max_time_s` checked after every step. `config` also gives `timing_repeats`
-    (and optionally `timing_batch_rows`). Returns a `Trained` whose `predict` runs
-    the jitted backbone, then the layer.
-    """
+    """Train the backbone `model` with Adam through an eager layer `project(R, X)
+    -> Y` (differentiable by `jax.vjp`) on `loss(Y, X)`, the time budget checked
+    after every step. `config` also gives `timing_repeats` (and
+    `timing_batch_rows`)."""
     dtype = jnp.result_type(float)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     schedule = plan(data, config)

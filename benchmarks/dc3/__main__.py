@@ -26,17 +26,18 @@ from ._methods import METHODS, SUITE
 DEFAULT_OUT = pathlib.Path("results") / "dc3"
 
 
-def _add_data_arguments(parser):
+def _add_data_arguments(parser, data_seed: bool = True):
     parser.add_argument(
         "--problem", choices=("convex", "nonconvex"), default="nonconvex"
     )
     parser.add_argument("--size", choices=("tiny", "small", "large"), default="small")
-    parser.add_argument(
-        "--data-seed",
-        type=int,
-        default=17,
-        help="seed of the DC3 generator (17: the published data)",
-    )
+    if data_seed:
+        parser.add_argument(
+            "--data-seed",
+            type=int,
+            default=17,
+            help="seed of the DC3 generator (17: the published data)",
+        )
 
 
 def _parser():
@@ -63,12 +64,7 @@ def _parser():
     cli.add_report_command(sub)
 
     ablations = sub.add_parser("ablations", help="the paper's ablation studies")
-    ablations.add_argument(
-        "--size", choices=("tiny", "small", "large"), default="small"
-    )
-    ablations.add_argument(
-        "--problem", choices=("convex", "nonconvex"), default="nonconvex"
-    )
+    _add_data_arguments(ablations, data_seed=False)
     ablations.add_argument(
         "--which", action="append", help="run only these studies (repeatable)"
     )

@@ -2,36 +2,20 @@
 
     python -m benchmarks.dc3 ablations --size small [--which config ...] [--quick]
 
-Studies (`--which`, repeatable; all by default):
+Studies (`--which`, repeatable; all by default): `config`, Default / Auto /
+Auto+equilibration trained end to end (App. H.3), and `inf`, soft-penalty training
+with the projection only at inference (App. H.4), both into `OUT/runs` for
+`report`; `n_iter_test`, one network evaluated with other test-time iteration
+counts; `sigma_omega`, the projection's violation and suboptimality after 50
+iterations over the sigma grid for several omega; `vjp`, the fixed-point VJP's
+error against float64 central differences as `max_steps` grows (App. I.3), beside
+the default active-set VJP's; `cv_iters`, the violation against forward iterations
+(App. F.3); `mechanisms`, one network at the library defaults evaluated with each
+inference mechanism switched off in turn; `train_iterations`, the library
+defaults trained with fewer iterations, and with the training polish.
 
-- `config`: Default (sigma 1, 100 iterations, no equilibration) / Auto
-  (`autotune`, no equilibration) / Auto+equilibration, trained end to end
-  (App. H.3); results in `OUT/runs`, so `report OUT/runs` draws and tabulates them.
-- `inf`: soft-penalty training with the projection only at inference, next to
-  training through the projection (App. H.4); also in `OUT/runs`.
-- `n_iter_test`: one network trained with 50 iterations, evaluated with other
-  test-time iteration counts.
-- `sigma_omega`: violation and suboptimality of the projection after 50 iterations
-  over the sigma grid, for several omega (the scores `autotune` ranks).
-- `vjp`: error of the fixed-point implicit VJP against float64 central
-  differences as its BiCGStab step limit `max_steps` grows (App. I.3), next to
-  that of the default (exact active-set) VJP; always run in float64.
-- `cv_iters`: constraint violation against forward iterations (App. F.3), with
-  and without equilibration.
-- `mechanisms`: one network trained on the paper's recipe at the library
-  defaults (batch 2048), evaluated with each default inference mechanism
-  switched off in turn (the polish, the refinement, iterating to `tol_test`):
-  mean RS, max CV, the share reported successful and the batch time (issue 15's
-  "mean RS with and without each mechanism").
-- `train_iterations`: the paper's recipe at the library defaults (batch 2048),
-  trained with fewer Douglas-Rachford iterations than the default 50
-  (`pe.Projector(constraints, n_iter=k)`), and with the polish in training
-  mode too (`polish=True`): mean RS, max CV at inference (which iterates to its
-  tolerance whatever `k`), the training-mode outputs' max CV and the training
-  time. A recipe reported beside the paper's, not a default.
-
-Each study writes `OUT/{study}.json` and `OUT/{study}.png`, and `OUT/ablations.md`
-collects their tables.
+Each study writes `OUT/{study}.json` (and a figure, `OUT/{study}.png`), and
+`OUT/ablations.md` collects their tables.
 """
 
 from __future__ import annotations
@@ -95,8 +79,7 @@ def _points(data: _data.Dataset, n: int, seed: int, dtype):
 
 
 def _train(args, out, label, overrides, method="pinet", repeats=5):
-    """`train` `method` on the studies' problem into `OUT/runs`, with `overrides`
-    and the studies' epochs; `(record, folder, trained)`."""
+    """`train` `method` into `OUT/runs` with `overrides` and the studies' epochs."""
     overrides = {**overrides, **_epochs(args)}
     where = dict(label=label, out=out / "runs", repeats=repeats)
     return train(args.problem, args.size, method, overrides=overrides, **where)
@@ -179,8 +162,7 @@ MECHANISMS = {
 
 @eqx.filter_jit
 def _solve_test(model, X):
-    """The `ProjectionSolution`s of a DC3 network on the contexts `X`, in the
-    model's mode."""
+    """The `ProjectionSolution`s of a DC3 network on `X`, in the model's mode."""
     y_raw = jax.vmap(model.backbone)(X)
     return jax.vmap(lambda y, x: model.projector.solve(y, b=x))(y_raw, X)
 

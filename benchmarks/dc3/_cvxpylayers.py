@@ -1,16 +1,5 @@
-r"""cvxpylayers (JAX interface) as the projection layer: the paper's baseline.
-
-The backbone is the shared MLP (`benchmarks._common.training`). Its output
-$y_{\text{raw}}$ is projected by a `cvxpylayers.jax.CvxpyLayer` around the DPP
-problem $\min_y \tfrac12\|y - y_{\text{raw}}\|^2$ s.t. $Ay = x$, $Gy \le h$, with
-$y_{\text{raw}}$ and $x$ as parameters. cvxpylayers canonicalises it to a cone
-program, solves each instance on the CPU through diffcp and differentiates it with
-diffcp's adjoint. Training is self-supervised: the loss is the mean objective.
-
-The solver is Python-side, so the layer cannot be jitted: each step runs the
-jitted MLP, the layer eagerly, and the jitted MLP backward and Adam update.
-diffcp's default cone solver, ECOS, is not installed; Clarabel (also an
-interior-point method, to high accuracy) is used instead.
+"""cvxpylayers (JAX interface) as the projection layer, the paper's baseline: the
+shared MLP, then `benchmarks._common.layers.projection_layer` (eager, not jitted).
 """
 
 from __future__ import annotations
@@ -32,14 +21,8 @@ MAX_N_VAR = 200  # beyond this, one epoch takes hours on a CPU
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(PaperTrainingConfig):
-    """The hyperparameters of the cvxpylayers baseline.
-
-    25 epochs is the paper's budget for this baseline; the optimiser is the
-    paper's Pinet configuration (as for the reference method).
-    `max_time_s` (seconds of training time, `None` for no limit) stops it after the
-    step that reaches it. `solve_method` is diffcp's cone solver.
-    `timing_repeats` caps the timed batch inferences (each takes tens of seconds).
-    """
+    """The paper's optimiser and its 25 epochs for this baseline; diffcp's
+    `solve_method`; `timing_repeats` caps the timed batch inferences."""
 
     epochs: int = 25
     solve_method: str = SOLVE_METHOD
@@ -47,17 +30,14 @@ class Config(PaperTrainingConfig):
 
 
 def default_config(data: Dataset) -> Config:
-    """The hyperparameters of the cvxpylayers baseline (the same for every data
-    set)."""
+    """The same for every data set."""
     del data
     return Config()
 
 
 def make_projection(A, G, h, solve_method: str = SOLVE_METHOD):
-    r"""A differentiable projection onto $\{y : Ay = x, Gy \le h\}$ (float64 NumPy
-    data) by cvxpylayers with diffcp's `solve_method`
-    (`benchmarks._common.layers.projection_layer`); eager, `project(R, X) -> Y`.
-    """
+    r"""An eager `project(R, X) -> Y` onto $\{y : Ay = x, Gy \le h\}$ by
+    cvxpylayers."""
     A, G, h = (np.asarray(M, np.float64) for M in (A, G, h))
     return projection_layer(
         A.shape[1], A.shape[0], lambda y, x: [A @ y == x, G @ y <= h], solve_method
@@ -66,10 +46,7 @@ def make_projection(A, G, h, solve_method: str = SOLVE_METHOD):
 
 def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     """Train the shared backbone through the cvxpylayers projection with Adam
-    (`data` of at most `MAX_N_VAR` variables; `seed` seeds the initialisation and the
-    batch order). The `Trained`'s `predict` runs the jitted MLP, then the layer's CPU
-    solves (diffcp's thread pool) without the derivative set-up.
-    """
+    (`data` of at most `MAX_N_VAR` variables)."""
     P = data.problem
     if P.n_var > MAX_N_VAR:
         raise ValueError(

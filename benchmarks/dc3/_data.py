@@ -1,11 +1,5 @@
-r"""DC3 data sets with cached optimal solutions.
-
-A `Dataset` is a DC3 problem (`pinet_eqx.problems.make_dc3`), its train/valid/test
-split and the optimal solutions of the validation and test contexts. The optimal
-solutions come from an independent solver (OSQP for the convex problem, IPOPT
-through casadi for the non-convex one, started from $A^+ x$), are computed once
-and are cached on disk under a name that holds every argument of the generator.
-"""
+"""DC3 data sets, with the optimal validation and test solutions of an independent
+solver (OSQP, or IPOPT from $A^+ x$ for the non-convex problem), cached on disk."""
 
 from __future__ import annotations
 
@@ -14,7 +8,7 @@ import pathlib
 
 import numpy as np
 
-from pinet_eqx.problems import DC3Problem, dc3_violation, make_dc3
+from pinet_eqx.problems import DC3Problem, dc3_violation, make_dc3, solve_dc3_convex
 
 from .._common import metrics
 from .._common.problems import (
@@ -22,7 +16,7 @@ from .._common.problems import (
     DC3_SIZES as SIZES,
     read_paper_instances,
 )
-from ._solvers import solve_convex, solve_nonconvex
+from ._solvers import solve_nonconvex
 
 # The keys of this suite's metrics record.
 METRICS = (*metrics.METRICS, "eq_cv_max", "ineq_cv_max")
@@ -36,12 +30,9 @@ _SOLUTION_TOL = 1e-6  # largest accepted violation of a cached optimal solution
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Dataset:
-    r"""One DC3 benchmark: its `name` (e.g. `"nonconvex-small"`), the `DC3Problem`
-    (float64 `Q, p, A, G, h`), whether the objective is the `nonconvex`
-    $\tfrac12 y^\top Q y + p^\top \sin y$, the contexts `X_train`, `X_valid`,
-    `X_test`, the optimal `Y_valid`, `Y_test` and their values `J_valid`, `J_test`,
-    and the data's `source`.
-    """
+    r"""One DC3 benchmark (`name` e.g. `"nonconvex-small"`): the problem, whether
+    the objective is $\tfrac12 y^\top Q y + p^\top \sin y$ (`nonconvex`), the
+    splits, the optimal `Y` and their values `J`, and the data's `source`."""
 
     name: str
     problem: DC3Problem
@@ -82,18 +73,13 @@ class Dataset:
         return dc3_violation(np.asarray(Y, np.float64), X, P.A, P.G, P.h)
 
     def relative_suboptimality(self, Y, J_star, X=None) -> np.ndarray:
-        """RS of each row, $\\max(0, (J(\\hat y) - J^\\star)/|J^\\star|)$, float64.
-
-        `X` (the contexts) is accepted for the harness's sake and unused: the
-        DC3 objective does not depend on the context.
-        """
+        """RS of each row, $\\max(0, (J(\\hat y) - J^\\star)/|J^\\star|)$, float64
+        (`X` unused: the objective does not depend on the context)."""
         del X
         return np.maximum(0.0, (self.objective(Y) - J_star) / np.abs(J_star))
 
     def test_metrics(self, Y) -> metrics.Metrics:
-        """The test metrics of predictions `Y` for the first `len(Y)` test
-        contexts (all of them, except for solvers too slow to solve 1024 large
-        instances), in float64; the parts are `eq` and `ineq`."""
+        """The float64 test metrics of `Y` for the first `len(Y)` test contexts."""
         P = self.problem
         Y = np.asarray(Y, np.float64)
         n = len(Y)
@@ -108,12 +94,6 @@ class Dataset:
         return {"n_var": P.n_var, "n_eq": P.n_eq, "n_ineq": P.n_ineq}
 
 
-def _solve(problem: DC3Problem, X: np.ndarray, nonconvex: bool) -> np.ndarray:
-    if not nonconvex:
-        return solve_convex(problem, X)
-    return solve_nonconvex(problem, X)
-
-
 def _cached_solutions(path: pathlib.Path, problem, X, nonconvex, label, verbose):
     if path.exists():
         with np.load(path) as f:
@@ -122,7 +102,7 @@ def _cached_solutions(path: pathlib.Path, problem, X, nonconvex, label, verbose)
     if verbose:
         solver = "IPOPT (casadi)" if nonconvex else "OSQP"
         print(f"Solving {len(X)} {label} contexts with {solver}; cached in {path}")
-    Y = _solve(problem, X, nonconvex)
+    Y = (solve_nonconvex if nonconvex else solve_dc3_convex)(problem, X)
     cv = dc3_violation(Y, X, problem.A, problem.G, problem.h)
     if cv.max() > _SOLUTION_TOL:
         raise RuntimeError(
@@ -142,11 +122,8 @@ def load(
     cache_dir: str | pathlib.Path | None = None,
     verbose: bool = True,
 ) -> Dataset:
-    """Generate a DC3 data set (`problem` convex or nonconvex; `size` tiny 20/10/10,
-    small 100/50/50 or large 1000/500/500; `seed` 17 gives the published data) and
-    its optimal validation and test solutions, cached in `cache_dir` (default
-    `benchmarks/_out/dc3`).
-    """
+    """A DC3 data set (`seed` 17 gives the published data) with its optimal
+    solutions, cached in `cache_dir` (default `benchmarks/_out/dc3`)."""
     if problem not in PROBLEMS:
         raise ValueError(f"`problem` must be one of {PROBLEMS}, got {problem!r}.")
     if size not in SIZES:
@@ -189,15 +166,8 @@ def _dataset(name, dc3, nonconvex, splits, solutions, source) -> Dataset:
 
 
 def load_instances(path: str | pathlib.Path, problem: str = "nonconvex") -> Dataset:
-    """Load the paper's exact instances from DC3-layout `.npz` files (see
-    `benchmarks._common.problems.read_paper_instances`).
-
-    The training contexts are drawn afresh from $U[-1, 1]$ (the files hold
-    none), with the DC3 generator's seed 17, so that training never sees the test
-    set.
-
-    **Returns:** a `Dataset` named `"{problem}-paper"`.
-    """
+    """The paper's instances (`read_paper_instances`) as a `Dataset` named
+    `"{problem}-paper"`, with training contexts drawn afresh from $U[-1, 1]$."""
     paper = read_paper_instances(path, problem)
     rng = np.random.RandomState(17)
     X_train = rng.uniform(-1.0, 1.0, size=(7952, paper.problem.n_eq))

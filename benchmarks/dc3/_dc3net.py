@@ -1,24 +1,13 @@
-r"""DC3 (Donti, Rolnick and Kolter, ICLR 2021), a clean-room JAX reimplementation.
+r"""DC3 (Donti, Rolnick and Kolter, ICLR 2021), a clean-room JAX reimplementation
+from the paper's description.
 
-Written from the paper's description of the method, not from any code. For the
-problem $\min_y J(y)$ subject to $A y = x$ and $G y \le h$, DC3 splits the
-variables into $n_\text{var} - n_\text{eq}$ *partial* variables $z$, which the
-network predicts, and $n_\text{eq}$ *dependent* ones, which the equality
-constraints determine:
-
-- **equality completion**: $y_\text{dep} = A_\text{dep}^{-1}(x - A_\text{part} z)$,
-    for a random, well-conditioned choice of dependent columns of $A$;
-- **inequality correction**: a few gradient steps with momentum on
-    $\|\max(G y - h, 0)\|^2$ with respect to $z$, through the completion, each
-    followed by the completion again, so that $A y = x$ holds throughout;
-- **soft loss**: $J(y) + \lambda((1 - f)\|\max(G y - h, 0)\|^2 + f\|A y - x\|^2)$,
-    differentiated through the correction and the completion.
-
-The network is DC3's MLP: two hidden layers of 200 units, each a linear layer,
-batch normalisation, ReLU and dropout. The defaults are DC3's hyperparameters.
-One addition: the dependent columns are redrawn until the correction is stable at
-its fixed step size (see `make_completion`); without it DC3's step of 1e-8 makes
-the correction diverge for some draws on the 1000-variable problem.
+The network predicts the partial variables $z$; the equality completion gives
+$y_\text{dep} = A_\text{dep}^{-1}(x - A_\text{part} z)$; the inequality correction
+takes gradient steps with momentum on $\|\max(G y - h, 0)\|^2$ in $z$; the soft
+loss $J(y) + \lambda((1 - f)\|\max(G y - h, 0)\|^2 + f\|A y - x\|^2)$ is
+differentiated through both. The network is DC3's MLP (linear, batch norm, ReLU,
+dropout) with DC3's hyperparameters. One addition: the dependent columns are
+redrawn until the correction is stable at its step size (`make_completion`).
 """
 
 from __future__ import annotations
@@ -42,11 +31,7 @@ from ._data import Dataset
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(TrainingConfig):
-    """DC3's hyperparameters (every one of them).
-
-    The correction's step size `corr_lr` is 1e-7, as in DC3, except for problems
-    with 1000 or more variables, for which the paper tuned it to 1e-8.
-    """
+    """DC3's hyperparameters (`corr_lr` 1e-8 from 1000 variables, as tuned)."""
 
     hidden: int = 200
     n_hidden_layers: int = 2
@@ -82,15 +67,9 @@ def default_config(data: Dataset) -> Config:
 
 
 class Completion(eqx.Module):
-    r"""The equality completion $y(x, z)$ and the data the correction needs.
-
-    With $D = A_\text{dep}^{-1}$: $y_\text{part} = z$,
-    $y_\text{dep} = D(x - A_\text{part} z)$, so $A y = x$ for every $z$, and the
-    slack is $G y - h = G_z z + G_x x - h$ with
-    $G_z = G_\text{part} - G_\text{dep} D A_\text{part}$, $G_x = G_\text{dep} D$.
-    `order` puts `[z, y_dep]` back in variable order; `A` is kept for the loss's
-    equality residual.
-    """
+    r"""The equality completion $y(x, z)$, $y_\text{dep} = D(x - A_\text{part} z)$
+    with $D = A_\text{dep}^{-1}$, and the slack $G y - h = G_z z + G_x x - h$;
+    `order` puts `[z, y_dep]` back in variable order."""
 
     A_part: jax.Array
     D: jax.Array
@@ -110,18 +89,11 @@ def make_completion(
     corr_lr: float | None = None,
     corr_momentum: float = 0.0,
 ) -> tuple[Completion, dict]:
-    r"""Draw the dependent columns of $A$ and precompute the completion.
-
-    The dependent columns are the first $n_\text{eq}$ of a random permutation,
-    redrawn (at most `max_tries` times) until $A_\text{dep}$'s condition number is
-    at most `max_cond` (default `100 * n_eq`) and, given `corr_lr`, the correction
-    is stable: $\gamma \|G_z\|_2^2 < 1 + \mu$ (heavy ball on a quadratic of Hessian
-    $H \preceq 2 G_z^\top G_z$ converges iff $\gamma \lambda_\max(H) < 2(1 + \mu)$).
-    $\|G_z\|$ follows $A_\text{dep}$'s conditioning (1e4 to 1e5 between draws on the
-    large problem), so a fixed step such as DC3's 1e-8 diverges for some draws.
-    Formed in float64, cast to `dtype`. Returns the `Completion` and facts about it
-    (condition number, $\gamma\|G_z\|^2/(1 + \mu)$, draws, dependent columns).
-    """
+    r"""Draw the dependent columns of $A$ (at most `max_tries` times) until
+    $A_\text{dep}$'s condition number is at most `max_cond` (default `100 * n_eq`)
+    and, given `corr_lr`, the correction is stable, $\gamma \|G_z\|_2^2 < 1 + \mu$
+    (heavy ball on a Hessian $\preceq 2 G_z^\top G_z$). Returns the `Completion`
+    and facts about it."""
     dtype = jnp.result_type(float) if dtype is None else dtype
     A, G, h = problem.A, problem.G, problem.h
     n_eq, n_var = A.shape
@@ -174,11 +146,7 @@ def make_completion(
 
 
 def complete(c: Completion, X: jax.Array, Z: jax.Array) -> jax.Array:
-    """The completed points $Y$ of shape `(n, n_var)` from contexts and partials.
-
-    $y_\\text{dep} = A_\\text{dep}^{-1}(x - A_\\text{part} z)$ for each row, and the
-    rows of `Z` fill the partial variables. Differentiable in `Z` and `X`.
-    """
+    """The completed points $Y$ `(n, n_var)` from contexts `X` and partials `Z`."""
     dep = (X - Z @ c.A_part.T) @ c.D.T
     return jnp.concatenate([Z, dep], axis=1)[:, c.order]
 
@@ -198,13 +166,9 @@ def correct(
     momentum: float,
     eps: float | None = None,
 ) -> jax.Array:
-    r"""DC3's inequality correction of the partial variables `Z` (contexts `X`):
-    gradient descent with momentum on $\|\max(G y(x, z) - h, 0)\|^2$ in $z$, the
-    gradient $2 G_z^\top \max(G y - h, 0)$, $d \leftarrow \mu d + \gamma \nabla$,
-    $z \leftarrow z - d$. With `eps` it stops once the batch's largest violation is
-    at most `eps` (DC3's test time; not differentiable), else it takes exactly
-    `steps` steps (differentiable, for training). Complete the result for $y$.
-    """
+    r"""DC3's inequality correction of `Z`: $d \leftarrow \mu d + \gamma \nabla$,
+    $z \leftarrow z - d$ on $\|\max(G y(x, z) - h, 0)\|^2$; exactly `steps` steps
+    (training), or with `eps` until the batch's violation is at most `eps` (test)."""
     offset = X @ c.G_x.T - c.h[None, :]  # the slack's part that z does not change
 
     def violation(Z):
@@ -237,12 +201,8 @@ def correct(
 
 
 class Network(eqx.Module):
-    """DC3's MLP: each hidden layer is linear, batch norm, ReLU and dropout.
-
-    Batch normalisation uses the batch's statistics in training and the running
-    ones at inference, which are kept outside the module (see `init_network`), so
-    that the module holds only trainable arrays.
-    """
+    """DC3's MLP: each hidden layer is linear, batch norm, ReLU and dropout; the
+    running batch-norm statistics are kept outside the module."""
 
     weights: tuple[jax.Array, ...]
     biases: tuple[jax.Array, ...]
@@ -253,10 +213,8 @@ class Network(eqx.Module):
     eps: float = eqx.field(static=True)
 
     def __call__(self, X, stats, *, train: bool, key=None):
-        """The partial variables for a batch `X` and the running `(mean, variance)`
-        of each hidden layer: with `train`, batch statistics and dropout (needs `key`);
-        else the running statistics, unchanged, and no dropout.
-        """
+        """The partial variables for `X` and the updated running statistics (with
+        `train`: batch statistics and dropout, which needs `key`)."""
         H = X
         new_stats = []
         if train and self.dropout > 0:
@@ -285,14 +243,8 @@ class Network(eqx.Module):
 
 
 def init_network(n_in: int, n_out: int, config: Config, key, dtype):
-    r"""A `Network` and its initial running statistics.
-
-    The linear layers have PyTorch's (and Equinox's) default initialisation: the
-    weights and biases of a layer with fan-in $m$ are uniform on
-    $[-1/\sqrt m, 1/\sqrt m]$. They come from one draw, as on CPU each random
-    call site costs about a second of compilation. Batch norm starts as the
-    identity, with running mean 0 and variance 1.
-    """
+    r"""A `Network` (PyTorch's initialisation, uniform on $[-1/\sqrt m, 1/\sqrt m]$
+    for fan-in $m$, from one draw) and its initial running statistics."""
     width, depth = config.hidden, config.n_hidden_layers
     sizes = [n_in, *[width] * depth, n_out]
     shapes = [((b, a), (b,)) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
@@ -321,13 +273,7 @@ def init_network(n_in: int, n_out: int, config: Config, key, dtype):
 
 
 def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
-    """Draw the completion, train DC3's network on the soft loss, return it.
-
-    Each step draws a batch, predicts $z$, corrects it (`corr_train_steps` steps,
-    differentiated through), completes it and takes an Adam step on the soft loss.
-    Inference runs in eval mode (running batch-norm statistics, no dropout) with
-    up to `corr_test_max_steps` correction steps, stopping at `corr_eps`.
-    """
+    """Draw the completion and train DC3's network on the soft loss."""
     dtype = jnp.result_type(float)
     P = data.problem
     rng = np.random.default_rng(seed)  # draws the completion, then the shuffles

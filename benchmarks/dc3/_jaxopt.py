@@ -1,13 +1,7 @@
-r"""jaxopt's OSQP as the projection layer: the paper's "JAXopt" baseline.
-
-The backbone is the shared MLP (two hidden layers of 200 ReLU units). Its output
-$y_{\text{raw}}$ is projected by solving the QP
-$\min_y \tfrac12\|y - y_{\text{raw}}\|^2$ s.t. $Ay = x$, $Gy \le h$ with
-`jaxopt.OSQP` (tolerance $10^{-3}$, as in the paper), vmapped over the batch and
-differentiated implicitly (jaxopt's OSQP always differentiates through the KKT
-conditions). Training is self-supervised (the mean objective of the projected
-outputs) with the shared loop (`benchmarks._common.training`); the whole model,
-solver included, is one jitted function.
+r"""jaxopt's OSQP as the projection layer, the paper's "JAXopt" baseline: the
+shared MLP, then $\min_y \tfrac12\|y - y_{\text{raw}}\|^2$ s.t. $Ay = x$,
+$Gy \le h$ by `jaxopt.OSQP` (tolerance 1e-3, as in the paper), differentiated
+implicitly; the whole model is one jitted function.
 """
 
 from __future__ import annotations
@@ -29,14 +23,8 @@ _TOL = 1e-3  # the paper's OSQP tolerance for this baseline
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(PaperTrainingConfig):
-    """The hyperparameters of the JAXopt baseline.
-
-    The optimiser is the paper's Pinet configuration (as for the reference
-    method), but the paper trains this baseline for 12 epochs only, "in the
-    interest of training time". `max_time_s` (seconds of training time, `None` for
-    no limit) stops it after the epoch that reaches it, which matters on a CPU.
-    `tol` is OSQP's tolerance and `maxiter` its iteration cap (jaxopt's default).
-    """
+    """The paper's optimiser and its 12 epochs for this baseline; OSQP's `tol`
+    and `maxiter` (jaxopt's default)."""
 
     epochs: int = 12
     tol: float = _TOL
@@ -44,17 +32,14 @@ class Config(PaperTrainingConfig):
 
 
 def default_config(data: Dataset) -> Config:
-    """The hyperparameters of the JAXopt baseline (the same for every data set)."""
+    """The same for every data set."""
     del data
     return Config()
 
 
 def make_projection(A, G, h, tol: float = _TOL, maxiter: int = 4000):
-    r"""A differentiable projection onto $\{y : Ay = x, Gy \le h\}$ by jaxopt.OSQP
-    (absolute tolerance `tol`, `maxiter` iterations), for one `(r, x)`: gradients by
-    jaxopt's implicit differentiation of the KKT conditions at the inexact
-    solution. Returns `project(r, x) -> y`; vmap it for a batch.
-    """
+    r"""`project(r, x) -> y` onto $\{y : Ay = x, Gy \le h\}$ by jaxopt.OSQP, for
+    one `(r, x)`, differentiated implicitly through the KKT conditions."""
     with warnings.catch_warnings():
         # jaxopt warns on import that it is unmaintained; we use it as the paper did.
         warnings.filterwarnings("ignore", "JAXopt is no longer maintained")
@@ -83,9 +68,7 @@ class _Model(eqx.Module):
 
 
 def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
-    """Train the shared backbone through the OSQP projection (`fit_model`); the
-    `Trained`'s `predict` is the whole model jitted on a batch.
-    """
+    """Train the shared backbone through the OSQP projection (`fit_model`)."""
     dtype = jnp.result_type(float)
     P = data.problem
     A, G, h = (jnp.asarray(M, dtype) for M in (P.A, P.G, P.h))

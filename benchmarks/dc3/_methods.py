@@ -1,18 +1,8 @@
 """The registry of methods the DC3 harness can train and evaluate.
 
-Each method is a module with two functions:
-
-- `default_config(data: Dataset) -> Config`: its hyperparameters for a data set,
-    a frozen dataclass (`benchmarks._common.config`); the CLI overrides them with
-    `--set key=value`, and an unknown key is an error;
-- `fit(data: Dataset, config, seed: int, run: Run) -> Trained`: train (or set
-    up) the model, calling `run.set_total(steps)` once, `run.step(loss)` after
-    each optimiser step and `run.validate(predict, epoch)` after each epoch (or
-    every `config.validate_every` epochs), and return a `Trained`; the shared loop
-    `benchmarks._common.training.train_loop` does all this.
-
-Methods compute in JAX's default float dtype (`float32`, or `float64` when the CLI
-runs with `--precision 64`); the data arrive as float64 NumPy arrays.
+Each is a module with `default_config(data) -> Config` and `fit(data, config,
+seed, run) -> Trained` (`benchmarks._common.harness`), computing in JAX's default
+float dtype.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Our method: an MLP followed by `pinet_eqx.Projector`, trained end to end.
 
-The projection is onto $\\{y : A y = x,\\ G y \\le h\\}$ with the context $x$ as the
-`Parameter` `"b"`. The defaults are the paper's configuration (App. B.2): the
-tuned $\\sigma$, 50 iterations, Ruiz equilibration, $\\omega = 1.7$, Adam at 1e-2
-and 50 epochs, with our changes, each measured in `benchmarks/dc3/RESULTS.md`:
-batches of 256 instead of 2048 (eight times the steps for the same epochs), 100
-iterations at inference (App. H.4 shows more test iterations are safe), the
-equality refinement (`Projector(refine=True)`) and, in float32, a 1e-5 margin on
-the inequalities, so that float32 outputs are feasible to the rounding of $y$
-itself. The backward pass is `pinet_eqx.ImplicitAdjoint()`'s default, an exact
-active-set solve for these polyhedral sets, in place of the paper's 25 BiCGStab
-steps on the fixed point (`bwd_max_steps` caps its steps).
+The paper's configuration (App. B.2) with our changes, each measured in
+`benchmarks/dc3/RESULTS.md`: batches of 256, 100 iterations at inference, the
+equality refinement, in float32 a 1e-5 margin on the inequalities, and the
+default adjoint (an exact active-set solve) for the paper's 25 BiCGStab steps.
 """
 
 from __future__ import annotations
@@ -33,17 +26,10 @@ from ._data import Dataset
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(pinet_method.PinetConfig):
-    """Our method's hyperparameters (see the module docstring): the projector's
-    (`PinetConfig`; `bwd_max_steps=None` is the exact active-set solve here, the
-    paper's was 25 BiCGStab steps), the refinement, the inequality margin and
-    the optimiser.
-
-    `library_defaults=True` builds `pe.Projector(constraints)` with every library
-    default (sigma, iterations, adjoint, refinement, no margin, no autotuning);
-    the projector settings here are then ignored, except the two keywords of
-    the `train_iterations` ablation: `library_n_iter`, if set, passed as
-    `n_iter`, and `library_polish`, passed as `polish`.
-    """
+    """Our method's hyperparameters. `library_defaults=True` builds
+    `pe.Projector(constraints)` at every library default instead, with only the
+    `train_iterations` ablation's `library_n_iter` (as `n_iter`) and
+    `library_polish` (as `polish`)."""
 
     refine: bool | Literal["auto"] = True
     ineq_margin: float = 0.0
@@ -82,8 +68,7 @@ def make_projector(data: Dataset, config: Config) -> pe.Projector:
 
 
 def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
-    """Set up the projector (and auto-tune it if asked, not with
-    `library_defaults`, as in App. H.2: on validation contexts and normal points),
+    """Set up the projector (auto-tuned if asked, except with `library_defaults`),
     then train the network."""
     dtype = jnp.result_type(float)
     B = data.X_valid[: config.autotune_points]

@@ -1,13 +1,6 @@
-"""The published Pinet (PyPI `pinet-hcnn` 0.2.0) in our harness, as a baseline.
-
-The backbone, loss, optimiser and data are ours and shared with every method; only
-the projection layer is the reference's (`benchmarks._common.reference`), with the
-paper's configuration for the problem (App. B.2): its tuned $\\sigma$, 50
-iterations for training and testing, Ruiz equilibration with 25 iterations,
-$\\omega = 1.7$, 25 backward iterations, Adam at 1e-2 with a constant rate,
-batch 2048 and 50 epochs. Install it with
-`pip install --no-deps pinet-hcnn==0.2.0 beartype`.
-"""
+"""The published Pinet (PyPI `pinet-hcnn` 0.2.0) in our harness, as a baseline:
+our backbone, loss and data, the reference's projection layer at the paper's
+configuration (App. B.2)."""
 
 from __future__ import annotations
 

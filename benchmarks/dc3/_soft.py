@@ -1,11 +1,6 @@
-"""Soft-penalty training, with our projection added only at inference (App. H.4).
-
-The backbone is trained without any projection on
-$J(\\hat y) + \\lambda (\\|A \\hat y - x\\|^2 + \\|\\max(G \\hat y - h, 0)\\|^2)$; at
-test time its output is projected with the same `Projector` as `pinet` uses, so
-the constraint violation is the same and only the suboptimality differs. The
-paper calls this "Pinet-inf" and measures 10x the RS of training through the
-projection.
+"""Soft-penalty training, with our projection added only at inference (App. H.4,
+"Pinet-inf"): the backbone is trained on
+$J(\\hat y) + \\lambda (\\|A \\hat y - x\\|^2 + \\|\\max(G \\hat y - h, 0)\\|^2)$.
 """
 
 from __future__ import annotations

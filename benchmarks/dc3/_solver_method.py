@@ -1,26 +1,9 @@
-r"""The `solver` baseline: a classical solver, one context at a time, no training.
+"""The `solver` baseline: a classical solver, one context at a time, no training.
 
-Convex problem: OSQP (Stellato et al., 2020) on
-$\min_y \tfrac12 y^\top Q y + p^\top y$ s.t. $A y = x$, $G y \le h$, in one of two
-modes (config `"mode"`):
-
-- `"normal"` (the paper's "Solver"): a fresh OSQP setup, factorisation included,
-    and a cold solve for every context.
-- `"parametric"` (the paper's "Solver†"): one setup during "training"; each
-    context only updates the bounds of $A y = x$ and is warm-started from the
-    previous solution.
-
-Both use OSQP's defaults except the tolerances `eps_abs = eps_rel = eps` (default
-1e-5, OSQP's own default being 1e-3) and no polishing.
-
-Non-convex problem: IPOPT through casadi with its default tolerance (1e-8) and
-the exact Hessian, built once with the context as the NLP's parameter and started
-from $A^+ x$ (see `benchmarks.dc3._solvers.NonconvexIpopt`; the `"slack"`
-formulation by default).
-
-Solving 1024 contexts many times is slow, so the harness times the batch a few
-times, on a subset of the contexts where the config says so, and scales the
-times to the full batch (`benchmarks._common.timing.InferenceTiming`).
+Convex: OSQP (tolerances `eps`, no polishing), either `"normal"` (the paper's
+"Solver": a fresh setup and cold solve per context) or `"parametric"` ("Solver†":
+one setup, each context updating the bounds, warm-started). Non-convex: IPOPT
+(`_solvers.NonconvexIpopt`) at its default tolerance 1e-8, from $A^+ x$.
 """
 
 from __future__ import annotations
@@ -42,8 +25,7 @@ MODES = ("normal", "parametric")
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OsqpConfig(SolverConfig):
-    """OSQP on the convex problem: the `mode` (see the module docstring) and the
-    tolerances `eps_abs = eps_rel = eps`."""
+    """OSQP's `mode` and tolerances `eps_abs = eps_rel = eps`."""
 
     mode: Literal["normal", "parametric"] = "normal"
     eps: float = 1e-5
@@ -51,22 +33,14 @@ class OsqpConfig(SolverConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class IpoptConfig(SolverConfig):
-    """IPOPT on the non-convex problem: its tolerance and formulation (see
-    `benchmarks.dc3._solvers.NonconvexIpopt`)."""
+    """IPOPT's tolerance and formulation (`_solvers.NonconvexIpopt`)."""
 
     tol: float = 1e-8
     formulation: Literal["auto", "full", "slack"] = "auto"
 
 
 def default_config(data: Dataset) -> OsqpConfig | IpoptConfig:
-    """The solver's settings and how to time it on `data`.
-
-    Timing solves `timing_batch_rows` contexts of the batch (`None`: as many as
-    take about `timing_budget_s` seconds at the average solve time seen so far,
-    at least 8) and scales the time to the batch; `timing_repeats` caps the timed
-    repeats of the batch. `test_rows` limits the test metrics to the first rows
-    of the test set (`None`: all).
-    """
+    """The solver's settings and how to time and score it on `data`."""
     # A large instance takes 0.5-3.5 s: the test metrics use the first 128.
     test_rows = 128 if data.problem.n_var >= 1000 else None
     if data.nonconvex:
@@ -75,7 +49,7 @@ def default_config(data: Dataset) -> OsqpConfig | IpoptConfig:
 
 
 def _osqp_solver(data: Dataset, config: OsqpConfig):
-    """`make_solve(stats)` for OSQP (see `benchmarks._common.solvers.fit_solver`)."""
+    """`make_solve(stats)` for OSQP (`benchmarks._common.solvers.fit_solver`)."""
     import scipy.sparse as sp
 
     P = data.problem
@@ -148,12 +122,7 @@ def _ipopt_solver(data: Dataset, config: IpoptConfig, info: dict):
 
 
 def fit(data: Dataset, config, seed: int, run: Run) -> Trained:
-    """Build the solver (the "training" time) and return its predictors.
-
-    `predict(X)` solves each row of `X` in turn; `predict_single(x)` solves one.
-    Both take and return float64 NumPy arrays. `info` holds the mode and running
-    statistics: average iterations and seconds per solve, statuses, failures.
-    """
+    """Build the solver (the "training" time) and return its predictors."""
     del seed  # deterministic
     if data.nonconvex:
         info = {"solver": "ipopt (casadi)"}

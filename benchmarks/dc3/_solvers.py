@@ -1,29 +1,15 @@
-r"""Reference solvers for the DC3 problems: OSQP (convex) and IPOPT (non-convex).
+r"""IPOPT, the reference solver of the non-convex DC3 problem (the convex one's is
+`pinet_eqx.problems.solve_dc3_convex`, OSQP).
 
-The non-convex problem $\min_y \tfrac12 y^\top Q y + p^\top \sin y$ subject to
-$A y = x$, $G y \le h$ is solved by IPOPT (through casadi, an optional dependency)
-with the exact Hessian, from the minimum-norm feasible point $A^+ x$. The NLP is
-built once with the context $x$ as its parameter, so each solve only changes it.
-
-Two equivalent formulations are available:
-
-- `"full"`: the variables $y$ and the constraints as written; the Hessian of the
-    Lagrangian is the diagonal $Q - \mathrm{diag}(p \odot \sin y)$, and IPOPT
-    factorises a KKT system with the dense $A$ and $G$.
-- `"slack"`: when $G$ has as many rows as the null space of $A$ has dimensions
-    (as in every DC3 problem) and $K = [A; G]$ is invertible, the inequality values
-    $w = G y$ are the variables: $y = K^{-1} [x; w]$ is an affine bijection between
-    $w \in \mathbb{R}^{n_{ineq}}$ and the feasible affine subspace, the equality
-    constraints hold by construction and the inequalities become the bounds
-    $w \le h$, which IPOPT keeps strictly (it never needs slack variables or a
-    constraint Jacobian). The NLP and its local minima are the same; only IPOPT's
-    linear algebra shrinks to a dense system of size $n_{ineq}$, which is much
-    faster on the large problem. Its dense
-    Hessian $B^\top D B$, with $B = K^{-1}[0; I]$ and
-    $D = \mathrm{diag}(q - p \odot \sin y)$, is computed by two symmetric rank-k
-    updates in a casadi callback.
-
-`"auto"` (the default) takes `"slack"` where it applies and `"full"` elsewhere.
+IPOPT (through casadi) solves $\min_y \tfrac12 y^\top Q y + p^\top \sin y$ s.t.
+$A y = x$, $G y \le h$ with the exact Hessian from $A^+ x$, the NLP built once
+with $x$ as its parameter, in one of two equivalent formulations: `"full"` (the
+problem as written) or `"slack"`, where $K = [A; G]$ is square and invertible (as
+in every DC3 problem): the variables are $w = G y$, $y = K^{-1} [x; w]$, the
+inequalities become the bounds $w \le h$ and the dense Hessian $B^\top D B$
+($B = K^{-1}[0; I]$, $D = \mathrm{diag}(q - p \odot \sin y)$) comes from a casadi
+callback; much faster on the large problem. `"auto"` takes `"slack"` where it
+applies.
 """
 
 from __future__ import annotations
@@ -34,7 +20,7 @@ import time
 import numpy as np
 import scipy.linalg
 
-from pinet_eqx.problems import DC3Problem, solve_dc3_convex
+from pinet_eqx.problems import DC3Problem
 
 # Per large (1000/500/500) instance on a 2-core CPU, "full" took about 8 s and
 # "slack" about 0.6 s (30 and 12 ms on the small problem).
@@ -49,11 +35,6 @@ _CASADI_MISSING = (
 _SLACK_MAX_COND = 1e10
 
 
-def solve_convex(problem: DC3Problem, X: np.ndarray) -> np.ndarray:
-    """Optimal solutions of the convex problem for each row of `X` (OSQP, 1e-9)."""
-    return solve_dc3_convex(problem, X)
-
-
 def _import_casadi():
     try:
         import casadi
@@ -63,13 +44,8 @@ def _import_casadi():
 
 
 def _hessian_callback(casadi, B: np.ndarray, C: np.ndarray, q, p):
-    """A casadi `Function` for the Hessian of the Lagrangian in the slack variables.
-
-    With $y = B w + C x$ it returns the upper triangle of
-    $\\sigma B^\\top \\mathrm{diag}(q - p \\odot \\sin y) B$ ($\\sigma$ is IPOPT's
-    objective factor; there are no constraint rows), faster than casadi
-    differentiating the dense products itself.
-    """
+    """A casadi `Function` for the upper triangle of the Lagrangian's Hessian in
+    the slack variables, $\\sigma B^\\top \\mathrm{diag}(q - p \\odot \\sin y) B$."""
     # Measured on a 2-core CPU: casadi's own Hessian took 4.8 s per large solve,
     # ten times this callback's.
     from scipy.linalg.blas import dsyrk
@@ -149,12 +125,9 @@ def pick_formulation(problem: DC3Problem, formulation: str = "auto") -> str:
 
 @dataclasses.dataclass
 class IpoptResult:
-    r"""One IPOPT solve: the point `y`, the multipliers `lam_eq`, `lam_ineq` with
-    $\nabla J(y) + A^\top \lambda + G^\top \mu = 0$ at a KKT point (with the
-    `"slack"` formulation, $\lambda$ by least squares from that equation and $\mu$
-    IPOPT's multiplier of $w \le h$), `success`, `status`, `iterations`, `seconds`
-    and the `kkt` residuals (`kkt_residuals`).
-    """
+    r"""One IPOPT solve: `y`, the multipliers with
+    $\nabla J(y) + A^\top \lambda + G^\top \mu = 0$ at a KKT point, IPOPT's
+    status and the `kkt` residuals (`kkt_residuals`)."""
 
     y: np.ndarray
     lam_eq: np.ndarray
@@ -167,12 +140,9 @@ class IpoptResult:
 
 
 class NonconvexIpopt:
-    r"""IPOPT for the non-convex DC3 problem with the exact Hessian, built once
-    with $x$ as the NLP's parameter and solved per context; see the module docstring
-    for the `formulation`s. `tol` `None` keeps IPOPT's 1e-8; `exact_bounds` sets
-    `bound_relax_factor` to 0 so that points satisfy $G y \le h$ to rounding (IPOPT
-    otherwise relaxes bounds by 1e-8, leaving violations of about 1e-7).
-    """
+    """IPOPT for the non-convex DC3 problem (see the module docstring); `tol`
+    `None` keeps IPOPT's 1e-8; `exact_bounds` satisfies $G y \\le h$ to rounding
+    (IPOPT otherwise relaxes bounds by 1e-8)."""
 
     def __init__(
         self,
@@ -291,16 +261,9 @@ class NonconvexIpopt:
 
 
 def kkt_residuals(problem: DC3Problem, y, x, lam_eq, lam_ineq) -> dict:
-    r"""The KKT residuals of one point of the non-convex problem, in the $\infty$-norm.
-
-    With the Lagrangian $J(y) + \lambda^\top (A y - x) + \mu^\top (G y - h)$ these
-    are the stationarity $\|\nabla J(y) + A^\top \lambda + G^\top \mu\|$, the
-    primal violation, the dual violation $\|\max(-\mu, 0)\|$ and the
-    complementarity $\|\mu \odot (G y - h)\|$.
-
-    **Returns:** a dict with keys `stationarity`, `primal`, `dual`,
-    `complementarity`.
-    """
+    r"""The KKT residuals of one point in the $\infty$-norm: `stationarity`
+    $\|\nabla J(y) + A^\top \lambda + G^\top \mu\|$, `primal`, `dual`
+    $\|\max(-\mu, 0)\|$ and `complementarity` $\|\mu \odot (G y - h)\|$."""
     P = problem
     y, x = np.asarray(y, np.float64), np.asarray(x, np.float64)
     grad = np.diag(P.Q) * y + P.p * np.cos(y)
@@ -329,15 +292,9 @@ def solve_nonconvex(
     ipopt_options: dict | None = None,
     kkt_tol: float = 1e-6,
 ) -> np.ndarray:
-    r"""Local optima of the non-convex problem for each row of `X` by IPOPT (see
-    `NonconvexIpopt`), from $A^+ x$.
-
-    A solve counts only if IPOPT reports success and the stationarity residual in
-    $y$ (`kkt_residuals`) is at most `kkt_tol`; a context the `"slack"` formulation
-    misses is solved again with `"full"`. Returns the float64 solutions; raises
-    `ImportError` without casadi and `RuntimeError` naming the first unsolved
-    context.
-    """
+    """Local optima of the non-convex problem for each row of `X` by IPOPT. A
+    solve counts if IPOPT succeeds with stationarity at most `kkt_tol`; a context
+    `"slack"` misses is solved again with `"full"`; else `RuntimeError`."""
     from tqdm.auto import tqdm
 
     X = np.asarray(X, dtype=np.float64)

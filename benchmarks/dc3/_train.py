@@ -43,11 +43,9 @@ def train(
     quiet: bool = False,
     **options,
 ) -> tuple[dict, pathlib.Path, Trained]:
-    """Train `method` (a key of `_methods.METHODS`) on the `problem`/`size` data
-    set (`_data.load`, generator seed `data_seed`) and write its results; with
-    `instances` (the paper's `.npz` folder) also evaluate on those. `options` as for
-    `_common.harness.train_and_save`, which gives the return value.
-    """
+    """Train `method` on the `problem`/`size` data set (generator seed
+    `data_seed`) and write its results (`_common.harness.train_and_save`, with
+    `options`); with `instances` (the paper's `.npz` folder), also score those."""
     start = time.perf_counter()
     data = _data.load(
         problem, size, seed=data_seed, cache_dir=cache_dir, verbose=not quiet

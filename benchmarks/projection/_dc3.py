@@ -1,12 +1,5 @@
-"""The DC3 polytopes of the projection benchmark (`--family dc3`, the default).
-
-Both layers project a batch of points $y_{raw} \\sim N(0, I)$ onto
-$\\{y : A y = x,\\ G y \\le h\\}$, where the context $x$ changes per instance (for
-us it is `pe.Parameter("b")`), with the paper's configurations (see the package
-docstring). The constraint violation (CV) is computed here, in float64 NumPy and
-in the original coordinates: the largest over instances of
-$\\max(\\|A y - x\\|_\\infty, \\|\\max(G y - h, 0)\\|_\\infty)$.
-"""
+"""The DC3 polytopes of the projection benchmark (`--family dc3`, the default);
+see the package docstring."""
 
 from __future__ import annotations
 
@@ -173,9 +166,8 @@ def measure(size: str, args) -> dict:
     repeats = args.repeats
     if size == "large" and args.precision[0] == "f64":
         repeats = min(repeats, args.repeats_large_f64)
-    cap = 2000 if size == "small" else 1000
     fam = DC3Family(size, args.batch)
-    return _families._run(fam, args.precision[0], repeats, cap, fam.sigma)
+    return _families._run(fam, args.precision[0], repeats, fam.sigma)
 
 
 def details(args, results: list[dict]) -> str:

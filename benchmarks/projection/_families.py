@@ -1,37 +1,18 @@
-r"""Two more problem families for `benchmarks/projection.py`, against the reference.
+r"""Two more problem families for the projection benchmark, against the reference.
 
-- `soc`: the second-order-cone projection of the paper's App. B.4. With
-  $y = (y_1, y_2)$, $y_1 \in \mathbb{R}^{d_1}$, $y_2 \in \mathbb{R}^{d_2}$, project
-  $y_{raw} \sim N(0, I)$ onto
-  $\{y : A y_1 + y_2 = b,\ \|y_{2,:-1}\|_2 \le y_{2,-1}\}$. The matrix
-  $A \sim U[-1, 1]^{d_2 \times d_1}$ is fixed; $b$ changes per instance and is
-  generated as in O'Donoghue et al. (2016, §6.6): $z \sim U[-1, 1]^{d_2}$,
-  $y_1^\star \sim U[-1, 1]^{d_1}$, $b = A y_1^\star + \Pi_{\mathcal{K}}(z)$. Sizes
-  $(d_1, d_2) = (25, 25)$ (small) and $(500, 500)$ (large).
-- `ax`: a per-instance equality matrix, $\{y : E(x) y = b(x),\ -1 \le y \le 1\}$
-  with $E(x) = E_0 + 0.1 N(0, 1)$, $E_0 \sim N(0, 1)^{m \times d}$, and
-  $b(x) = E(x) y_f$, $y_f \sim U[-0.5, 0.5]^d$ (so the set is not empty). Sizes
-  $(d, m) = (100, 50)$ (small) and $(1000, 500)$ (large).
+- `soc`: the App. B.4 cone, $\{y : A y_1 + y_2 = b,\ \|y_{2,:-1}\|_2 \le y_{2,-1}\}$,
+  $A \sim U[-1, 1]^{d_2 \times d_1}$ fixed, $b$ per instance as in O'Donoghue et
+  al. (2016, §6.6) (`soc_batch`); $(d_1, d_2) = (25, 25)$ and $(500, 500)$.
+- `ax`: $\{y : E(x) y = b(x),\ -1 \le y \le 1\}$, $E(x) = E_0 + 0.1 N(0, 1)$ and
+  $b(x) = E(x) y_f$, $y_f \sim U[-0.5, 0.5]^d$; $(d, m) = (100, 50)$ and
+  $(1000, 500)$.
 
-Ours: `pe.Projector([pe.Equality([A I], Parameter("b")), pe.SecondOrderCone(S, f=e)])`
-with $S$ selecting $y_{2,:-1}$ and $e$ the last unit vector, and
-`pe.Projector([pe.Equality(Parameter("E", shape=(m, d)), Parameter("b")),
-pe.Box(-1, 1)])`. The reference (`pinet-hcnn` 0.2.0): its non-linear `SOCType`
-path and its `var_a_mat=True` path (`benchmarks/_common/reference.py`). On both
-paths the reference cannot equilibrate, so ours runs twice: with its defaults
-(`sigma="auto"`, equilibrated), and as "ours-same", the reference's own iteration
-(the reference's sigma, `equilibrate=False`), which isolates the cost of one
-iteration.
-
-Each family, size and precision gets the DC3 section's three timings (same jitted,
-warmed-up, interleaved method, `benchmarks/projection/_measure.py`) plus an accuracy
-check against an independent ground truth: cvxpy + Clarabel on the first
-`N_TRUTH` instances of the batch, polished by Newton's method on the KKT system of
-the active constraints (Clarabel alone stops near 1e-7 on the cone).
-
-Run through `python -m benchmarks.projection --family soc` (or `ax`); the results
-go to the family's record in `benchmarks/projection/records/`, rendered to
-`benchmarks/projection/RESULTS.md`.
+The reference runs its non-linear `SOCType` path and its `var_a_mat=True` path,
+neither of which equilibrates, so ours runs at its defaults and as "ours-same",
+the reference's own iteration (its sigma, `equilibrate=False`). Beside the DC3
+section's timings, each is checked against cvxpy + Clarabel on the first
+`N_TRUTH` instances, polished by Newton's method on the KKT system of the active
+constraints (Clarabel alone stops near 1e-7 on the cone).
 """
 
 from __future__ import annotations
@@ -89,10 +70,7 @@ SIGMA = {"soc": 0.5, "ax": 0.3}
 
 def soc_truth(E, b, y, d1: int):
     """The projection of `y` onto $\\{z : E z = b,\\ \\|z_{d_1:-1}\\| \\le z_{-1}\\}$
-    (float64): cvxpy + Clarabel, then Newton's method on the KKT system.
-
-    **Returns:** the projection, its KKT residual and its VJP (see `_polish_soc`).
-    """
+    by Clarabel and Newton's method: the point, its KKT residual and its VJP."""
     import cvxpy as cp
 
     d = E.shape[1]
@@ -203,12 +181,8 @@ class AxFamily:
 
 
 def _polish_box(E, b, y, z):
-    """Exact projection by a primal-dual active-set method from Clarabel's z.
-
-    With the bounds in the active set fixed, the rest is an affine projection;
-    the set is updated from the violated bounds and the wrong-signed multipliers
-    until the KKT conditions hold. Returns z, the KKT residual and the VJP.
-    """
+    """Exact projection by a primal-dual active-set method on the bounds from
+    Clarabel's z: z, the KKT residual and the VJP."""
     upper, lower = z > 1 - 1e-6, z < -1 + 1e-6
     for _ in range(100):
         active = upper | lower
@@ -328,16 +302,15 @@ def _ground_truth(fam) -> dict:
 # ---------------------------------------------------------------- measurement
 
 
-def _run(fam, precision: str, repeats: int, search_cap: int, sigma: float) -> dict:
-    """All measurements for one family, size and precision; `sigma` is the
-    reference's (also used by our `ours_same` variant, for the families with
-    `same`). A family with a `truth` (not DC3) is also checked against it: the
-    error of every output and gradient, and the converged accuracy (d)."""
+def _run(fam, precision: str, repeats: int, sigma: float) -> dict:
+    """All measurements for one family, size and precision at the reference's
+    `sigma` (also `ours_same`'s); a family with a `truth` is checked against it."""
     import jax.numpy as jnp
 
     import pinet_eqx as pe
 
     tol = TOLERANCE[precision]
+    search_cap = 2000 if fam.size == "small" else 1000
     dtype = jnp.float64 if precision == "f64" else jnp.float32
     tag = f"[{fam.name} {fam.size} {precision}]"
     res = dict(
@@ -623,8 +596,7 @@ def measure(size: str, args) -> dict:
     repeats = args.repeats
     if size == "large":
         repeats = min(repeats, args.repeats_large_f64)
-    cap = 2000 if size == "small" else 1000
-    return _run(fam, args.precision[0], repeats, cap, args.sigma)
+    return _run(fam, args.precision[0], repeats, args.sigma)
 
 
 def details(args, results: list[dict]) -> str:

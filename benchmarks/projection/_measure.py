@@ -1,10 +1,6 @@
-"""What every family of the projection benchmark measures the same way.
-
-The settings the comparison shares with the reference, the interleaved timing of
-jitted calls, the search for the smallest iteration count that reaches a
-tolerance, the backward-pass statistics, and the worker processes (one per
-precision).
-"""
+"""What every family of the projection benchmark measures the same way: shared
+settings, timing, the search for the iterations to a tolerance, the backward pass
+and the worker processes."""
 
 from __future__ import annotations
 
@@ -52,8 +48,8 @@ def fmt_t(s: dict) -> str:
 
 
 def bwd_table(results: list[dict]) -> str:
-    """Table c), forward + VJP, of `results`; with each gradient's error from
-    the exact Jacobian too where the family has a ground truth."""
+    """Table c), forward + VJP (with the errors from the exact Jacobian where
+    there is a ground truth)."""
     exact = "grad_exact_ours" in results[0]["bwd"]
     columns = ["size", "prec", "ours ms", "reference ms", "ratio"]
     columns += ["ours BiCGStab all converged"]
@@ -96,12 +92,8 @@ def ours_forward(projector):
 
 
 def ours_advancer(base, Y, P):
-    """`advance(state, k) -> (Y_proj, state)`: `k` more iterations of `base`
-    from `state`, for `search`.
-
-    `state` is `None` on the first call, so that the search starts from the
-    projector's own default starting point, as a one-shot call does.
-    """
+    """`advance(state, k) -> (Y_proj, state)`: `k` more iterations of `base` from
+    `state` (`None`: the projector's own start), for `search`."""
     import jax
 
     steps = {}
@@ -146,13 +138,9 @@ def ref_advancer(ref, Y, P):
 
 
 def search(step_fn, state, cv_fn, tol: float, cap: int) -> dict:
-    """Follow the CV of a resumable solver and find the first iteration <= tol.
-
-    `step_fn(state, k) -> (y, state)` runs `k` more iterations. Steps are single
-    iterations up to 20, then 5% of the count so far, so the count found is at most
-    5% above the smallest. Stops at the tolerance, at `cap`, or on a plateau (no 5%
-    improvement of the best CV over the last half of the iterations, at least 100).
-    """
+    """The first iteration count of `step_fn(state, k) -> (y, state)` whose CV is
+    at most `tol`, within 5% (steps of 5% of the count); stops at `cap` or on a
+    plateau (no 5% gain over the last half of the iterations, at least 100)."""
     k, best, best_k, history = 0, np.inf, 0, []
     while k < cap:
         # Few distinct chunk sizes, since each one is compiled.
@@ -199,16 +187,9 @@ def ours_grad(projector):
 
 
 def backward_stats(proj, ref_grad, args, repeats: int):
-    """Time our implicit VJP (with `proj`'s adjoint, `matched_adjoint`, and with
-    the default `pe.ImplicitAdjoint()`) against the reference's, check whether
-    every BiCGStab solve of the matched one converged, and measure the gradients'
-    relative error from ours unrolled through the same iterations.
-
-    `ref_grad` and our gradients (`ours_grad`) are functions of `args`.
-
-    **Returns:** the measurements, and our jitted gradient functions with the
-    matched and the default adjoint.
-    """
+    """Time our implicit VJP (matched and default adjoints) against `ref_grad`
+    on `args`, check the matched one's convergence and measure the errors from
+    ours unrolled. Returns the measurements and our two gradient functions."""
     import jax
 
     import pinet_eqx as pe
@@ -269,9 +250,8 @@ def header(command: str, provenance: dict, details: str) -> str:
 
 
 def run_workers(precisions, worker_args: list[str], sizes: list[str]) -> list[dict]:
-    """Run one worker process per precision (a fresh process, so that the x64 flag
-    is set before JAX starts) with `worker_args`, and collect their results in
-    (size, precision) order."""
+    """Run one worker process per precision with `worker_args` and collect their
+    results in (size, precision) order."""
     results = []
     for precision in precisions:
         with tempfile.TemporaryDirectory() as tmp:

@@ -6,11 +6,8 @@
     python -m benchmarks.soc train --size large --method scs
     python -m benchmarks.soc report results/soc
 
-`train` writes `OUT/soc-{size}/{label}/seed{seed}/results.json` (every metric, the
-exact configuration, the validation learning curve, inference times, the machine,
-its load average and the command) and `per_instance.csv` (test RS and CV of every
-instance), overwriting an earlier run of the same label and seed. OUT defaults to
-`results/soc`. Methods: see `benchmarks/soc/_methods.py`.
+`train` writes `OUT/soc-{size}/{label}/seed{seed}/results.json` and
+`per_instance.csv` (OUT defaults to `results/soc`). Methods: `_methods.py`.
 """
 
 from __future__ import annotations

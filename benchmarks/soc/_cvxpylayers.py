@@ -1,19 +1,8 @@
-r"""cvxpylayers (JAX interface) as the projection layer: the paper's baseline.
-
-The backbone is the shared MLP; its output $y_{\text{raw}}$ is projected by a
-`cvxpylayers.jax.CvxpyLayer` around the DPP problem
-$\min_y \tfrac12\|y - y_{\text{raw}}\|^2$ s.t. $[A\ I]\, y = b$,
-$\|y_{2,:-1}\| \le y_{2,-1}$, with $y_{\text{raw}}$ and $b$ as parameters, solved
-per instance by diffcp with Clarabel (ECOS, diffcp's default, is not installed)
-and differentiated by diffcp's adjoint. Training uses the shared eager loop
-(`benchmarks._common.training.fit_eager`): the same plan, fresh batches and
-validation points as ours, without jit around the layer.
-
-In the DC3 suite the layer's memory grew with every step, so training runs under
-a time budget (`max_time_s`, default 300 s). On the large size a single
-step would take many minutes: there `epochs` defaults to 0 (the untrained MLP and
-the layer are only timed) and the batch time is extrapolated from
-`timing_batch_rows` instances.
+"""cvxpylayers (JAX interface) as the projection layer, the paper's baseline: the
+shared MLP, then `benchmarks._common.layers.projection_layer` onto the App. B.4
+set, trained by the shared eager loop (`fit_eager`) under a time budget
+(`max_time_s`, 300 s). On the large size a step takes many minutes: there
+`epochs` is 0 and the batch time is extrapolated from `timing_batch_rows` rows.
 """
 
 from __future__ import annotations
@@ -33,11 +22,8 @@ from ._data import SocData
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(TrainingConfig):
-    """The baseline's hyperparameters: ours (`_pinet.Config`) where they mean the
-    same (batch, epochs, Adam at 1e-2 with a cosine decay over the 1000 epochs,
-    which the time budget cuts short), a training-time budget, diffcp's cone
-    solver and how to time and score it (`timing_batch_rows`: time that many
-    rows and scale to the batch; `test_rows`: score the first test rows)."""
+    """Ours (`_pinet.Config`) where they mean the same, a training-time budget,
+    diffcp's cone solver and how to time and score it."""
 
     epochs: int = 1000
     batch_size: int = 128
@@ -53,20 +39,14 @@ class Config(TrainingConfig):
 
 
 def default_config(data: SocData) -> Config:
-    """The small size's defaults; on the large size no training (a step would
-    take many minutes), timed on 32 rows and scored on 64."""
+    """On the large size no training, timed on 32 rows and scored on 64."""
     if data.d1 < 500:
         return Config()
     return Config(epochs=0, timing_batch_rows=32, test_rows=64)
 
 
 def make_projection(A: np.ndarray, solve_method: str = SOLVE_METHOD):
-    r"""A differentiable projection onto the App. B.4 set by cvxpylayers
-    (`benchmarks._common.layers.projection_layer`).
-
-    **Returns:** `project(R, B) -> Y` for batches of raw outputs `R` (B, d1 + d2)
-    and right-hand sides `B` (B, d2); eager (not under `jax.jit`).
-    """
+    """An eager `project(R, B) -> Y` onto the App. B.4 set by cvxpylayers."""
     import cvxpy as cp
 
     A = np.asarray(A, np.float64)

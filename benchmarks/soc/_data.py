@@ -1,20 +1,11 @@
 r"""The second-order-cone programs of the paper's App. B.4, with known optima.
 
-$$\min_{y = (y_1, y_2)} c^\top y_1 \quad\text{s.t.}\quad A y_1 + y_2 = b,\quad
-\|y_{2,:-1}\|_2 \le y_{2,-1},$$
-
-with $A \in \mathbb{R}^{d_2 \times d_1}$, generated as in O'Donoghue et al.
-(2016, §6.6): $A \sim U[-1, 1]^{d_2 \times d_1}$ is fixed for a data set; each
-instance draws $z \sim U[-1, 1]^{d_2}$ and $y_1^\star \sim U[-1, 1]^{d_1}$ and sets
-$y_2^\star = \Pi_{\mathcal{K}}(z)$, $b = A y_1^\star + y_2^\star$ and
-$c = -A^\top (y_2^\star - z)$. Then
-$\lambda = y_2^\star - z = -\Pi_{\mathcal{K}^\circ}(z)$ lies in the (self-dual)
-cone, is orthogonal to $y_2^\star$ and satisfies
-$c + A^\top \lambda = 0$: the KKT conditions hold at $y^\star$, whose objective
-$c^\top y_1^\star$ is the optimal value. The context (the network's input) is
-$x = (b, c)$, of size $d_2 + d_1$.
-
-The optima need no solver. A test checks them against cvxpy + Clarabel.
+$\min c^\top y_1$ s.t. $A y_1 + y_2 = b$, $\|y_{2,:-1}\|_2 \le y_{2,-1}$, generated
+as in O'Donoghue et al. (2016, §6.6): $A \sim U[-1, 1]^{d_2 \times d_1}$ fixed, and
+per instance $z$, $y_1^\star \sim U[-1, 1]$, $y_2^\star = \Pi_{\mathcal{K}}(z)$,
+$b = A y_1^\star + y_2^\star$, $c = -A^\top (y_2^\star - z)$: then
+$\lambda = y_2^\star - z$ satisfies the KKT conditions at $y^\star$, so the optima
+need no solver. The context is $x = (b, c)$.
 """
 
 from __future__ import annotations
@@ -40,12 +31,8 @@ METRICS = (
 
 
 def generate(A: np.ndarray, rng: np.random.Generator, n: int):
-    """`n` instances for the matrix `A`, drawn with `rng`.
-
-    **Returns:** the contexts `X = (b, c)` of shape `(n, d2 + d1)`, the optimal
-    values `J` of shape `(n,)` and the optimal solutions `Y = (y1, y2)` of shape
-    `(n, d1 + d2)`, all float64.
-    """
+    """`n` instances for `A` drawn with `rng`: contexts `X = (b, c)`, optimal
+    values `J` and solutions `Y = (y1, y2)`, float64."""
     d2, d1 = A.shape
     z = rng.uniform(-1.0, 1.0, (n, d2))
     y1 = rng.uniform(-1.0, 1.0, (n, d1))
@@ -55,12 +42,8 @@ def generate(A: np.ndarray, rng: np.random.Generator, n: int):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SocData:
-    """One App. B.4 data set (`name`, e.g. `"soc-small"`): the matrix `A`
-    `(d2, d1)`, validation contexts and optimal values, test contexts, values and
-    solutions, and the data's `source`. There is no fixed training set (`X_train`
-    is `None`): each epoch draws a fresh batch with `sample_train`, as in the
-    paper.
-    """
+    """One App. B.4 data set (`name`, e.g. `"soc-small"`); no fixed training set:
+    each epoch draws a fresh batch with `sample_train`, as in the paper."""
 
     name: str
     A: np.ndarray
@@ -109,8 +92,7 @@ class SocData:
         return (self.objective(Y, X) - J_star) / np.abs(J_star)
 
     def relative_suboptimality(self, Y, J_star, X) -> np.ndarray:
-        """RS of each row, clipped at 0 as in the DC3 suite (a slightly
-        infeasible output may beat the optimum; `signed_rs` keeps the sign)."""
+        """RS of each row, clipped at 0 (`signed_rs` keeps the sign)."""
         return np.maximum(0.0, self.signed_rs(Y, J_star, X))
 
     def violations(self, Y, X) -> tuple[np.ndarray, np.ndarray]:
@@ -128,9 +110,7 @@ class SocData:
         return np.maximum(*self.violations(Y, X))
 
     def test_metrics(self, Y) -> metrics.Metrics:
-        """The test metrics of predictions `Y` for the first `len(Y)` test
-        contexts, in float64; the parts are `eq` and `cone`, and the signed RS is
-        kept."""
+        """The float64 test metrics of `Y` for the first `len(Y)` test contexts."""
         Y = np.asarray(Y, np.float64)
         n = len(Y)
         X, J = self.X_test[:n], self.J_test[:n]
@@ -145,12 +125,8 @@ class SocData:
 
 
 def load(size: str = "small", *, seed: int = 0) -> SocData:
-    """The `size` data set (`"small"`: 25/25, `"large"`: 500/500) for `seed`.
-
-    `A`, the validation and the test instances come from independent streams
-    (`np.random.default_rng([seed, k])`), so the network's seed (which draws the
-    training batches) never reproduces them.
-    """
+    """The `size` data set for `seed`: `A`, validation and test instances from
+    streams (`default_rng([seed, k])`) that the training batches never reproduce."""
     if size not in SIZES:
         raise ValueError(f"`size` must be one of {tuple(SIZES)}, got {size!r}.")
     d1, d2 = SIZES[size]

@@ -1,10 +1,5 @@
-"""The registry of methods the second-order-cone benchmark can run.
-
-Each method has `default_config(data) -> Config` and
-`fit(data, config, seed, run) -> Trained`, as in the DC3 suite
-(`benchmarks/dc3/_methods.py`); the two solver baselines are objects with that
-interface (`"module:attribute"`).
-"""
+"""The registry of methods the second-order-cone benchmark can run (as in the DC3
+suite; the two solver baselines are objects, `"module:attribute"`)."""
 
 from __future__ import annotations
 

@@ -1,35 +1,17 @@
 r"""Our method: an MLP followed by `pinet_eqx.Projector`, trained end to end.
 
-The backbone is the shared one (two hidden layers of 200 ReLU units) on the
-context $x = (b, c)$. The projector (`benchmarks._common.problems.soc_projector`)
-maps its output onto $\{y : [A\ I]\, y = b,\ \|y_{2,:-1}\| \le y_{2,-1}\}$, with
-$b$ as the `Parameter` `"b"`. The loss is the objective $c^\top y_1$, averaged
-over the batch.
+The projector (`benchmarks._common.problems.soc_projector`, with $b$ the
+`Parameter` `"b"`) follows the shared backbone; the loss is the mean of $c^\top y_1$.
+The objective is linear, so the raw outputs drift ever further from the set in
+training: Douglas-Rachford then needs a smaller $\sigma$ and more iterations
+(`benchmarks/soc/RESULTS.md`). Hence $\sigma$ at 1/32 of its automatic value; on
+the small size `tol=1e-4` within 1000 (training) and 2000 (inference) iterations,
+on the large a fixed 200 and 500 (a 20-minute CPU budget); 50 backward BiCGStab
+steps; Adam at 1e-2 with a cosine decay, batches of 128, 1000 epochs.
 
-The objective is linear, so its gradient never vanishes and the raw outputs move
-ever further from the set during training. Douglas-Rachford then needs a smaller
-$\sigma$ (the weight of $\|y - y_{raw}\|^2$) than for points near the set, and
-more iterations as training goes on: `sigma="auto"` leaves violations far above
-the float32 floor where a smaller $\sigma$ does not, and with a fixed iteration
-count some seeds drift to large violations by the end of training
-(`benchmarks/soc/RESULTS.md`). Hence the defaults:
-$\sigma$ at 1/32 of its automatic value; on the small size `tol=1e-4`, each
-instance iterating until its violation and fixed-point residual are at most
-1e-4, capped at 1000 iterations in training and 2000 at inference; on the large
-size a fixed 200 and 500, to fit a 20-minute training budget on a CPU. Ruiz
-equilibration, 50 backward BiCGStab steps, Adam at 1e-2 with a cosine decay,
-batches of 128, 1000 epochs of one fresh batch each. `--set autotune=true` runs
-`pinet_eqx.autotune` first (on normal points, which are not where the trained
-network's outputs lie).
-
-`--set residual_weight=MU` adds $\mu \|y_{raw} - y\|^2$ to the loss (batch mean;
-`residual_stop_gradient` treats $y$ as a constant in it, `residual_margin` $m$
-penalises only $(\|y_{raw} - y\| - m)_+^2$). It keeps the raw outputs near the
-set, so that `sigma="auto"` reaches `tol=1e-4` in few iterations and both
-training and inference are faster; but it costs accuracy for every $\mu$,
-$\sigma$, margin and gradient treatment tried ("Projection-residual penalty" in
-`benchmarks/soc/RESULTS.md`), for reasons not established. Hence it is off by
-default.
+`--set residual_weight=MU` adds $\mu \|y_{raw} - y\|^2$ to the loss (see
+`make_loss`): faster, but less accurate for every setting tried
+("Projection-residual penalty" in `benchmarks/soc/RESULTS.md`), so off by default.
 """
 
 from __future__ import annotations
@@ -52,24 +34,16 @@ from ._data import SocData
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(pinet_method.PinetConfig):
-    """Our configuration (see the module docstring); the defaults are the small
-    size's."""
+    """Our configuration (see the module docstring), the small size's."""
 
     # 1/32 of sigma="auto" (0.095 small, 0.0217 large), see above.
     sigma: float | Literal["auto"] = 0.003
-    # Small: stop each instance at violation and fixed-point residual 1e-4
-    # (the float32 floor here is about 4e-5), within these caps. Large: a
-    # fixed count, to fit a 20-minute training budget on a CPU.
     n_iter: int = 1000
     n_iter_test: int = 2000
-    # Step limit of the implicit backward solve (BiCGStab on the fixed point).
     bwd_max_steps: int | None = 50
-    tol: float | None = 1e-4
-    # mu in the loss c^T y_1 + mu ||y_raw - y||^2 (0: the objective alone);
-    # with residual_stop_gradient, y is a constant in the penalty's gradient.
-    residual_weight: float = 0.0
+    tol: float | None = 1e-4  # the float32 floor here is about 4e-5
+    residual_weight: float = 0.0  # see `make_loss`
     residual_stop_gradient: bool = True
-    # Only the distance beyond this margin is penalised.
     residual_margin: float = 0.0
     epochs: int = 1000
     batch_size: int = 128
@@ -113,15 +87,10 @@ def _apply(d2: int):
 
 
 def make_loss(config: Config, d1: int, d2: int):
-    r"""The training loss $\operatorname{mean}(c^\top y_1 + \mu\, r^2)$ over a batch.
-
-    $r = (\|y_{raw} - y\| - m)_+$, with $y$ the projection of the raw output
-    $y_{raw}$, $\mu$ = `config.residual_weight` and $m$ =
-    `config.residual_margin` (with `config.residual_stop_gradient`, $y$ is
-    a constant in $r$'s gradient). For $\mu = 0$, the objective alone.
-
-    **Returns:** `loss(model, X)`, `X` a batch of contexts $(b, c)$.
-    """
+    r"""`loss(model, X)`, the batch mean of $c^\top y_1 + \mu\, r^2$, with
+    $r = (\|y_{raw} - y\| - m)_+$, $\mu$ = `residual_weight`, $m$ =
+    `residual_margin` ($y$ a constant in $r$'s gradient with
+    `residual_stop_gradient`)."""
     apply = _apply(d2)
     mu = config.residual_weight
 

@@ -1,28 +1,12 @@
 r"""The solver baselines: SCS through CVXPY, and SCS called directly.
 
-Both solve one instance at a time on the CPU, in float64, with SCS's defaults
-except the tolerances `eps_abs = eps_rel = eps` (default 1e-5; SCS's own default
-is 1e-4).
+Both solve one instance at a time in float64 at tolerances `eps` (default 1e-5),
+each row of a batch warm-started from the previous, a single instance cold:
 
-- `cvxpy`, as most users would call it: one DPP-parametrised CVXPY problem with
-    `cp.Parameter`s for $b$ and $c$, built once ("training"); each instance sets
-    the parameters and calls `problem.solve(solver=cp.SCS)`, which re-uses the
-    cached canonicalisation but sets SCS up again.
-- `scs`, as an expert would: the cone program in SCS's own form (variables
-    $y = (y_1, y_2)$; a zero cone for $[A\ I] y = b$, and a second-order cone
-    for $y_2$ reordered with its last entry first) set up once with
-    `scs.SCS(data, cone)`, which factorises once; each instance calls
-    `solver.update(b=..., c=...)` and `solver.solve()`.
-
-Batches are solved in turn, each instance warm-started from the previous one's
-solution (the default of both CVXPY and SCS, which saves SCS iterations). The
-single-instance time is a cold solve: the harness times one instance over and
-over, and a warm start from its own solution would time SCS confirming an
-already-solved problem (0 iterations).
-
-The harness times the batch on as many rows as take about `timing_budget_s`
-seconds and scales it to 1024 rows (recorded as `batch_extrapolated_from`); see
-`benchmarks._common.solvers`.
+- `cvxpy`, as most users would call it: one DPP-parametrised problem, each
+    instance setting $b$, $c$ and calling `problem.solve(solver=cp.SCS)`;
+- `scs`, as an expert would: the cone program in SCS's form, set up (and
+    factorised) once, each instance calling `solver.update(b=..., c=...)`.
 """
 
 from __future__ import annotations
@@ -40,8 +24,7 @@ from ._data import SocData
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(SolverConfig):
-    """SCS's tolerances `eps_abs = eps_rel = eps`, and how to time and score it
-    (`benchmarks._common.config.SolverConfig`)."""
+    """SCS's tolerances `eps_abs = eps_rel = eps`, and how to time and score it."""
 
     eps: float = 1e-5
 
@@ -123,11 +106,8 @@ def _scs_solver(data: SocData, config: Config, stats: SolverStats):
 
 
 class _Method:
-    """One solver baseline, with the interface of a method module.
-
-    On the large size only the first `large_test_rows` test instances are scored
-    (`None`: all).
-    """
+    """One solver baseline as a method; on the large size only the first
+    `large_test_rows` test instances are scored (`None`: all)."""
 
     def __init__(self, name: str, description: str, make_solver, large_test_rows):
         self.name, self.description, self._make_solver = name, description, make_solver
@@ -137,8 +117,7 @@ class _Method:
         return Config(test_rows=None if data.d1 < 500 else self.large_test_rows)
 
     def fit(self, data: SocData, config: Config, seed: int, run: Run) -> Trained:
-        """Set the solver up (the "training" time) and return its predictors
-        (`benchmarks._common.solvers.fit_solver`)."""
+        """Set the solver up and return its predictors (`fit_solver`)."""
         del seed  # deterministic
         info = {
             "solver": self.description,

@@ -20,12 +20,9 @@ def train(
     data_seed: int = 0,
     **options,
 ) -> tuple[dict, pathlib.Path, Trained]:
-    """Train `method` (a key of `_methods.METHODS`) on the `size` data set (small
-    25/25 or large 500/500; `data_seed` seeds `A` and the validation and test
-    instances) and write its results to `out/soc-{size}/{label}/seed{seed}`,
-    overwriting an earlier run. `options` as for `_common.harness.train_and_save`,
-    which gives the return value.
-    """
+    """Train `method` on the `size` data set (`data_seed` seeds `A` and the
+    validation and test instances) and write its results
+    (`_common.harness.train_and_save`, with `options`)."""
     start = time.perf_counter()
     data = _data.load(size, seed=data_seed)
     return train_and_save(
