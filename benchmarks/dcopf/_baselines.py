@@ -1,24 +1,18 @@
 """The training baselines of the DC-OPF suite, where they fit: cvxpylayers and the
 reference (pinet-hcnn).
 
-Each baseline is measured as the training proxy (`_train`) would use it: value
-and gradient of a fixed random weighting of a batch of projections, with
-respect to the raw outputs and the loads' equality right-hand side, at the
-suite's near raw outputs. Its accuracy is the projection's distance to
-Clarabel's (relative infinity norm) and its largest violation, in float64. From
-the step's time the suite's 300 training steps at batch 64 are extrapolated
-(`train_300_steps_s_estimate`, linear in the batch); that is what "fits in
-time" means here (the issue's budget is 10 minutes).
+Each is measured as `_train` would use it: value and gradient of a fixed random
+weighting of a batch of projections at the suite's near raw outputs, with
+respect to them and the loads' right-hand side; its accuracy against Clarabel's
+projection (relative infinity norm) and its violation, in float64; and the
+suite's 300 training steps at batch 64 extrapolated from one step
+(`train_300_steps_s_estimate`; the issue's budget is 10 minutes).
 
-- **cvxpylayers** (`CvxpyLayer` at its defaults: diffcp with SCS), float64,
-  the sparse matrices as cvxpy takes them.
-- **The reference** (`pinet-hcnn` 0.2.0, `pip install --no-deps
-  pinet-hcnn==0.2.0 beartype`), float32, as in the paper: it takes dense
-  matrices only, so the line limits and the generator bounds become one-sided
-  rows of a dense inequality matrix $[C; -C; I; -I]$ (infinite bounds dropped),
-  its Ruiz equilibration on (25 iterations), 50 forward iterations, 25 backward
-  ones, and $\\sigma = 10^{-3}$ (the value the issue found best on the dense
-  design; the reference has no automatic rule).
+- **cvxpylayers**: `CvxpyLayer` at its defaults (diffcp with SCS), float64.
+- **The reference** (`pip install --no-deps pinet-hcnn==0.2.0 beartype`),
+  float32, dense matrices only: the inequalities become one-sided rows
+  $[C; -C; I; -I]$ (infinite bounds dropped), Ruiz equilibration, 50 forward
+  and 25 backward iterations, $\\sigma = 10^{-3}$ (the issue's best).
 """
 
 from __future__ import annotations

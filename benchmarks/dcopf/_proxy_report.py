@@ -1,18 +1,11 @@
-"""The proxy benchmark's report: a committed record, its page and three kinds of
-figures.
-
-From the raw records of `python -m benchmarks.dcopf proxy` in `OUT/proxy/` (large,
-not committed), into `benchmarks/` (committed):
-
-- `dcopf/records/proxy.json`: per grid and variant, each method's test gap
-  (mean, 99th percentile), overloads, residual and time per instance, and the
-  solvers', rendered to `dcopf/RESULTS.md` and the headline of `RESULTS.md`;
-- `figures/dcopf/proxy_gaps_{case}-{variant}.png`: the test gaps, one histogram
-  per method;
-- `figures/dcopf/proxy_week_{case}-{variant}.png`: the held-out week with the
-  most feasible hours, hour by hour: the solver's, our and E2ELR's total cost,
-  and the largest line loading of each;
-- `figures/dcopf/proxy_time.png`: time per instance against the number of buses.
+"""The proxy benchmark's report, from the raw records of `python -m
+benchmarks.dcopf proxy` in `OUT/proxy/` (large, not committed): the committed
+record `dcopf/records/proxy.json` (per grid and variant, each method's and
+solver's gaps, overloads, residual and time) and the figures in
+`figures/dcopf/`: `proxy_gaps_{case}-{variant}.png` (the test gaps),
+`proxy_week_{case}-{variant}.png` (the held-out week with the most feasible
+hours: cost and largest line loading, hour by hour) and `proxy_time.png` (time
+per instance against the number of buses).
 """
 
 from __future__ import annotations
@@ -324,8 +317,8 @@ def record(raw: list[dict], figures: dict[tuple, list[str]]) -> dict:
 
 
 def report(out: pathlib.Path, figures: pathlib.Path = FIGURES) -> list[pathlib.Path]:
-    """Writes the committed record, the figures (into `figures`) and the
-    pages; returns their paths."""
+    """Writes the figures (into `figures`), the committed record and the pages;
+    returns their paths."""
     raw = _records(out, "proxy")
     groups = _groups(raw)
     paths, names = [], {}

@@ -332,11 +332,10 @@ def activsg_record(records: list[dict]) -> dict:
 
 
 def report(out: pathlib.Path, record: bool = False) -> list[pathlib.Path]:
-    """Write `out/dcopf.md`, `out/dcopf_time.png`, with `distances` records
-    `out/dcopf_distances.png`, and, with training records that list their
-    test instances, `out/dcopf_training.png`; returns their paths. With
-    `record`, the distances figure goes to `benchmarks/figures/dcopf/` and their
-    committed record to `benchmarks/dcopf/records/`, and the pages are
+    """Writes `out/dcopf.md` and the figures `out/dcopf_time.png`,
+    `dcopf_distances.png` and `dcopf_training.png` (from what records there
+    are); returns their paths. With `record`, the distances figure goes to
+    `benchmarks/figures/dcopf/`, the committed records are written and the pages
     rendered."""
     records = _records(out, "projection")
     text = "# DC-OPF projection benchmark\n\n" + table(records)

@@ -1,16 +1,11 @@
 """A self-supervised DC-OPF proxy: loads in, dispatch out, feasible by design.
 
-An MLP maps the loads $p_d$ (scaled by the base case) to a correction of the
-base-case dispatch, the projection layer makes it feasible for those loads, and
-the loss is the generation cost from the case's `poly_cost` ($\\sum_g c_{2,g}
-p_g^2 + c_{1,g} p_g$). The test outputs (inference mode) are compared with the
-DC-OPF optimum from Clarabel on the same loads: the optimality gap, and the
-issue's normalised row residual. Training time includes compilation.
-
-On the PEGASE cases every generator costs the same (1 per MW, no quadratic
-term), so every feasible dispatch costs the total load and the optimality gap
-of a feasible output is zero whatever it learnt; the record says so
-(`cost_constant_on_set`).
+An MLP maps the scaled loads to a correction of the base-case dispatch, the
+projection layer makes it feasible, and the loss is the generation cost. The
+test outputs (inference mode) are compared with Clarabel's DC-OPF optimum: the
+optimality gap and the issue's normalised row residual. On the PEGASE cases
+every generator costs 1 per MW, so every feasible dispatch has a zero gap
+whatever it learnt; the record says so (`cost_constant_on_set`).
 """
 
 from __future__ import annotations
@@ -41,12 +36,8 @@ def train(
     distance_weight: float = 0.0,
 ) -> dict:
     """Train the proxy in float32 on this CPU; returns a JSON-able record.
-
-    `distance_weight` > 0 adds that times the mean squared distance from the
-    raw outputs to the layer's, in units of the spread (a recipe beside the
-    paper's: it is zero at the optimum, where the raw output may sit on the
-    set, and keeps the raw outputs from drifting where the cost gives the
-    network no direction; see RESULTS)."""
+    `distance_weight` > 0 adds that times the mean squared distance from the raw
+    outputs to the layer's, in spreads (zero at the optimum)."""
     from tqdm.auto import tqdm
 
     from ._data import dcopf_clarabel
