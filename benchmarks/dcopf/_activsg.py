@@ -24,7 +24,7 @@ import sys
 import numpy as np
 import scipy.sparse as sp
 
-from ._fixture import GridCase, load_saved, save_case
+from ._fixture import GridCase, dc_case, load_saved, save_case
 
 CASES = tuple(f"case_ACTIVSg{n}" for n in ("200", "500", "2000", "10k", "25k", "70k"))
 SCENARIO_CASES = ("case_ACTIVSg200", "case_ACTIVSg2000")
@@ -137,31 +137,15 @@ def load_activsg(name: str) -> ActivsgData:
     B_bus, B_f, p_bus_inj, p_f_inj = _dc_matrices(
         f, t, branch["BR_X"][br], branch["TAP"][br], branch["SHIFT"][br], n_bus
     )
-    n_gen, gen_bus = gen_rows.size, gen_bus_all[gen_rows]
-    A_g = sp.csr_matrix((np.ones(n_gen), (gen_bus, np.arange(n_gen))), (n_bus, n_gen))
-    ref_row = sp.csr_matrix(([1.0], ([0], [n_gen + refs[0]])), (1, n_gen + n_bus))
     rating = branch["RATE_A"][br]
     cost_quad, cost_lin, cost_const = _quadratic_costs(tables, gen_rows, base)
-    case = GridCase(
-        name=name,
-        base_mva=base,
-        n_gen=n_gen,
-        n_bus=n_bus,
-        ref_bus=int(refs[0]),
-        E=sp.vstack([sp.hstack([A_g, -B_bus]), ref_row], format="csr"),
-        C=sp.hstack([sp.csr_matrix((br.size, n_gen)), B_f], format="csr"),
-        f_max=np.where(rating > 0, rating / base, np.inf),
-        f_shift=p_f_inj,
-        p_min=p_min,
-        p_max=p_max,
-        p_d=bus["PD"][kept] / base,
-        p_fixed=bus["GS"][kept] / base + p_bus_inj,
-        cost_quad=cost_quad,
-        cost_lin=cost_lin,
-        gen_bus=gen_bus,
-        branch_from=f,
-        branch_to=t,
-    )
+    case = dc_case(
+        gen_bus_all[gen_rows], int(refs[0]), B_bus, B_f, name=name, base_mva=base,
+        f_max=np.where(rating > 0, rating / base, np.inf), f_shift=p_f_inj,
+        p_min=p_min, p_max=p_max, p_d=bus["PD"][kept] / base,
+        p_fixed=bus["GS"][kept] / base + p_bus_inj, cost_quad=cost_quad,
+        cost_lin=cost_lin, branch_from=f, branch_to=t,
+    )  # fmt: skip
     ids, area, zone = (
         bus[k][kept].astype(np.int64) for k in ("BUS_I", "BUS_AREA", "ZONE")
     )
@@ -202,8 +186,7 @@ def apply_load_changes(
 
     A load change scales all loads of its buses (`bus_group`: the area that
     `CT_TAREALOAD` names) by one factor: `CT_REL` by `newval`, `CT_REP` so their
-    sum becomes `newval`, `CT_ADD` so it grows by `newval`. Other changes raise
-    `ValueError`.
+    sum becomes `newval`, `CT_ADD` so it grows by `newval`; others raise.
     """
     p_d = np.asarray(p_d, dtype=np.float64)
     labels, which = np.unique(chgtab[:, 0], return_inverse=True)
@@ -302,9 +285,7 @@ def save_fixture(
 ) -> None:
     """Writes case_ACTIVSg200 and `n_hours` of its loads from `start` (ISO, 2017)
     to `path`: `save_case`'s keys, `ActivsgData`'s fields, and the hours' rows
-    of the change table, which `load_fixture` applies again (a seventh of the
-    space of the loads).
-    """
+    of the change table (a seventh of the loads' space)."""
     name = "case_ACTIVSg200"
     data = load_activsg(name)
     _, chgtab, group, hours = _scenario(name)

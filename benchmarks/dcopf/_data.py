@@ -26,7 +26,7 @@ import numpy as np
 import osqp
 import scipy.sparse as sp
 
-from ._fixture import GridCase
+from ._fixture import GridCase, dc_case
 
 CASES = ("case30", "case118", "case1354pegase", "case2869pegase", "case9241pegase")
 UNRATED_MVA = 1e4  # the rating given to branches without one
@@ -92,15 +92,6 @@ def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> Grid
     p_bus_inj = np.asarray(p_bus_inj, dtype=np.float64).reshape(-1)[:n_bus]
     p_f_inj = np.asarray(p_f_inj, dtype=np.float64).reshape(-1)[:n_branch]
 
-    A_g = sp.csr_matrix(
-        (np.ones(n_gen), (gen_bus, np.arange(n_gen))), shape=(n_bus, n_gen)
-    )
-    ref_row = sp.csr_matrix(([1.0], ([0], [n_gen + ref_bus])), shape=(1, n_gen + n_bus))
-    E = sp.vstack([sp.hstack([A_g, -B_bus]), ref_row], format="csr")
-    C = sp.hstack([sp.csr_matrix((n_branch, n_gen)), B_f], format="csr")
-    E.eliminate_zeros()
-    C.eliminate_zeros()
-
     # The base-case DC power flow (angles relative to the reference bus).
     theta_pf = np.deg2rad(bus[:, idx_bus.VA])
     theta_pf = theta_pf - theta_pf[ref_bus]
@@ -133,26 +124,15 @@ def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> Grid
             cost_quad[row] = float(cost["cp2_eur_per_mw2"]) * base**2
             cost_lin[row] = float(cost["cp1_eur_per_mw"]) * base
 
-    return GridCase(
-        name=name,
-        base_mva=base,
-        n_gen=n_gen,
-        n_bus=n_bus,
-        ref_bus=ref_bus,
-        E=E,
-        C=C,
-        f_max=f_max,
-        f_shift=p_f_inj,
-        p_min=p_min,
-        p_max=p_max,
-        p_d=bus[:, idx_bus.PD] / base,
-        p_fixed=bus[:, idx_bus.GS] / base + p_bus_inj,
-        cost_quad=cost_quad,
-        cost_lin=cost_lin,
-        gen_bus=gen_bus,
-        branch_from=branch_from,
-        branch_to=branch_to,
-    )
+    case = dc_case(
+        gen_bus, ref_bus, B_bus, B_f, name=name, base_mva=base, f_max=f_max,
+        f_shift=p_f_inj, p_min=p_min, p_max=p_max, p_d=bus[:, idx_bus.PD] / base,
+        p_fixed=bus[:, idx_bus.GS] / base + p_bus_inj, cost_quad=cost_quad,
+        cost_lin=cost_lin, branch_from=branch_from, branch_to=branch_to,
+    )  # fmt: skip
+    case.E.eliminate_zeros()
+    case.C.eliminate_zeros()
+    return case
 
 
 def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:
@@ -187,16 +167,14 @@ def _inequalities(case: GridCase) -> tuple[sp.csr_matrix, np.ndarray]:
 
 
 def dcopf_objective(case: GridCase) -> tuple[sp.dia_matrix, np.ndarray]:
-    """The DC-OPF's cost as `(P, c)`, $\frac12 y^\top P y + c^\top y$ (the
-    angles cost nothing)."""
+    """The DC-OPF's cost $\frac12 y^\top P y + c^\top y$ as `(P, c)`."""
     zeros = np.zeros(case.n_bus)
     quad = np.concatenate([2.0 * case.cost_quad, zeros])
     return sp.diags(quad), np.concatenate([case.cost_lin, zeros])
 
 
 def clarabel_solver(case: GridCase, P, c, p_d: np.ndarray, settings) -> Any:
-    """A Clarabel solver of `min 1/2 y'Py + c'y` over the feasible set of the
-    loads `p_d`, with `settings`."""
+    """A Clarabel solver of `min 1/2 y'Py + c'y` over the set of the loads `p_d`."""
     G, h = _inequalities(case)
     A = sp.vstack([case.E, G], format="csc")
     b = np.concatenate([case.q(p_d), h])

@@ -106,8 +106,7 @@ class GridCase:
 
     def q(self, p_d: np.ndarray) -> np.ndarray:
         """The right-hand side of `E y = q` for the loads `p_d` (`(..., n_bus)`):
-        `p_d + p_fixed`, then 0 for the reference-angle row.
-        """
+        `p_d + p_fixed`, then 0 for the reference-angle row."""
         p_d = np.asarray(p_d, dtype=np.float64)
         if p_d.shape[-1:] != (self.n_bus,):
             raise ValueError(
@@ -122,10 +121,8 @@ class GridCase:
         return np.sum(self.cost_quad * p_g**2 + self.cost_lin * p_g, axis=-1)
 
     def residuals(self, y: np.ndarray, p_d: np.ndarray) -> tuple[float, float]:
-        """How far `y` is from the feasible set for the loads `p_d`, per unit:
-        `(eq, ineq)`, the largest `|E y - q(p_d)|` and the largest violation of the flow
-        limits and generator bounds (0 when they all hold).
-        """
+        """`(eq, ineq)`: the largest `|E y - q(p_d)|` and the largest violation of
+        the flow limits and generator bounds (0 when they hold), per unit."""
         y = np.asarray(y, dtype=np.float64)
         eq = float(np.max(np.abs(self.E @ y - self.q(p_d))))
         flow = self.C @ y
@@ -139,12 +136,22 @@ class GridCase:
         return eq, ineq
 
 
+def dc_case(gen_bus: np.ndarray, ref_bus: int, B_bus, B_f, **fields) -> GridCase:
+    """The `GridCase` of MATPOWER's DC model: `E` from the generators' buses
+    `gen_bus`, $B_{bus}$ and the reference row, `C` from $B_f$ (in the $\\theta$
+    columns); `fields`: the others."""
+    n_bus, n_gen = B_bus.shape[0], len(gen_bus)
+    A_g = sp.csr_matrix((np.ones(n_gen), (gen_bus, np.arange(n_gen))), (n_bus, n_gen))
+    ref_row = sp.csr_matrix(([1.0], ([0], [n_gen + ref_bus])), (1, n_gen + n_bus))
+    E = sp.vstack([sp.hstack([A_g, -B_bus]), ref_row], format="csr")
+    C = sp.hstack([sp.csr_matrix((B_f.shape[0], n_gen)), B_f], format="csr")
+    sizes = dict(n_gen=n_gen, n_bus=n_bus, ref_bus=ref_bus, gen_bus=gen_bus)
+    return GridCase(E=E, C=C, **sizes, **fields)
+
+
 def save_case(case: GridCase, path: str | os.PathLike, **extra: np.ndarray) -> None:
-    """Writes `case` to the compressed `.npz` file `path` that `load_saved` reads:
-    each sparse matrix as its CSR `data`, `indices`, `indptr` and `shape` (keys
-    `E_data`, ...), every other field as an array, and the `extra` arrays beside
-    them (a fixture's own data).
-    """
+    """Writes `case` to the compressed `.npz` file `path` that `load_saved` reads
+    (the matrices as their CSR arrays, `E_data`, ...), with the `extra` arrays."""
     arrays: dict[str, np.ndarray] = {"name": np.array(case.name)}
     for key in _MATRICES:
         matrix = sp.csr_matrix(getattr(case, key))
@@ -160,9 +167,7 @@ def save_case(case: GridCase, path: str | os.PathLike, **extra: np.ndarray) -> N
 
 
 def load_saved(path: str | os.PathLike) -> GridCase:
-    """Reads a `GridCase` written by `save_case` (float64 CSR matrices and arrays,
-    int64 bus indices).
-    """
+    """Reads a `GridCase` written by `save_case` (float64, int64 bus indices)."""
     with np.load(path, allow_pickle=False) as data:
         fields: dict[str, object] = {"name": str(data["name"])}
         for key in _MATRICES:
@@ -183,10 +188,8 @@ def load_saved(path: str | os.PathLike) -> GridCase:
 
 
 def sample_loads(case: GridCase, n: int, rng: np.random.Generator) -> np.ndarray:
-    """`n` random load vectors around the base case: `case.p_d` times one
-    `U(0.85, 1.0)` factor per row and an independent `U(0.95, 1.05)` per bus and
-    row.
-    """
+    """`n` random loads: `case.p_d` times a `U(0.85, 1.0)` factor per row and a
+    `U(0.95, 1.05)` one per bus and row."""
     overall = rng.uniform(0.85, 1.0, size=(n, 1))
     per_bus = rng.uniform(0.95, 1.05, size=(n, case.n_bus))
     return case.p_d[None, :] * overall * per_bus

@@ -69,14 +69,13 @@ def row_residuals(case: GridCase, y, p_d) -> np.ndarray:
 
 
 def max_residuals(case: GridCase, ys, loads) -> np.ndarray:
-    """The largest `row_residuals` of each output of `ys` (for the loads of the
-    same row of `loads`)."""
+    """The largest `row_residuals` of each output of `ys` (loads `loads`)."""
     return np.array([row_residuals(case, y, p_d).max() for y, p_d in zip(ys, loads)])
 
 
 def _solver(case: GridCase, **settings):
-    """`(projector, solve, build_s)`: the set's projector in inference mode,
-    its jitted batch `solve(Y, Q)` and the projector's build time."""
+    """`(projector, solve, build_s)`: the projector in inference mode, its jitted
+    batch `solve(Y, Q)` and its build time."""
     start = time.perf_counter()
     proj = projector(case, inference=True, **settings)
     build_s = time.perf_counter() - start
@@ -197,10 +196,8 @@ def throughput(
     case: GridCase, dtype: str, *, batch: int = 256, repeats: int = 5, seed: int = 0
 ) -> dict:
     """Inference throughput alone, for a machine without Clarabel, OSQP and
-    pandapower (the GPU one, from a saved case): near raw outputs (as in `run`)
-    around our own projection of zero, the build time, the first and the timed
-    batch calls, the share `successful`, the largest float64 violation and
-    normalised residual (in eps32).
+    pandapower (the GPU one): near raw outputs around our own projection of
+    zero, with the share `successful`, the violation and normalised residual.
     """
     rng = np.random.default_rng(seed)
     proj, solve, build_s = _solver(case)
@@ -277,11 +274,10 @@ def distances(
     seed: int = 0,
 ) -> dict:
     """Inference time against the distance of the raw outputs from the set: for
-    each of `SCALES` (times the spread around the DC-OPF optimum) and of `EVEN`
-    (even dispatch), the batch call (`timed_batch`), the host factorisations per
-    instance, the share `successful`, the largest normalised residual (in eps32)
-    and Clarabel's time on the first `n_solver` instances (0: none, the centre
-    then our own projection of zero).
+    each of `SCALES` and `EVEN`, the batch call (`timed_batch`), the host
+    factorisations per instance, the share `successful`, the normalised residual
+    and Clarabel's time on `n_solver` instances (0: none, and the centre is our
+    own projection of zero).
     """
     from pinet_eqx._linalg.host_solve import FACTORISATIONS
 

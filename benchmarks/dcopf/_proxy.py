@@ -114,8 +114,8 @@ def _adam(loss, params, steps: int, lr: float):
 
 
 def fit(
-    model,
-    frozen,
+    params,
+    static,
     loss,
     sample,
     *,
@@ -128,15 +128,14 @@ def fit(
     seed: int,
     desc: str,
 ):
-    """`(best_model, info)`: `_adam` on `loss` over batches `sample(rng)`,
-    `validate(model)` (a gap, lower is better) every `every` steps and after the
-    last, the best network saved to `checkpoint` (unless `None`). Failed steps are
-    skipped (`_host_failure`). `info`: `train_s`, `validate_s`, `first_step_s`,
-    the `history` of `(step, loss, gap)`, `best_step` and the failures.
+    """`(best_model, info)`: `_adam` on `loss` from `params` (the model with
+    `static`) over batches `sample(rng)`, `validate(model)` (lower is better)
+    every `every` steps and after the last, the best saved to `checkpoint`
+    (unless `None`), failed steps skipped (`_host_failure`). `info`: the times,
+    the `history` of (step, loss, gap), `best_step` and the failed steps.
     """
     from tqdm.auto import tqdm
 
-    params, static = eqx.partition(model, pe.trainable_filter(model, frozen))
     step, state = _adam(loss, params, steps, lr)
     rng = np.random.default_rng(seed)
     # The best network so far (gap, params, step), and every validation.
@@ -201,12 +200,8 @@ def _sampler(data: HourlyData, hours: np.ndarray, batch: int, augment: float):
         p_d = data.loads[idx]
         if augment:
             p_d = p_d * np.exp(rng.normal(-0.5 * augment**2, augment, p_d.shape))
-        y_opt = np.nan_to_num(data.y_opt[idx])
-        return (
-            jnp.asarray(p_d, jnp.float32),
-            jnp.asarray(case.q(p_d), jnp.float32),
-            jnp.asarray(y_opt, jnp.float32),
-        )
+        arrays = (p_d, case.q(p_d), np.nan_to_num(data.y_opt[idx]))
+        return tuple(jnp.asarray(a, jnp.float32) for a in arrays)
 
     return sample
 
@@ -271,7 +266,7 @@ def train_proxy(
     )
     sample = _sampler(data, train_hours, batch, augment)
     model, info = fit(
-        model, frozen, loss, sample, steps=steps, lr=lr, validate=validate,
+        params, static, loss, sample, steps=steps, lr=lr, validate=validate,
         every=every, checkpoint=checkpoint, hyperparameters=hyperparameters,
         seed=seed, desc=f"{case.name} {method}",
     )  # fmt: skip
@@ -295,14 +290,11 @@ def load_proxy(path: str | pathlib.Path):
 
 
 def _scored(method, model, data: HourlyData, n_test, repeats) -> dict:
-    """`evaluate` on the test hours (`n_test` of them, evenly spaced, if given),
-    per hour, timed unless `repeats` is 0."""
+    """`evaluate` per hour on `n_test` test hours (evenly spaced; `None`: all)."""
     part = data.test
     if n_test is not None and n_test < part.size:
         part = part[np.linspace(0, part.size - 1, n_test).astype(int)]
-    return evaluate(
-        method, model, data, part, timed=repeats > 0, per_hour=True, repeats=repeats
-    )
+    return evaluate(method, model, data, part, per_hour=True, repeats=repeats)
 
 
 def reevaluate(

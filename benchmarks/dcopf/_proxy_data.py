@@ -53,11 +53,9 @@ STATUSES = dict(solved=SOLVED, infeasible=INFEASIBLE, failed=FAILED, unsolved=UN
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class HourlyData:
-    """One grid (`case`, with `p_min` zero for the `"pmin0"` `variant`), its hourly
-    `loads` (per unit) at `hours`, the `train`, `val`, `test` indices, and per hour
-    the solver's `status` (`UNSOLVED`, `INFEASIBLE`, `FAILED`, `SOLVED`), the
-    float32 optimum `y_opt` and float64 `cost_opt` (NaN unless solved) and
-    Clarabel's `solver_s`.
+    """One grid in one `variant`, its per-unit `loads` at `hours`, the `train`,
+    `val`, `test` indices, and per hour the solver's `status`, optimum `y_opt`
+    (float32) and `cost_opt` (NaN unless solved) and `solver_s`.
     """
 
     case: GridCase
@@ -208,10 +206,8 @@ def hourly_data(
     budget_s: float | None = None,
     stride: int = 1,
 ) -> HourlyData:
-    """The hours of `load_hours(name, variant, fixture=...)` with Clarabel's
-    optima cached under `out` (`fill_cache`, `budget_s`); `stride` keeps every
-    `stride`-th hour (not cached).
-    """
+    """The hours of `load_hours` with Clarabel's optima cached under `out`
+    (`fill_cache`); `stride` keeps every `stride`-th hour (not cached)."""
     case, loads, hours, parts = load_hours(name, variant, fixture=fixture)
     if stride > 1:
         kept = np.arange(0, len(hours), stride)

@@ -12,15 +12,12 @@ loads (`Standardised`), followed by:
 - **MLP with penalties**: the dispatch itself, the loss penalising imbalance,
   bounds and overloads.
 
-Line flows of a dispatch come from the PTDF (`ptdf`): with the reference bus as
-slack, $C y = M (A_g p_g - q)$.
-
 `evaluate` scores a proxy hour by hour: the optimality gap of a dispatch $p$ is
 $(c(p) - c^\star) / |c^\star|$, $c$ the cost without its constant terms and
-$c^\star$ Clarabel's optimum at 1e-8; line flows are the dispatch's DC flows
-(float64), the same for every method; our layer's record also has the issue's
-normalised residual (`_projection.row_residuals`), its `result` flag, and what
-it reports on the hours the solver finds infeasible.
+$c^\star$ Clarabel's optimum at 1e-8; line flows come from the PTDF (`ptdf`,
+the reference bus as slack: $C y = M (A_g p_g - q)$), the same for every
+method; our layer's record also has the issue's normalised residual, its
+`result` flag, and what it reports on the hours the solver finds infeasible.
 """
 
 from __future__ import annotations
@@ -44,8 +41,7 @@ CHUNK = 256  # the issue's batch: inference runs and is timed at this size
 
 
 class Scaling(eqx.Module):
-    """Fixed input and output scalings of a backbone (never trained: they are
-    kept from the optimiser by `frozen`, see `make_model`)."""
+    """Fixed input and output scalings of a backbone (`frozen`: never trained)."""
 
     x_mean: Float[Array, " n_in"]
     x_std: Float[Array, " n_in"]
@@ -65,8 +61,7 @@ class Standardised(eqx.Module):
 
 
 class E2ELR(eqx.Module):
-    """E2ELR's proxy: backbone, sigmoid into the bounds, then the repair to the
-    total load plus the grid's fixed withdrawals."""
+    """E2ELR's proxy: backbone, sigmoid into the bounds, `repair` to the load."""
 
     backbone: Standardised
     p_min: Float[Array, " n_gen"]
@@ -92,8 +87,7 @@ def repair(p, p_min, p_max, demand):
 
 
 def _reduced(case: GridCase) -> tuple[np.ndarray, sp.csc_matrix]:
-    """`(keep, B_red)`: the buses other than the reference one, and $B_{bus}$
-    restricted to them (the reference bus as slack)."""
+    """`(keep, B_red)`: the non-reference buses and $B_{bus}$ restricted to them."""
     keep = np.flatnonzero(np.arange(case.n_bus) != case.ref_bus)
     B_bus = -case.E[: case.n_bus, case.n_gen :]
     return keep, sp.csc_matrix(B_bus[keep][:, keep])
@@ -115,9 +109,8 @@ def injections_matrix(case: GridCase) -> np.ndarray:
 
 
 def center(case: GridCase, mean_load: np.ndarray) -> np.ndarray:
-    """A starting point for the raw outputs, from no solver: the dispatch that
-    shares the mean total load in proportion to each unit's range (E2ELR's
-    repair of the lower bounds), and the DC power flow's angles for it."""
+    """A solver-free centre: the mean total load shared in proportion to each
+    unit's range (`repair` of the lower bounds), and its DC power flow's angles."""
     q = case.q(mean_load)[: case.n_bus]
     p = np.asarray(
         repair(case.p_min, case.p_min, case.p_max, float(np.sum(q))), np.float64
@@ -137,11 +130,9 @@ def make_model(
     key,
     scaling: dict | None = None,
 ):
-    """`(model, frozen)`: the untrained float32 network of `method` for `case`
-    (`depth` hidden layers of `width`), one hour's loads to $y$ (ours) or $p_g$,
-    and its selector for `pe.trainable_filter`; `scaling` as `scalings` gives
-    it (`None`: placeholders, for `pe.load`'s skeleton).
-    """
+    """`(model, frozen)`: the untrained float32 network of `method` (loads to $y$,
+    or to $p_g$) and its selector for `pe.trainable_filter`; `scaling` from
+    `scalings` (`None`: placeholders, for `pe.load`'s skeleton)."""
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {METHODS}, not {method!r}.")
     n_out = case.dim if method.startswith("ours") else case.n_gen
@@ -159,12 +150,8 @@ def make_model(
         net = pe.HardConstrainedNet(backbone, projector(case))
         return net, lambda m: m.backbone.scaling
     if method == "e2elr":
-        model = E2ELR(
-            backbone,
-            jnp.asarray(case.p_min, jnp.float32),
-            jnp.asarray(case.p_max, jnp.float32),
-            jnp.asarray(np.sum(case.p_fixed), jnp.float32),
-        )
+        data = (case.p_min, case.p_max, np.sum(case.p_fixed))
+        model = E2ELR(backbone, *(jnp.asarray(a, jnp.float32) for a in data))
         return model, lambda m: (m.backbone.scaling, m.p_min, m.p_max, m.fixed)
     return backbone, lambda m: m.scaling
 
@@ -194,8 +181,7 @@ def scalings(case: GridCase, method: str, train_loads, train_optima=None) -> dic
 
 
 class Grid(eqx.Module):
-    """The float32 grid data the losses need, passed to the compiled step as
-    arguments (not baked in as constants), and the scales of the losses."""
+    """The float32 grid data and scales of the losses (arguments, not constants)."""
 
     c2: jax.Array
     c1: jax.Array
@@ -210,9 +196,8 @@ class Grid(eqx.Module):
 
     @classmethod
     def of(cls, case: GridCase, scaling: dict) -> Grid:
-        """The arrays of `case`; the cost scale is the cost of the centre
-        dispatch (the mean training load shared in proportion to the ranges),
-        the penalty unit the largest marginal cost there over that scale."""
+        """The arrays of `case`; the cost scale is the `center` dispatch's cost,
+        the penalty unit its largest marginal cost over that scale."""
         p_c = center(case, scaling["x_mean"])[: case.n_gen]
         scale = float(case.cost(p_c))
         marginal = float(np.max(2 * case.cost_quad * p_c + case.cost_lin))
@@ -266,10 +251,10 @@ def _run(predict, data: HourlyData, hours: np.ndarray):
     return cat(ps), cat(ys), cat(results)
 
 
-def _flows(case: GridCase, M: np.ndarray, p: np.ndarray, loads: np.ndarray):
+def _flows(case: GridCase, p: np.ndarray, loads: np.ndarray):
     """`(overload_mw, loading)`: per hour, the largest overload (MW, 0 if none)
     and the largest |flow| / rating, from the dispatch's DC flows."""
-    flow = (p @ injections_matrix(case).T - case.q(loads)[:, :-1]) @ M.T
+    flow = (p @ injections_matrix(case).T - case.q(loads)[:, :-1]) @ _M(case).T
     over = np.maximum(flow - case.flow_upper, 0) + np.maximum(case.flow_lower - flow, 0)
     loading = np.abs(flow + case.f_shift) / case.f_max
     return over.max(axis=1) * case.base_mva, loading.max(axis=1)
@@ -293,14 +278,13 @@ def evaluate(
     data: HourlyData,
     part: np.ndarray,
     *,
-    timed: bool = False,
     per_hour: bool = False,
-    repeats: int = 3,
+    repeats: int = 0,
 ) -> dict:
     """Scores `model` of `method` on the solved hours of `part`: the gaps,
     overloads (MW), imbalance and bound violations and, for our layer, the share
     `successful`, the normalised residual over eps32 and `infeasible_hours`;
-    `timed` adds the time at batch `CHUNK`, `per_hour` each hour's numbers.
+    `repeats` > 0 adds the time at batch `CHUNK`, `per_hour` each hour's numbers.
     """
     case = data.case
     hours = data.solved(part)
@@ -308,7 +292,7 @@ def evaluate(
     p, y, result = _run(predict, data, hours)
     cost = case.cost(p)
     gaps = (cost - data.cost_opt[hours]) / np.abs(data.cost_opt[hours])
-    over, loading = _flows(case, _M(case), p, data.loads[hours])
+    over, loading = _flows(case, p, data.loads[hours])
     demand = case.q(data.loads[hours])[:, :-1].sum(axis=1)
     bounds = np.maximum(p - case.p_max, 0) + np.maximum(case.p_min - p, 0)
     record = dict(
@@ -329,14 +313,14 @@ def evaluate(
         )
     if per_hour:
         p_opt = data.y_opt[hours, : case.n_gen].astype(np.float64)
-        _, opt_loading = _flows(case, _M(case), p_opt, data.loads[hours])
+        _, opt_loading = _flows(case, p_opt, data.loads[hours])
         record["per_hour"] = dict(
             hour=hours.tolist(), gap=gaps.tolist(), cost=cost.tolist(),
             loading=loading.tolist(), opt_cost=data.cost_opt[hours].tolist(),
             opt_loading=opt_loading.tolist(),
             time=[str(t) for t in data.hours[hours]],
         )  # fmt: skip
-    if timed:
+    if repeats > 0:
         record["timing"] = _timed(predict, data, hours, repeats)
     return record
 
@@ -360,13 +344,11 @@ def _infeasible(predict, data: HourlyData, part: np.ndarray, most: int = 64) -> 
         return dict(n_hours=0)
     hours = every[np.linspace(0, every.size - 1, min(most, every.size)).astype(int)]
     _, y, result = _run(predict, data, hours)
-    below_pmin = data.loads[every].sum(1) + data.case.p_fixed.sum() < np.sum(
-        data.case.p_min
-    )
+    total = data.loads[every].sum(1) + data.case.p_fixed.sum()
     return dict(
         n_hours=int(every.size),
         n_run=int(hours.size),
-        below_total_pmin=int(np.sum(below_pmin)),
+        below_total_pmin=int(np.sum(total < np.sum(data.case.p_min))),
         flagged_infeasible=float(np.mean(result == pe.RESULTS.infeasible._value)),
         flagged_max_steps=float(np.mean(result == pe.RESULTS.max_steps_reached._value)),
         successful=float(np.mean(result == pe.RESULTS.successful._value)),
