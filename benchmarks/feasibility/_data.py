@@ -23,9 +23,6 @@ DTYPES = ("float32", "float64")
 TIMING_BATCH = 1024
 
 
-# ---------------------------------------------------------------- the instances
-
-
 def float32_grid(a) -> np.ndarray:
     """`a` rounded to float32, held in float64."""
     return np.asarray(a, np.float64).astype(np.float32).astype(np.float64)
@@ -33,13 +30,11 @@ def float32_grid(a) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class CaseData:
-    r"""One case's instances in float64 NumPy: instance $i$'s set is
-    $\{y : E y = q_i,\ \ell \le C y \le u,\ \|S y\|_2 \le f^\top y\}$ (`name`; `E`
-    `(m, d)`, `q` `(n, m)`; `C` `(k, d)` with `lower`, `upper`, one-sided where
-    infinite; `S` `(s, d)` and `f`, no rows without a cone). The CV and the exact
-    projection use this form; the case's builder makes the `pe.Projector` from
-    `spec`. Also the projector's per-instance `params` (`(n, ...)`), the raw outputs
-    `near` and `far` (`(n, d)`) and how the instances were made (`info`).
+    r"""One case's instances in float64: instance $i$'s set is $\{y : E y = q_i,\
+    \ell \le C y \le u,\ \|S y\|_2 \le f^\top y\}$ (no rows of `S` without a
+    cone), the form of the CV and the exact projection; the projector is built
+    from `spec`, with the per-instance `params`. Also the raw outputs `near` and
+    `far` and how the instances were made (`info`).
     """
 
     name: str

@@ -15,8 +15,6 @@ from ._data import (
     CaseData,
 )
 
-# ------------------------------------------------------------ the record
-
 
 def measure(data: CaseData, floor: dict, arrays: dict, dtype: str) -> dict:
     """The measured CVs, flags and iteration counts of one dtype's outputs."""

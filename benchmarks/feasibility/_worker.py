@@ -16,8 +16,6 @@ from .._common.provenance import log
 from ._cases import CASES
 from ._data import KINDS, ROOT, TIMING_BATCH, CaseData
 
-# -------------------------------------------------------------- the workers
-
 
 def worker(dtype: str, folder: pathlib.Path, names, timing: bool, scale: float):
     """Project every case's raw outputs at the library defaults in `dtype`, time
