@@ -1,20 +1,12 @@
-r"""The timed calls, built the same way for every layer, and their timing.
+r"""The timed calls, built the same way for every layer, their timing, what a
+projector was built as and how outputs and gradients compare (float64 NumPy).
 
-A layer maps a batch `(Y, params)` (raw points (B, n), `params` a dict of
-per-instance parameter values with leading axis B) to the projections (B, n).
-Two calls are timed for each:
-
-- `forward(Y, params) -> X`;
-- `forward_backward(Y, params) -> (loss, (dY, dparams))`, the value and
-  gradient of $\sum_{i,j} W_{ij} X_{ij}$ with respect to the raw points and
-  every parameter, $W$ a fixed random weighting.
-
-Ours are `jax.jit` of the `jax.vmap`-ed projector (the projector closed over,
-as a user writes it); cvxpylayers' layer cannot be jitted (its solves are
-Python-side), so its calls are `jax.value_and_grad` of the eager loss, as a
-user calls it. `time_all` times each call's first call on its own (for ours,
-tracing and compilation included) and then the steady state with
-`benchmarks._common.timing.time_first`.
+A layer maps a batch `(Y, params)` (raw points (B, n), per-instance parameter
+values by name) to its projections. Each has `forward(Y, params) -> X` and
+`forward_backward(Y, params)`, the value and gradient of $\sum_{ij} W_{ij}
+X_{ij}$ ($W$ fixed, random) with respect to the raw points and every
+parameter. Ours are jitted; cvxpylayers' cannot be (its solves are in Python),
+so its calls run eagerly, as a user calls them.
 """
 
 from __future__ import annotations
@@ -25,8 +17,12 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+import pinet_eqx as pe
 
 from .._common.timing import time_first
+from . import _problems
 
 
 def ours(projector, W) -> dict[str, Callable]:
@@ -57,16 +53,9 @@ def build_twice(build: Callable) -> tuple[object, dict]:
 
 
 def cvxpylayers(make: Callable, W, solver_args=None) -> dict:
-    """`forward` and `forward_backward` of a `cvxpylayers.jax.CvxpyLayer`.
-
-    `make()` returns `(problem, y_raw, params, x)`: a fresh cvxpy problem (cvxpy
-    caches its canonicalisation on the problem, so each build gets its own),
-    whose parameters are `y_raw` and the list `params` (passed by name in the
-    calls' dict), and the variable `x`.
-
-    **Returns:** the two calls and `setup_s`, the layer's construction time
-    (`build_twice`).
-    """
+    """`forward`, `forward_backward` and `setup_s` (`build_twice`) of a
+    `CvxpyLayer` of `make() -> (problem, y_raw, params, x)`, a fresh problem each
+    time (cvxpy caches its canonicalisation on it), `params` passed by name."""
     from cvxpylayers.jax import CvxpyLayer
 
     def build():
@@ -100,9 +89,70 @@ def as_jax(inst) -> tuple:
 
 
 def time_all(calls: dict[str, Callable], args: tuple, repeats: int) -> dict:
-    """`benchmarks._common.timing.time_first` of each of `calls` (`name: fn`) on
-    `args`: the first call alone (`first_s`), then one untimed call and `repeats`
-    interleaved ones (seconds), and `load` (the 1-minute load average)."""
+    """`timing.time_first` of each of `calls` (`name: fn`) on `args`."""
     return time_first(
         {n: functools.partial(fn, *args) for n, fn in calls.items()}, repeats
     )
+
+
+def accuracy(problem, inst, X, ref) -> dict:
+    """Outputs `X` against Clarabel's `ref`: `max_abs`, the largest objective
+    difference (`objective_excess`, ours minus Clarabel's), our `violation` and
+    Clarabel's (`ref_violation`)."""
+    excess = _problems.objective(inst, X) - _problems.objective(inst, ref)
+    return {
+        "max_abs": max_abs(X, ref),
+        "objective_excess": float(excess.max()),
+        "violation": float(_problems.violation(problem, inst, X).max()),
+        "ref_violation": float(_problems.violation(problem, inst, ref).max()),
+    }
+
+
+def structure(proj) -> dict:
+    """What a projector was built as: its coordinates, rows, form and iterations."""
+    P = proj.problem
+    return {
+        "n_aux": proj.n_aux,
+        "n_eq": P.n_eq,
+        "n_ineq": P.n_ineq,
+        "n_cone": P.n_cone,
+        "n_boxed": len(P.box_index),
+        "affine_form": type(proj.op).__name__,
+        "n_iter": proj.solver.n_iter,
+    }
+
+
+def inference_solve(proj, args):
+    """The `ProjectionSolution`s of `proj` in inference mode on `(Y, params)`."""
+    infer = proj.with_settings(inference=True)
+    return jax.jit(jax.vmap(lambda y, p: infer.solve(y, **p)))(*args)
+
+
+def iterations(solution) -> dict:
+    """Median and max iterations of a batch of `ProjectionSolution`s, and the
+    number of instances reported successful."""
+    n_iter = np.asarray(solution.n_iter)
+    return {
+        "median": float(np.median(n_iter)),
+        "max": int(n_iter.max()),
+        "successful": int((solution.result == pe.RESULTS.successful).sum()),
+    }
+
+
+def gradient_error(g, g_ref) -> dict:
+    """`max` and `median` over instances of $\\|g_i - g_{ref,i}\\| /
+    \\|g_{ref,i}\\|$, gradient pytrees with leading axis B, all leaves together."""
+
+    def flat(tree):
+        leaves = jax.tree_util.tree_leaves(tree)
+        B = leaves[0].shape[0]
+        return np.concatenate([np.asarray(a).reshape(B, -1) for a in leaves], axis=1)
+
+    a, b = flat(g), flat(g_ref)
+    err = np.linalg.norm(a - b, axis=1) / np.maximum(np.linalg.norm(b, axis=1), 1e-300)
+    return {"max": float(err.max()), "median": float(np.median(err))}
+
+
+def max_abs(X, Y) -> float:
+    """$\\max |X - Y|$ over every entry, in float64."""
+    return float(np.abs(np.asarray(X, np.float64) - np.asarray(Y, np.float64)).max())

@@ -1,30 +1,34 @@
-r"""Target B: what building the sets through cvxpy costs at run time.
+r"""The measurements: target A (speed), target B (overhead) and the forms of
+the partial sum, all float64, every layer's calls built by `_calls`.
 
-- **DC3** (`measure_dc3`): the DC3 polytope as `pe.from_cvxpy([A @ y == b, G @
-  y <= h], y)` and as the hand-built projector of `benchmarks/dc3`, both at the
-  library's defaults, in training and in inference mode.
-- **Native sets** (`measure_native_sets`): the issue's problem (target A) by
-  `pe.from_cvxpy(..., native_sets=True)` (the default: the bounds
-  $-1 \le x \le 1$ become a `Box`, and the epigraph rows of $\|x\|_1 \le r$
-  an `L1NormCone` with cvxpy's epigraph variables eliminated) and by
-  `native_sets=False` (rows and auxiliary coordinates as cvxpy gives them),
-  in both modes.
+`measure_speed` (A), on the issue's problem: `ours_train` (`pe.from_cvxpy` at
+the defaults, training mode: the target's layer), `ours_inference`,
+`cvxpylayers` (its defaults: diffcp with SCS) and `cvxpylayers_clarabel` (the
+reference gradients), timed, their outputs against Clarabel at 1e-10.
 
-Each projector's `forward` and `forward_backward` (`_calls`) run on the same
-batch in the same process, all timed in turns; the outputs of each pair are
-compared (max abs difference) and the ratio of medians is ours-via-cvxpy over
-the baseline. In inference mode the iterations stop at a tolerance, so the
-iterations each projector took are recorded with the times.
+`measure_dc3` and `measure_native_sets` (B): `from_cvxpy` against
+`benchmarks/dc3`'s hand-built projector on the DC3 polytope, and the default
+`native_sets=True` (a `Box`, an `L1NormCone`) against `native_sets=False`
+(cvxpy's rows and auxiliary coordinates) on the issue's problem: both modes
+timed in turns, outputs compared, inference iterations recorded.
+
+`measure_partial_sums`, no timing: `cp.cumsum(x)[:10] <= 0.5` and `L @ x <=
+0.5` define the same set, but cvxpy canonicalises `cumsum` with 30 auxiliary
+variables, which `from_cvxpy` keeps; `cp.sum(x[:15]) <= 0.5` (target A's) is
+one row. For each: the distance to Clarabel's projection and the iterations.
 """
 
 from __future__ import annotations
 
+import jax
+
 import pinet_eqx as pe
 
+from .._common.problems import dc3_projector
 from .._common.provenance import log
-from . import _calls, _inspect, _problems
+from . import _calls, _problems
 
-TARGET_RATIO = 1.2
+TARGET_A, TARGET_B = 0.1, 1.2  # ours / cvxpylayers; from_cvxpy / hand-built
 MODES = ("train", "inference")
 
 
@@ -33,7 +37,7 @@ def measure_dc3(size: str, batch: int, repeats: int) -> dict:
     data = _problems.dc3(size, batch)
     log(f"[B] building DC3 {size} projectors (batch {batch})")
     builders = {
-        "hand_built": lambda: _problems.dc3_hand_built(data),
+        "hand_built": lambda: dc3_projector(data.A, data.G, data.h),
         "from_cvxpy": lambda: _problems.dc3_from_cvxpy(data),
     }
     out = _pairs(builders, data.inst, repeats)
@@ -84,18 +88,130 @@ def _pairs(builders: dict, inst, repeats: int) -> dict:
             a, b = timing[f"{cand}/{mode}/{kind}"], timing[f"{base}/{mode}/{kind}"]
             ratio[f"{mode}/{kind}"] = a["median"] / b["median"]
         X = {n: layers[f"{n}/{mode}"]["forward"](*args) for n in projectors}
-        difference[mode] = _inspect.max_abs(X[base], X[cand])
+        difference[mode] = _calls.max_abs(X[base], X[cand])
     for name, proj in projectors.items():
-        iterations[name] = _inspect.iterations(_inspect.inference_solve(proj, args))
+        iterations[name] = _calls.iterations(_calls.inference_solve(proj, args))
     return {
         "batch": inst.batch,
         "repeats": repeats,
         "baseline": base,
         "candidate": cand,
-        "structure": {name: _inspect.structure(p) for name, p in projectors.items()},
+        "structure": {name: _calls.structure(p) for name, p in projectors.items()},
         "setup_s": setup,
         "timing": timing,
         "ratio": ratio,
         "max_abs_difference": difference,
         "inference_iterations": iterations,
     }
+
+
+def measure_partial_sums(batch: int) -> dict:
+    """The accuracy of each form of `_problems.PARTIAL_SUMS` on `batch` instances."""
+    out = {}
+    for partial, description in _problems.PARTIAL_SUMS.items():
+        log(f"[partial sums] {partial}")
+        problem = _problems.issue_problem(partial)
+        inst = _problems.issue_instances(problem, batch)
+        args = _calls.as_jax(inst)
+        proj = pe.from_cvxpy(problem.constraints, problem.x)
+        train_y = jax.jit(jax.vmap(lambda y, p: proj(y, **p)))(*args)
+        solution = _calls.inference_solve(proj, args)
+        ref = _problems.reference(problem, inst)
+        out[partial] = {
+            "description": description,
+            "structure": _calls.structure(proj),
+            "train": _calls.accuracy(problem, inst, train_y, ref),
+            "inference": _calls.accuracy(problem, inst, solution.y, ref),
+            "inference_iterations": _calls.iterations(solution),
+            "batch": batch,
+        }
+    return out
+
+
+def measure_speed(batch: int, repeats: int, clarabel: bool = True) -> dict:
+    """Every measurement of target A on `batch` instances, `repeats` timed
+    repeats; `clarabel=False` leaves out the Clarabel cvxpylayers."""
+    problem = _problems.issue_problem("sum")
+    inst = _problems.issue_instances(problem, batch)
+    args = _calls.as_jax(inst)
+
+    log(f"[A] building from_cvxpy projector and cvxpylayers (batch {batch})")
+    proj, build_s = _calls.build_twice(
+        lambda: pe.from_cvxpy(problem.constraints, problem.x)
+    )
+    layers = {
+        "ours_train": _calls.ours(proj, inst.W),
+        "ours_inference": _calls.ours(proj.with_settings(inference=True), inst.W),
+    }
+
+    def make():
+        prob, y_raw = problem.projection_problem()
+        return prob, y_raw, [problem.b, problem.r], problem.x
+
+    layers["cvxpylayers"] = _calls.cvxpylayers(make, inst.W)
+    if clarabel:
+        layers["cvxpylayers_clarabel"] = _calls.cvxpylayers(
+            make, inst.W, {"solve_method": "Clarabel"}
+        )
+    setup = {"ours": build_s} | {
+        name: layer["setup_s"] for name, layer in layers.items() if "setup_s" in layer
+    }
+
+    calls = {
+        f"{name}/{kind}": layer[kind]
+        for name, layer in layers.items()
+        for kind in ("forward", "forward_backward")
+    }
+    log(f"[A] timing {len(calls)} calls, {repeats} interleaved repeats")
+    timing = _calls.time_all(calls, args, repeats)
+
+    log("[A] accuracy against Clarabel at 1e-10")
+    ref = _problems.reference(problem, inst)
+    outputs = {name: layer["forward"](*args) for name, layer in layers.items()}
+    grads = {
+        name: layer["forward_backward"](*args)[1] for name, layer in layers.items()
+    }
+    accuracy = {
+        name: _calls.accuracy(problem, inst, X, ref) for name, X in outputs.items()
+    }
+    sanity = _calls.max_abs(outputs["ours_inference"], outputs["cvxpylayers"])
+    grad_ref = "cvxpylayers_clarabel" if clarabel else "cvxpylayers"
+    grad_error = {
+        name: _calls.gradient_error(g, grads[grad_ref])
+        for name, g in grads.items()
+        if name != grad_ref
+    }
+    return {
+        "batch": batch,
+        "repeats": repeats,
+        "problem": {
+            "n_var": _problems.N_VAR,
+            "partial": _problems.PARTIAL_SUMS[problem.partial],
+            **_calls.structure(proj),
+            "active_share": _problems.activity(problem, inst, ref),
+        },
+        "setup_s": setup,
+        "timing": timing,
+        "ratio": ratios(timing),
+        "accuracy_vs_clarabel_1e-10": accuracy,
+        "clarabel_1e-8_vs_1e-10": _calls.max_abs(
+            _problems.reference(problem, inst, 1e-8), ref
+        ),
+        "sanity_max_abs_ours_inference_vs_cvxpylayers": sanity,
+        "gradient_error_vs": grad_ref,
+        "gradient_error": grad_error,
+        "inference_iterations": _calls.iterations(_calls.inference_solve(proj, args)),
+    }
+
+
+def ratios(timing: dict) -> dict:
+    """Our median over cvxpylayers' (each variant), per mode and call."""
+    out = {}
+    for ours in ("ours_train", "ours_inference"):
+        for theirs in ("cvxpylayers", "cvxpylayers_clarabel"):
+            for kind in ("forward", "forward_backward"):
+                a, b = f"{ours}/{kind}", f"{theirs}/{kind}"
+                if a in timing and b in timing:
+                    ratio = timing[a]["median"] / timing[b]["median"]
+                    out[f"{ours}/{theirs}/{kind}"] = ratio
+    return out
