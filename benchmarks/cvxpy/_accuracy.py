@@ -83,8 +83,7 @@ class Family:
 
 
 def families(seed: int = 0) -> dict[str, Family]:
-    """The accuracy families: the norms, cones, simplices, boxes, parameters in
-    vectors and in a matrix, and several variables that the issue lists."""
+    """The accuracy families: the sets, parameters and variables the issue lists."""
     import cvxpy as cp
 
     rng = np.random.default_rng(seed)
@@ -192,10 +191,9 @@ def run(n_instances: int = 32, n_gradients: int = 4, seed: int = 0) -> list[dict
 
 
 def _gradient_errors(proj, fam: Family, values, rng, n: int) -> dict[str, list]:
-    """Relative errors of directional derivatives of w . y (along random
-    directions of y_raw and each parameter) against central differences of our
-    forward pass iterated to 1e-13 (step 1e-6) and of Clarabel's projection
-    (step 1e-4; its own error limits what it resolves)."""
+    """Relative errors of directional derivatives of w . y (random directions of
+    y_raw and each parameter) against central differences of our forward pass at
+    1e-13 (step 1e-6) and of Clarabel's projection (step 1e-4)."""
     import jax
     import jax.numpy as jnp
 

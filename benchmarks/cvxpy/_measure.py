@@ -1,5 +1,12 @@
 r"""The measurements: target A (speed), target B (overhead) and the forms of
-the partial sum, all float64, every layer's calls built by `_calls`.
+the partial sum, all float64, and the helpers they share.
+
+A layer maps a batch `(Y, params)` (raw points (B, n), per-instance parameter
+values by name) to its projections. Each has `forward(Y, params) -> X` and
+`forward_backward(Y, params)`, the value and gradient of $\sum_{ij} W_{ij}
+X_{ij}$ ($W$ fixed, random) with respect to the raw points and every
+parameter. Ours are jitted; cvxpylayers' cannot be (its solves are in Python),
+so its calls run eagerly, as a user calls them.
 
 `measure_speed` (A), on the issue's problem: `ours_train` (`pe.from_cvxpy` at
 the defaults, training mode: the target's layer), `ours_inference`,
@@ -20,13 +27,20 @@ one row. For each: the distance to Clarabel's projection and the iterations.
 
 from __future__ import annotations
 
+import functools
+import time
+from collections.abc import Callable
+
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 import pinet_eqx as pe
 
 from .._common.problems import dc3_projector
 from .._common.provenance import log
-from . import _calls, _problems
+from .._common.timing import time_first
+from . import _problems
 
 TARGET_A, TARGET_B = 0.1, 1.2  # ours / cvxpylayers; from_cvxpy / hand-built
 MODES = ("train", "inference")
@@ -63,45 +77,42 @@ def measure_native_sets(batch: int, repeats: int) -> dict:
 
 
 def _pairs(builders: dict, inst, repeats: int) -> dict:
-    """Build the two projectors of `builders` (`baseline`, then `candidate`),
-    time both modes' calls in turns and compare their outputs."""
+    """Builds the projectors of `builders` (baseline, candidate), times and compares."""
     base, cand = builders
     projectors, setup = {}, {}
     for name, build in builders.items():
-        projectors[name], setup[name] = _calls.build_twice(build)
-    args = _calls.as_jax(inst)
+        projectors[name], setup[name] = build_twice(build)
+    args = as_jax(inst)
     calls, layers = {}, {}
     for name, proj in projectors.items():
         for mode in MODES:
-            layer = _calls.ours(
-                proj.with_settings(inference=mode == "inference"), inst.W
-            )
+            layer = ours(proj.with_settings(inference=mode == "inference"), inst.W)
             layers[f"{name}/{mode}"] = layer
             for kind in ("forward", "forward_backward"):
                 calls[f"{name}/{mode}/{kind}"] = layer[kind]
     log(f"[B] timing {len(calls)} calls, {repeats} interleaved repeats")
-    timing = _calls.time_all(calls, args, repeats)
+    timing = time_all(calls, args, repeats)
 
-    ratio, difference, iterations = {}, {}, {}
+    ratio, difference, iters = {}, {}, {}
     for mode in MODES:
         for kind in ("forward", "forward_backward"):
             a, b = timing[f"{cand}/{mode}/{kind}"], timing[f"{base}/{mode}/{kind}"]
             ratio[f"{mode}/{kind}"] = a["median"] / b["median"]
         X = {n: layers[f"{n}/{mode}"]["forward"](*args) for n in projectors}
-        difference[mode] = _calls.max_abs(X[base], X[cand])
+        difference[mode] = max_abs(X[base], X[cand])
     for name, proj in projectors.items():
-        iterations[name] = _calls.iterations(_calls.inference_solve(proj, args))
+        iters[name] = iterations(inference_solve(proj, args))
     return {
         "batch": inst.batch,
         "repeats": repeats,
         "baseline": base,
         "candidate": cand,
-        "structure": {name: _calls.structure(p) for name, p in projectors.items()},
+        "structure": {name: structure(p) for name, p in projectors.items()},
         "setup_s": setup,
         "timing": timing,
         "ratio": ratio,
         "max_abs_difference": difference,
-        "inference_iterations": iterations,
+        "inference_iterations": iters,
     }
 
 
@@ -112,17 +123,17 @@ def measure_partial_sums(batch: int) -> dict:
         log(f"[partial sums] {partial}")
         problem = _problems.issue_problem(partial)
         inst = _problems.issue_instances(problem, batch)
-        args = _calls.as_jax(inst)
+        args = as_jax(inst)
         proj = pe.from_cvxpy(problem.constraints, problem.x)
         train_y = jax.jit(jax.vmap(lambda y, p: proj(y, **p)))(*args)
-        solution = _calls.inference_solve(proj, args)
+        solution = inference_solve(proj, args)
         ref = _problems.reference(problem, inst)
         out[partial] = {
             "description": description,
-            "structure": _calls.structure(proj),
-            "train": _calls.accuracy(problem, inst, train_y, ref),
-            "inference": _calls.accuracy(problem, inst, solution.y, ref),
-            "inference_iterations": _calls.iterations(solution),
+            "structure": structure(proj),
+            "train": accuracy(problem, inst, train_y, ref),
+            "inference": accuracy(problem, inst, solution.y, ref),
+            "inference_iterations": iterations(solution),
             "batch": batch,
         }
     return out
@@ -133,24 +144,22 @@ def measure_speed(batch: int, repeats: int, clarabel: bool = True) -> dict:
     repeats; `clarabel=False` leaves out the Clarabel cvxpylayers."""
     problem = _problems.issue_problem("sum")
     inst = _problems.issue_instances(problem, batch)
-    args = _calls.as_jax(inst)
+    args = as_jax(inst)
 
     log(f"[A] building from_cvxpy projector and cvxpylayers (batch {batch})")
-    proj, build_s = _calls.build_twice(
-        lambda: pe.from_cvxpy(problem.constraints, problem.x)
-    )
+    proj, build_s = build_twice(lambda: pe.from_cvxpy(problem.constraints, problem.x))
     layers = {
-        "ours_train": _calls.ours(proj, inst.W),
-        "ours_inference": _calls.ours(proj.with_settings(inference=True), inst.W),
+        "ours_train": ours(proj, inst.W),
+        "ours_inference": ours(proj.with_settings(inference=True), inst.W),
     }
 
     def make():
         prob, y_raw = problem.projection_problem()
         return prob, y_raw, [problem.b, problem.r], problem.x
 
-    layers["cvxpylayers"] = _calls.cvxpylayers(make, inst.W)
+    layers["cvxpylayers"] = cvxpylayers(make, inst.W)
     if clarabel:
-        layers["cvxpylayers_clarabel"] = _calls.cvxpylayers(
+        layers["cvxpylayers_clarabel"] = cvxpylayers(
             make, inst.W, {"solve_method": "Clarabel"}
         )
     setup = {"ours": build_s} | {
@@ -163,7 +172,7 @@ def measure_speed(batch: int, repeats: int, clarabel: bool = True) -> dict:
         for kind in ("forward", "forward_backward")
     }
     log(f"[A] timing {len(calls)} calls, {repeats} interleaved repeats")
-    timing = _calls.time_all(calls, args, repeats)
+    timing = time_all(calls, args, repeats)
 
     log("[A] accuracy against Clarabel at 1e-10")
     ref = _problems.reference(problem, inst)
@@ -171,13 +180,11 @@ def measure_speed(batch: int, repeats: int, clarabel: bool = True) -> dict:
     grads = {
         name: layer["forward_backward"](*args)[1] for name, layer in layers.items()
     }
-    accuracy = {
-        name: _calls.accuracy(problem, inst, X, ref) for name, X in outputs.items()
-    }
-    sanity = _calls.max_abs(outputs["ours_inference"], outputs["cvxpylayers"])
+    errors = {name: accuracy(problem, inst, X, ref) for name, X in outputs.items()}
+    sanity = max_abs(outputs["ours_inference"], outputs["cvxpylayers"])
     grad_ref = "cvxpylayers_clarabel" if clarabel else "cvxpylayers"
     grad_error = {
-        name: _calls.gradient_error(g, grads[grad_ref])
+        name: gradient_error(g, grads[grad_ref])
         for name, g in grads.items()
         if name != grad_ref
     }
@@ -187,31 +194,158 @@ def measure_speed(batch: int, repeats: int, clarabel: bool = True) -> dict:
         "problem": {
             "n_var": _problems.N_VAR,
             "partial": _problems.PARTIAL_SUMS[problem.partial],
-            **_calls.structure(proj),
+            **structure(proj),
             "active_share": _problems.activity(problem, inst, ref),
         },
         "setup_s": setup,
         "timing": timing,
         "ratio": ratios(timing),
-        "accuracy_vs_clarabel_1e-10": accuracy,
-        "clarabel_1e-8_vs_1e-10": _calls.max_abs(
+        "accuracy_vs_clarabel_1e-10": errors,
+        "clarabel_1e-8_vs_1e-10": max_abs(
             _problems.reference(problem, inst, 1e-8), ref
         ),
         "sanity_max_abs_ours_inference_vs_cvxpylayers": sanity,
         "gradient_error_vs": grad_ref,
         "gradient_error": grad_error,
-        "inference_iterations": _calls.iterations(_calls.inference_solve(proj, args)),
+        "inference_iterations": iterations(inference_solve(proj, args)),
     }
 
 
 def ratios(timing: dict) -> dict:
     """Our median over cvxpylayers' (each variant), per mode and call."""
     out = {}
-    for ours in ("ours_train", "ours_inference"):
+    for mine in ("ours_train", "ours_inference"):
         for theirs in ("cvxpylayers", "cvxpylayers_clarabel"):
             for kind in ("forward", "forward_backward"):
-                a, b = f"{ours}/{kind}", f"{theirs}/{kind}"
+                a, b = f"{mine}/{kind}", f"{theirs}/{kind}"
                 if a in timing and b in timing:
                     ratio = timing[a]["median"] / timing[b]["median"]
-                    out[f"{ours}/{theirs}/{kind}"] = ratio
+                    out[f"{mine}/{theirs}/{kind}"] = ratio
     return out
+
+
+def _pair(forward: Callable, W, wrap: Callable = lambda f: f) -> dict:
+    """`forward` and `forward_backward` (the value and gradient of `W . forward`),
+    each passed through `wrap`."""
+    W = jnp.asarray(W)
+
+    def loss(Y, params):
+        return jnp.sum(W * forward(Y, params))
+
+    backward = jax.value_and_grad(loss, argnums=(0, 1))
+    return {"forward": wrap(forward), "forward_backward": wrap(backward)}
+
+
+def ours(projector, W) -> dict[str, Callable]:
+    """`forward` and `forward_backward` of a `pe.Projector`, jitted."""
+
+    def forward(Y, params):
+        return jax.vmap(lambda y, p: projector(y, **p))(Y, params)
+
+    return _pair(forward, W, jax.jit)
+
+
+def build_twice(build: Callable) -> tuple[object, dict]:
+    """`build()` twice: the second result and the seconds of both (`cold`, with
+    the one-off costs of a process's first build, such as imports, and `warm`)."""
+    seconds = []
+    for _ in range(2):
+        start = time.perf_counter()
+        out = build()
+        seconds.append(time.perf_counter() - start)
+    return out, {"cold": seconds[0], "warm": seconds[1]}
+
+
+def cvxpylayers(make: Callable, W, solver_args=None) -> dict:
+    """`forward`, `forward_backward` and `setup_s` (`build_twice`) of a
+    `CvxpyLayer` of `make() -> (problem, y_raw, params, x)`, a fresh problem each
+    time (cvxpy caches its canonicalisation on it), `params` passed by name."""
+    from cvxpylayers.jax import CvxpyLayer
+
+    def build():
+        problem, y_raw, params, x = make()
+        layer = CvxpyLayer(
+            problem, parameters=[y_raw, *params], variables=[x], solver_args=solver_args
+        )
+        return layer, [p.name() for p in params]
+
+    (layer, names), setup_s = build_twice(build)
+
+    def forward(Y, values):
+        return layer(Y, *(values[name] for name in names))[0]
+
+    return {**_pair(forward, W), "setup_s": setup_s}
+
+
+def as_jax(inst) -> tuple:
+    """The batch `(Y, params)` of an `Instances` as JAX arrays (float64)."""
+    return jnp.asarray(inst.Y), {k: jnp.asarray(v) for k, v in inst.params.items()}
+
+
+def time_all(calls: dict[str, Callable], args: tuple, repeats: int) -> dict:
+    """`timing.time_first` of each of `calls` (`name: fn`) on `args`."""
+    return time_first(
+        {n: functools.partial(fn, *args) for n, fn in calls.items()}, repeats
+    )
+
+
+def accuracy(problem, inst, X, ref) -> dict:
+    """Outputs `X` against Clarabel's `ref`: `max_abs`, the largest objective
+    difference (`objective_excess`, ours minus Clarabel's), our `violation` and
+    Clarabel's (`ref_violation`)."""
+    excess = _problems.objective(inst, X) - _problems.objective(inst, ref)
+    return {
+        "max_abs": max_abs(X, ref),
+        "objective_excess": float(excess.max()),
+        "violation": float(_problems.violation(problem, inst, X).max()),
+        "ref_violation": float(_problems.violation(problem, inst, ref).max()),
+    }
+
+
+def structure(proj) -> dict:
+    """What a projector was built as: its coordinates, rows, form and iterations."""
+    P = proj.problem
+    return {
+        "n_aux": proj.n_aux,
+        "n_eq": P.n_eq,
+        "n_ineq": P.n_ineq,
+        "n_cone": P.n_cone,
+        "n_boxed": len(P.box_index),
+        "affine_form": type(proj.op).__name__,
+        "n_iter": proj.solver.n_iter,
+    }
+
+
+def inference_solve(proj, args):
+    """The `ProjectionSolution`s of `proj` in inference mode on `(Y, params)`."""
+    infer = proj.with_settings(inference=True)
+    return jax.jit(jax.vmap(lambda y, p: infer.solve(y, **p)))(*args)
+
+
+def iterations(solution) -> dict:
+    """Median and max iterations of a batch of solutions, and how many succeeded."""
+    n_iter = np.asarray(solution.n_iter)
+    return {
+        "median": float(np.median(n_iter)),
+        "max": int(n_iter.max()),
+        "successful": int((solution.result == pe.RESULTS.successful).sum()),
+    }
+
+
+def gradient_error(g, g_ref) -> dict:
+    """`max` and `median` over instances of $\\|g_i - g_{ref,i}\\| /
+    \\|g_{ref,i}\\|$, gradient pytrees with leading axis B, all leaves together."""
+
+    def flat(tree):
+        leaves = jax.tree_util.tree_leaves(tree)
+        B = leaves[0].shape[0]
+        return np.concatenate([np.asarray(a).reshape(B, -1) for a in leaves], axis=1)
+
+    a, b = flat(g), flat(g_ref)
+    err = np.linalg.norm(a - b, axis=1) / np.maximum(np.linalg.norm(b, axis=1), 1e-300)
+    return {"max": float(err.max()), "median": float(np.median(err))}
+
+
+def max_abs(X, Y) -> float:
+    """$\\max |X - Y|$ over every entry, in float64."""
+    return float(np.abs(np.asarray(X, np.float64) - np.asarray(Y, np.float64)).max())

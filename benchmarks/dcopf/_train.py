@@ -227,7 +227,7 @@ def _cvxpylayers(case: GridCase):
     """`(Y, Q) -> projections` by a `CvxpyLayer` at its defaults."""
     import cvxpy as cp
 
-    from ..cvxpy._calls import cvxpylayers
+    from ..cvxpy._measure import cvxpylayers
 
     def make():
         y = cp.Variable(case.dim, name="y")
