@@ -157,13 +157,7 @@ TRAIN_OPTIONS += ("dist_weight", "penalty", "augment", "fixture")
 
 
 def _proxy(args):
-    """Runs `proxy` or `proxy-report`: `(record, path)`, or `(None, None)`."""
-    if args.command == "proxy-report":
-        from ._report import proxy_report
-
-        for path in proxy_report(args.out):
-            print(path)
-        return None, None
+    """Runs `proxy`: `(record, path)`, or `(None, None)` for `optima`."""
     from ._proxy_data import PARTS, hourly_data
 
     data = hourly_data(
@@ -271,7 +265,7 @@ def _run(args):
 
         record = baseline(_case(args), args.layer, batch=args.batch)
         return record, out / command / f"{args.case}-{args.layer}.json"
-    if command in ("proxy", "proxy-report"):
+    if command == "proxy":
         return _proxy(args)
     if command == "save":
         from ._fixture import save_case
@@ -280,9 +274,10 @@ def _run(args):
         save_case(_case(args), args.to)
         print(args.to)
         return None, None
-    from ._report import report
+    from ._report import proxy_report, report
 
-    for path in report(out, args.record):
+    paths = proxy_report(out) if command == "proxy-report" else report(out, args.record)
+    for path in paths:
         print(path)
     return None, None
 

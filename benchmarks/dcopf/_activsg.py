@@ -42,8 +42,7 @@ _FIXTURE_EXTRAS = ("bus_ids", "bus_area", "bus_zone", "cost_const", "gen_rows")
 @dataclasses.dataclass(frozen=True, eq=False)
 class ActivsgData:
     """A `GridCase` and the MATPOWER data it has no field for: per bus `BUS_I`,
-    area and zone; per generator the constant cost $c_0$ ($/h) and its gen row.
-    """
+    area and zone; per generator the constant cost $c_0$ ($/h) and its gen row."""
 
     case: GridCase
     bus_ids: np.ndarray
@@ -251,8 +250,7 @@ def hourly_loads(name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def split_by_month(hours: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The indices of `hours` (`datetime64`) in January to September (train),
-    October (validation) and November to December (test)."""
+    """The indices of `hours` in January-September, October and November-December."""
     month = np.asarray(hours).astype("datetime64[M]").astype(np.int64) % 12 + 1
     parts = (month <= 9, month == 10, month >= 11)
     return tuple(np.flatnonzero(part) for part in parts)  # type: ignore[return-value]
@@ -272,8 +270,7 @@ def sample_e2elr(
 
 
 def split_indices(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A random 80/10/10 split of `range(n)` (seed `seed`): sorted train,
-    validation and test indices; the test part takes what rounding leaves."""
+    """A random 80/10/10 split of `range(n)`: sorted train, validation, test."""
     order = np.random.default_rng(seed).permutation(n)
     n_train, n_val = round(0.8 * n), round(0.1 * n)
     train, val, test = np.split(order, [n_train, n_train + n_val])
@@ -301,8 +298,7 @@ def save_fixture(
 
 
 def load_fixture(path: str | os.PathLike) -> tuple[ActivsgData, np.ndarray, np.ndarray]:
-    """`(data, p_d, hours)` from a `save_fixture` file: the `ActivsgData`, the
-    per-unit hourly loads and their `datetime64[h]` (numpy and scipy only)."""
+    """`(data, p_d, hours)` from a `save_fixture` file (numpy and scipy only)."""
     case = load_saved(path)
     with np.load(path, allow_pickle=False) as saved:
         extras = {key: saved[key] for key in _FIXTURE_EXTRAS}

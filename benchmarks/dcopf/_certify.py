@@ -30,11 +30,9 @@ def face_projection(
 ) -> tuple[np.ndarray, np.ndarray, float]:
     r"""`(y, lam, residual)`: the projection of `y_raw` onto $\{y : A y = h\}$,
     its multipliers (one solution where the rows are dependent) and the largest
-    componentwise backward error of $y + A^\top \lambda = y_{raw}$, $A y = h$.
-
-    Iterative refinement on the shifted system $[I\ A^\top; A\ {-\delta} I]$
-    (one sparse LU), nonsingular for any `A`; each equation's residual is taken
-    over the magnitudes of its terms, so rounding counts alike in every row.
+    componentwise backward error of $y + A^\top \lambda = y_{raw}$, $A y = h$,
+    by iterative refinement on the shifted system $[I\ A^\top; A\ {-\delta} I]$
+    (one sparse LU, nonsingular for any `A`).
     """
     n, m = A.shape[1], A.shape[0]
     kkt = sp.bmat([[sp.identity(n), A.T], [A, -_SHIFT * sp.identity(m)]], format="csc")

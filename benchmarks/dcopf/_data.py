@@ -36,11 +36,9 @@ MAX_TOL = 1e-8  # the loosest tolerance a Clarabel solve falls back to
 
 
 def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> GridCase:
-    """The DC-OPF data of the pandapower network `name` (one of `CASES`).
-    `slack_limits`: the external grid's output limits, `"opf"` (`net.ext_grid`'s,
-    as pandapower's DC-OPF) or `"ppc"` (the power flow's +-1e9 MW placeholders:
-    `p_max = 1e7` per unit, `p_min` clipped to 0).
-    """
+    """The DC-OPF data of the pandapower network `name` (one of `CASES`), the
+    external grid's limits `"opf"` (`net.ext_grid`'s, as pandapower's DC-OPF) or
+    `"ppc"` (the power flow's 1e9 MW placeholders: `p_max = 1e7` per unit)."""
     if name not in CASES:
         raise ValueError(f"Unknown DC-OPF case '{name}'; expected one of {CASES}.")
     if slack_limits not in ("opf", "ppc"):
@@ -137,8 +135,7 @@ def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> Grid
 
 def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:
     """The `GridCase` generator of each in-service element of `net[element]`
-    (`"gen"` or `"ext_grid"`), by index; `row_of`: each ppc gen row's (-1: dropped).
-    """
+    (`"gen"` or `"ext_grid"`), by index; `row_of`: each ppc gen row's (-1: none)."""
     lookup = net._pd2ppc_lookups.get(element)
     if lookup is None or len(net[element]) == 0:
         return {}
@@ -153,8 +150,7 @@ def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:
 
 
 def _inequalities(case: GridCase) -> tuple[sp.csr_matrix, np.ndarray]:
-    """The finite rows `G y <= h` of the feasible set: the flow limits and the
-    generator bounds (upper, then lower, each)."""
+    """The finite rows `G y <= h` of the flow limits and generator bounds."""
     eye = sp.eye(case.n_gen, case.dim, format="csr")
     blocks = [
         (case.C, case.flow_upper),
@@ -185,9 +181,8 @@ def clarabel_solver(case: GridCase, P, c, p_d: np.ndarray, settings) -> Any:
 
 def _clarabel_settings(tol: float, *, projection: bool) -> Any:
     """Clarabel settings with gap and feasibility tolerance `tol`. A `projection`
-    gets tighter iterative refinement and a smaller static regularisation, without
-    which Clarabel stops with `InsufficientProgress` on case2869pegase and
-    case9241pegase at 1e-10; the DC-OPF (often an LP) does better without.
+    gets tighter refinement and less regularisation (else `InsufficientProgress` on
+    case2869pegase and case9241pegase at 1e-10); the DC-OPF does better without.
     """
     values = dict(verbose=False, equilibrate_enable=True, presolve_enable=True)
     values |= dict(tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
@@ -265,10 +260,8 @@ def project_osqp(
     eps: float = 1e-6,
     max_iter: int = 200_000,
 ) -> tuple[np.ndarray, float]:
-    """`(y, seconds)`: OSQP's polished projection of `y_raw` onto the feasible set
-    of the loads `p_d` (tolerances `eps`) and the time of its `solve()` (not the
-    set-up's factorisation). `RuntimeError` unless OSQP reports `solved`.
-    """
+    """`(y, seconds)`: OSQP's polished projection of `y_raw` for the loads `p_d`
+    and the time of its `solve()`; `RuntimeError` unless it reports `solved`."""
     y_raw = np.asarray(y_raw, dtype=np.float64)
     eye = sp.eye(case.n_gen, case.dim, format="csr")
     A = sp.vstack([case.E, case.C, eye], format="csc")

@@ -29,8 +29,7 @@ EPS32 = float(np.finfo(np.float32).eps)
 
 
 def projector(case: GridCase, **settings) -> pe.Projector:
-    """The DC-OPF feasible set as a `Projector`, the loads' equality right-hand
-    side a `Parameter` named `q` (see `GridCase.q`)."""
+    """The DC-OPF feasible set as a `Projector`, its loads the `Parameter` `q`."""
     return pe.Projector(
         [
             pe.Equality(case.E, pe.Parameter("q")),
@@ -42,8 +41,7 @@ def projector(case: GridCase, **settings) -> pe.Projector:
 
 
 def raw_outputs(case: GridCase, loads, rng, scale: float, y_center) -> np.ndarray:
-    """Raw outputs around `y_center`: Gaussian noise of `scale` times the
-    spread (standard deviation) of its entries."""
+    """Raw outputs: `y_center` plus Gaussian noise of `scale` times its spread."""
     spread = np.std(y_center)
     return y_center + scale * spread * rng.normal(size=(loads.shape[0], case.dim))
 
@@ -52,20 +50,18 @@ def row_residuals(case: GridCase, y, p_d) -> np.ndarray:
     """The issue's normalised residual of every row (equalities, then the line
     limits they violate and the generator bounds they violate), in float64."""
     y = np.asarray(y, np.float64)
-    rows = []
     q = case.q(p_d)
     a = abs(case.E)
     mean = np.mean(np.abs(y))
     norm1 = np.asarray(a.sum(axis=1)).ravel()
-    rows.append(np.abs(case.E @ y - q) / (a @ np.abs(y) + np.abs(q) + norm1 * mean))
+    eq = np.abs(case.E @ y - q) / (a @ np.abs(y) + np.abs(q) + norm1 * mean)
     w = case.C @ y
     c = abs(case.C)
     denom = c @ np.abs(y) + np.asarray(c.sum(axis=1)).ravel() * mean
     over = np.maximum(w - case.flow_upper, 0) + np.maximum(case.flow_lower - w, 0)
-    rows.append(over / (denom + np.abs(np.where(over > 0, case.flow_upper, 0))))
+    flows = over / (denom + np.abs(np.where(over > 0, case.flow_upper, 0)))
     box = np.maximum(y - case.upper, 0) + np.maximum(case.lower - y, 0)
-    rows.append(box / (np.abs(y) + mean))
-    return np.concatenate(rows)
+    return np.concatenate([eq, flows, box / (np.abs(y) + mean)])
 
 
 def max_residuals(case: GridCase, ys, loads) -> np.ndarray:

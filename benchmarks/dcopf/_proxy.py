@@ -1,10 +1,10 @@
 r"""DC-OPF proxies on the ACTIVSg hours: training, the checkpoint, the test record.
 
 `python -m benchmarks.dcopf proxy --method M` trains one method of
-`_proxy_models.METHODS` on the feasible training hours of
-`_proxy_data.hourly_data`, in float32, with Adam (warm-up, then cosine), a
-validation gap every `every` steps and the best network kept with `pe.save`.
-The losses, costs divided by the centre's cost so that they are near 1:
+`_proxy_models.METHODS` on the feasible training hours, in float32, with Adam
+(warm-up, then cosine), keeps the network with the best validation gap
+(`pe.save`) and scores the test hours in inference mode (`evaluate`). The
+losses, costs divided by the centre's cost so that they are near 1:
 
 - `ours`, the paper's recipe: the dispatch cost of the layer's output;
   `ours-dist` adds `dist_weight` times the mean squared distance from the raw
@@ -15,9 +15,6 @@ The losses, costs divided by the centre's cost so that they are near 1:
 - `e2elr`: cost plus `penalty` times the line overloads, E2ELR's recipe;
   `mlp`: cost plus `penalty` times the imbalance, bound violations and
   overloads.
-
-The record (`_proxy_models.evaluate`) scores the test hours in inference mode
-against Clarabel's optima at 1e-8.
 """
 
 from __future__ import annotations
@@ -56,7 +53,11 @@ def _loss_fn(method: str, static, grid: Grid, settings: dict):
 
     def loss(params, x, q, y_opt):
         model = eqx.combine(params, static)
-        if method in ("ours", "ours-dist"):
+        if method == "ours-sup":
+            raw = jax.vmap(model.backbone)(x)
+            scale = model.backbone.scaling.y_scale
+            value = jnp.mean(((raw - y_opt) / scale) ** 2, axis=-1)
+        elif method.startswith("ours"):
             raw = jax.vmap(model.backbone)(x)
             y = jax.vmap(lambda r, q: model.projector(r, q=q))(raw, q)
             value = cost(y[:, :n_gen])
@@ -64,20 +65,14 @@ def _loss_fn(method: str, static, grid: Grid, settings: dict):
                 scale = model.backbone.scaling.y_scale
                 dist = jnp.mean(((raw - y) / scale) ** 2, axis=-1)
                 value = value + settings["dist_weight"] * dist
-        elif method == "ours-sup":
-            raw = jax.vmap(model.backbone)(x)
-            scale = model.backbone.scaling.y_scale
-            value = jnp.mean(((raw - y_opt) / scale) ** 2, axis=-1)
-        elif method == "e2elr":
-            p = jax.vmap(model)(x)
-            value = cost(p) + settings["penalty"] * overload(p, q)
         else:
             p = jax.vmap(model)(x)
-            imbalance = jnp.abs(jnp.sum(p, -1) - jnp.sum(q[:, :-1], -1))
-            bounds = jax.nn.relu(p - grid.p_max[None]) + jax.nn.relu(
-                grid.p_min[None] - p
-            )
-            violation = imbalance + jnp.sum(bounds, -1) + overload(p, q)
+            violation = overload(p, q)
+            if method == "mlp":
+                imbalance = jnp.abs(jnp.sum(p, -1) - jnp.sum(q[:, :-1], -1))
+                lo, hi = grid.p_min[None], grid.p_max[None]
+                bounds = jax.nn.relu(p - hi) + jax.nn.relu(lo - p)
+                violation = imbalance + jnp.sum(bounds, -1) + violation
             value = cost(p) + settings["penalty"] * violation
         return jnp.mean(value)
 
@@ -85,9 +80,8 @@ def _loss_fn(method: str, static, grid: Grid, settings: dict):
 
 
 def _host_failure(error: Exception, k: int, failed: list) -> bool:
-    """Lists a step whose host factorisation failed ("Factor is exactly
-    singular"; any other error is raised); True after ten in a row (every later
-    batch then fails too)."""
+    """Lists a step whose host factorisation was singular (others raise); True
+    after ten in a row (every later batch then fails too)."""
     text = "".join(traceback.format_exception_only(error))
     if "singular" not in text:
         raise error
@@ -274,8 +268,7 @@ def train_proxy(
 
 
 def make_proxy(case, variant, method, width, depth, fixture=None):
-    """The skeleton `pe.load` fills: the grid rebuilt from its name (or the
-    fixture), the network of `method` with placeholder scalings."""
+    """The skeleton `pe.load` fills: the network of `method` for the grid."""
     from ._proxy_data import load_hours
 
     grid_case = load_hours(case, variant, fixture=fixture)[0]

@@ -95,8 +95,7 @@ def variant_case(case: GridCase, variant: str) -> GridCase:
 
 
 def fixture_split(n_hours: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The split of a one-week fixture: five days to train, one to validate,
-    the last to test (a split in time, as `split_by_month` is)."""
+    """A one-week fixture's split in time: five days, one day, the last day."""
     days = np.arange(n_hours) // 24
     parts = (days < 5, days == 5, days >= 6)
     return tuple(np.flatnonzero(part) for part in parts)  # type: ignore[return-value]
@@ -245,9 +244,8 @@ def clarabel_dcopf(case: GridCase, p_d: np.ndarray, tol=None):
 
 
 def highs_dcopf(case: GridCase, p_d: np.ndarray, tol=None):
-    """`(p_g, seconds)`: HiGHS's DC-OPF (a QP) of the loads `p_d`, one thread,
-    at its default tolerances (`tol=None`) or primal and dual feasibility
-    tolerances `tol`."""
+    """`(p_g, seconds)`: HiGHS's DC-OPF (a QP) of the loads `p_d`, one thread, at
+    its default tolerances or primal and dual feasibility tolerances `tol`."""
     import highspy
 
     from ._data import dcopf_objective
@@ -291,9 +289,8 @@ def highs_dcopf(case: GridCase, p_d: np.ndarray, tol=None):
 
 
 def time_solvers(data: HourlyData, *, n_hours: int = 32) -> dict:
-    """Times Clarabel and HiGHS on `n_hours` solved test hours at each of
-    `SETTINGS`: per solver and setting `ms`, the largest relative cost difference
-    to the cached optimum and the failures, plus the cache's Clarabel times."""
+    """Times Clarabel and HiGHS at each of `SETTINGS` on `n_hours` test hours: `ms`,
+    the largest cost difference to the cache's optimum, failures; the cache's ms."""
     case = data.case
     solved = data.solved(data.test)
     hours = solved[np.linspace(0, solved.size - 1, n_hours).astype(int)]

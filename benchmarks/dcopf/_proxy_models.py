@@ -136,13 +136,9 @@ def make_model(
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {METHODS}, not {method!r}.")
     n_out = case.dim if method.startswith("ours") else case.n_gen
-    if scaling is None:
-        scaling = dict(
-            x_mean=np.zeros(case.n_bus),
-            x_std=np.ones(case.n_bus),
-            y_center=np.zeros(n_out),
-            y_scale=np.ones(n_out),
-        )
+    if scaling is None:  # placeholders, for `pe.load`'s skeleton
+        scaling = dict(x_mean=np.zeros(case.n_bus), x_std=np.ones(case.n_bus))
+        scaling |= dict(y_center=np.zeros(n_out), y_scale=np.ones(n_out))
     f32 = {k: jnp.asarray(v, jnp.float32) for k, v in scaling.items()}
     mlp = eqx.nn.MLP(case.n_bus, n_out, width, depth, activation=jax.nn.relu, key=key)
     backbone = Standardised(mlp, Scaling(**f32))
@@ -227,9 +223,8 @@ def _predict_plain(model, x, q):
 
 
 def predictor(method: str, model):
-    """`predict(x, q) -> (p_g, y, result)` for a batch in inference mode (`y`,
-    `result`: `None` without our layer); the model is an argument of one jitted
-    function, so validating network after network compiles once."""
+    """`predict(x, q) -> (p_g, y, result)` in inference mode (`y`, `result`: `None`
+    without our layer), one jitted function for every network (compiled once)."""
     model = eqx.nn.inference_mode(model)
     predict = _predict_ours if method.startswith("ours") else _predict_plain
     return lambda x, q: predict(model, x, q)

@@ -91,8 +91,7 @@ def training_table(trains: list[dict]) -> str:
 
 
 def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
-    """Per-instance time against the number of variables: ours (batch 256,
-    both precisions), Clarabel and OSQP."""
+    """Time per instance against the number of variables: ours, Clarabel, OSQP."""
     fig, axes = plots.new(5.5, 3.8)
     ax = axes[0, 0]
     for dtype, marker in (("float64", "o"), ("float32", "s")):
@@ -118,9 +117,8 @@ def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
 
 
 def training_figure(trains: list[dict], path: pathlib.Path) -> pathlib.Path:
-    """Histograms over the test instances of the trained proxies: the
-    optimality gap against Clarabel's DC-OPF optimum, and the largest
-    normalised row residual in units of eps32 (the issue's bound is 10)."""
+    """Histograms over the test instances of the trained proxies: the gap to
+    Clarabel's optimum and the largest normalised residual (the bound is 10)."""
     fig, axes = plots.new(9, 3.6, ncols=2)
     ax_gap, ax_res = axes[0]
     for t in trains:
@@ -144,9 +142,8 @@ def _label(row: dict) -> str:
 
 
 def distances_table(records: list[dict]) -> str:
-    """The `distances` records as one Markdown table: time per instance (the
-    median of the timed batch calls, with their quartiles), Clarabel's, the
-    ratio, the share successful, host factorisations and the residual."""
+    """The `distances` records as one Markdown table: time per instance (median
+    and quartiles of the batch calls), Clarabel's, successes, factorisations."""
     rows = []
     for r in records:
         for row in r["rows"]:
@@ -633,8 +630,7 @@ def _proxy_headline(groups: dict[tuple, dict[str, dict]]) -> list[dict]:
 
 
 def proxy_record(raw: list[dict], figures: dict[tuple, list[str]]) -> dict:
-    """The committed summary of the raw records: one table per grid and
-    variant (with its figures), and the headline rows."""
+    """The committed record: a table per grid and variant, figures, headline."""
     groups = _groups(raw)
     body = [
         "Self-supervised and supervised proxies of the DC-OPF on MATPOWER's "
