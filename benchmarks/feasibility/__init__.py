@@ -20,8 +20,8 @@ reference. Targets: float32 max CV at most $10^{-6} \max(1,
 `make_dc3` and solved here). `--cache DIR` keeps the instances and their exact
 projections, and `--prepare-only` stops there: `benchmarks/gpu.sh` runs the
 cases on a GPU machine without cvxpy, OSQP or IPOPT from a cache made on a CPU.
-The package: `_data` (`CaseData`, the targets), `_exact`, `_cases`, `_worker`
-and `_report` (the measurements and tables).
+The package: `_data` (`CaseData`, the targets, the measurements and tables),
+`_exact`, `_cases` and `_worker`.
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ from ._data import (
     NEAR_SCALE,
     ROOT,
     CaseData,
+    markdown,
+    measure,
 )
 from ._exact import ClarabelProjection, exact_projections, polish
-from ._report import markdown, measure
 from ._worker import run_worker, worker
 
 __all__ = [
