@@ -1,10 +1,9 @@
-"""Command line of the cvxpy front-end benchmark; see the package docstring.
+"""Command line of the cvxpy front-end benchmark (see the package docstring):
+writes `OUT/results.json` (every number, the machine and the command) and
+`OUT/results.md` (the tables), and prints the tables.
 
     python -m benchmarks.cvxpy [--batch 64] [--repeats 20] [--out results/cvxpy]
     python -m benchmarks.cvxpy --quick --out /tmp/cvxpy     # smoke run
-
-Writes `OUT/results.json` (every number, the machine and the command) and
-`OUT/results.md` (the tables), and prints the tables.
 """
 
 from __future__ import annotations
@@ -73,7 +72,7 @@ def main(argv=None) -> dict:
     jax.config.update("jax_enable_x64", True)
 
     from .._common.provenance import command_line, log, machine, save
-    from . import _accuracy, _overhead, _partial_sums, _report, _speed
+    from . import _accuracy, _measure, _report
 
     record = {
         "command": command_line("python -m benchmarks.cvxpy", argv),
@@ -82,23 +81,17 @@ def main(argv=None) -> dict:
         "dtype": "float64",
         "quick": args.quick,
     }
-    if "speed" in parts:
-        record["speed"] = _speed.measure(
-            args.batch, args.repeats, clarabel=not args.no_clarabel
-        )
-    if "overhead" in parts:
-        record["overhead"] = _overhead.measure_dc3(
-            args.dc3_size, args.batch, args.repeats
-        )
-    if "native_sets" in parts:
-        record["native_sets"] = _overhead.measure_native_sets(args.batch, args.repeats)
-    if "partial_sums" in parts:
-        record["partial_sums"] = _partial_sums.measure(args.batch)
-    if "accuracy" in parts:
-        n = 4 if args.quick else 32
-        record["accuracy"] = _accuracy.run(
-            n_instances=n, n_gradients=1 if args.quick else 4
-        )
+    batch, repeats, quick = args.batch, args.repeats, args.quick
+    measures = {
+        "speed": lambda: _measure.measure_speed(batch, repeats, not args.no_clarabel),
+        "overhead": lambda: _measure.measure_dc3(args.dc3_size, batch, repeats),
+        "native_sets": lambda: _measure.measure_native_sets(batch, repeats),
+        "partial_sums": lambda: _measure.measure_partial_sums(batch),
+        "accuracy": lambda: _accuracy.run(4 if quick else 32, 1 if quick else 4),
+    }
+    for part in PARTS:
+        if part in parts:
+            record[part] = measures[part]()
     record["machine_after"] = {"load_avg": machine()["load_avg"]}
 
     save(args.out / "results.json", record)

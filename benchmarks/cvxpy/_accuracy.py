@@ -1,14 +1,12 @@
 """Accuracy of `from_cvxpy` projections and their derivatives, at the defaults.
 
-Each family is a cvxpy set with parameters, at benchmark size. For each,
-`n_instances` raw points (half near the set, half far) are projected in
-inference mode (float64) and compared with Clarabel (tolerances 1e-12) solving
-min ||x - y_raw||^2 over the same constraints: relative infinity-norm error.
-Where Clarabel stops at "optimal_inaccurate", our point is also checked to be
-feasible by cvxpy's own residuals (1e-9) with an objective no larger than
-Clarabel's (then it is at least as close to the projection). Derivatives of
-w . y with respect to y_raw and to each parameter, along random directions,
-are compared with central differences (see `_gradient_errors`).
+For each family (a cvxpy set with parameters), `n_instances` raw points, half
+near the set and half far, are projected in inference mode (float64) and
+compared with Clarabel's projection at 1e-12 (relative infinity norm). Where
+Clarabel stops at "optimal_inaccurate", our point counts as exact if it is
+feasible (cvxpy's residuals, 1e-9) and no farther from the raw point
+(`Family.no_worse`). Directional derivatives are compared with central
+differences (`_gradient_errors`).
 """
 
 from __future__ import annotations
@@ -41,11 +39,7 @@ class Family:
         import cvxpy as cp
 
         self._set_parameters(self.values if values is None else values)
-        terms, start = [], 0
-        for v in self.variables:
-            target = np.reshape(y_raw[start : start + v.size], v.shape, order="F")
-            terms.append(cp.sum_squares(v - target))
-            start += v.size
+        terms = [cp.sum_squares(v - target) for v, target in self._split(y_raw)]
         problem = cp.Problem(cp.Minimize(sum(terms)), self.constraints)
         status = clarabel(problem, 1e-12, max_iter=500)
         assert status in ("optimal", "optimal_inaccurate"), status
@@ -53,22 +47,14 @@ class Family:
         return (y, status == "optimal") if with_status else y
 
     def no_worse(self, y, other, y_raw, values=None) -> bool:
-        """Whether `y` satisfies the constraints (cvxpy's own residuals, to
-        1e-9) with an objective no larger than `other`'s: then it is at least
-        as close to the projection as `other` is.
-
-        Constraint variables that are not projected are first found by
-        Clarabel, with the projected ones fixed at `y`: `y` is feasible if some
-        value of theirs is."""
+        """Whether `y` satisfies the constraints (cvxpy's residuals, to 1e-9;
+        unprojected variables found by Clarabel) with an objective no larger than
+        `other`'s: then it is at least as close to the projection."""
         import cvxpy as cp
 
         self._set_parameters(self.values if values is None else values)
-        y, start = np.asarray(y, float), 0
-        fixed = []
-        for v in self.variables:
-            value = np.reshape(y[start : start + v.size], v.shape, order="F")
-            fixed.append((v, value))
-            start += v.size
+        y = np.asarray(y, float)
+        fixed = self._split(y)
         ids = {v.id for v in self.variables}
         if any(v.id not in ids for c in self.constraints for v in c.variables()):
             pinned = [v == value for v, value in fixed]
@@ -81,6 +67,14 @@ class Family:
         feasible = all(np.max(c.violation()) <= 1e-9 for c in self.constraints)
         return feasible and np.sum((y - y_raw) ** 2) <= np.sum((other - y_raw) ** 2)
 
+    def _split(self, y) -> list[tuple]:
+        """`(variable, value)` of each variable, from `y` stacked column-major."""
+        out, start = [], 0
+        for v in self.variables:
+            out.append((v, np.reshape(y[start : start + v.size], v.shape, order="F")))
+            start += v.size
+        return out
+
     def _set_parameters(self, values: dict) -> None:
         import cvxpy as cp
 
@@ -89,8 +83,7 @@ class Family:
 
 
 def families(seed: int = 0) -> dict[str, Family]:
-    """The accuracy families: the norms, cones, simplices, boxes, parameters in
-    vectors and in a matrix, and several variables that the issue lists."""
+    """The accuracy families: the sets, parameters and variables the issue lists."""
     import cvxpy as cp
 
     rng = np.random.default_rng(seed)
@@ -198,12 +191,9 @@ def run(n_instances: int = 32, n_gradients: int = 4, seed: int = 0) -> list[dict
 
 
 def _gradient_errors(proj, fam: Family, values, rng, n: int) -> dict[str, list]:
-    """Relative errors of directional derivatives (w . y along random
-    directions of y_raw and of each parameter) against central differences of
-    (a) our forward pass iterated to 1e-13 (step 1e-6): the derivative rule
-    against the map it differentiates, and (b) Clarabel's projection (step
-    1e-4): independent, but its own error (about 1e-9, more where it reports
-    "optimal_inaccurate") over the step limits what it can resolve."""
+    """Relative errors of directional derivatives of w . y (random directions of
+    y_raw and each parameter) against central differences of our forward pass at
+    1e-13 (step 1e-6) and of Clarabel's projection (step 1e-4)."""
     import jax
     import jax.numpy as jnp
 

@@ -1,24 +1,15 @@
 r"""The problems of the suite, their instances and their reference solutions.
 
-**The issue's problem** (target A): $x \in \mathbb{R}^{30}$ with
+**The issue's problem** (target A): $x \in \mathbb{R}^{30}$ with $A x = b$ ($A$
+5 x 30 Gaussian, $b$ a `Parameter`), $\|x\|_1 \le r$ ($r$ a `Parameter`),
+$\|F x + g\|_2 \le h^\top x + 0.6$ (fixed data), $-1 \le x \le 1$ and a partial
+sum (`PARTIAL_SUMS`). Each instance's $b = A x_0$ and $r \sim U(4, 6)$ come
+from an interior point $x_0 \sim U(-0.15, 0.15)^{30}$, so every set is
+nonempty; the raw points $y_{raw} \sim N(0, I)$ are far enough that the
+$\ell_1$ ball is active at every projection.
 
-- $A x = b$, $A$ a fixed 5 x 30 Gaussian matrix, $b$ a cvxpy `Parameter`;
-- $\|x\|_1 \le r$, $r$ a nonnegative scalar `Parameter`;
-- $\|F x + g\|_2 \le h^\top x + c$, fixed data: $F$ 8 x 30 Gaussian over
-  $\sqrt{30}$, $g$ and $h$ small, $c = 0.6$;
-- $-1 \le x \le 1$;
-- a partial sum, by default $\sum_{i < 15} x_i \le 0.5$ (`partial="sum"`;
-  see `PARTIAL_SUMS` for the others).
-
-Each instance draws an interior point $x_0 \sim U(-0.15, 0.15)^{30}$ (redrawn
-until it satisfies every inequality strictly), $b = A x_0$ and $r \sim U(4,
-6)$, so that every instance's set is nonempty; the raw points are
-$y_{raw} \sim N(0, I)$, far enough that the $\ell_1$ ball is active at every
-projection and the cone at most (the activity is recorded).
-
-**DC3 small** (target B): `pinet_eqx.problems.make_dc3()` (100 variables, 50
-equalities, 50 inequalities, seed 17), its last contexts (the published test
-set) as $x$, $y_{raw} \sim N(0, I)$.
+**DC3 small** (target B): `pinet_eqx.problems.make_dc3()`, its last contexts as
+$x$ in $\{y : A y = x,\ G y \le h\}$, $y_{raw} \sim N(0, I)$.
 """
 
 from __future__ import annotations
@@ -27,7 +18,6 @@ import dataclasses
 
 import numpy as np
 
-from .._common.problems import dc3_projector
 from .._common.solvers import clarabel
 
 N_VAR, N_EQ, N_SOC = 30, 5, 8
@@ -46,12 +36,8 @@ DC3_SIZES = {"small": (100, 50, 50), "tiny": (20, 10, 10)}
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class IssueProblem:
-    """The issue's problem in cvxpy, with its fixed data.
-
-    **Fields:** the variable `x`, the parameters `b` and `r`, the `constraints`
-    (a list of cvxpy constraints), the fixed data (`A`, `F`, `g`, `h`) and the
-    form of the partial sum (`partial`, a key of `PARTIAL_SUMS`).
-    """
+    """The issue's problem in cvxpy: the variable `x`, the parameters `b` and
+    `r`, the `constraints`, the fixed data and the `partial` sum's form."""
 
     x: object
     b: object
@@ -78,12 +64,16 @@ class IssueProblem:
         sums = np.cumsum(X, axis=-1)
         return sums[..., 14:15] if self.partial == "sum" else sums[..., :10]
 
+    def soc(self, X: np.ndarray) -> np.ndarray:
+        """$\\|F x + g\\|_2 - h^\\top x - c$ of the points `X` (..., n)."""
+        norm = np.linalg.norm(X @ self.F.T + self.g, axis=-1)
+        return norm - (X @ self.h + SOC_OFFSET)
+
     def interior(self, x0: np.ndarray, r: float) -> bool:
         """Whether `x0` satisfies every inequality strictly for radius `r`."""
-        soc = np.linalg.norm(self.F @ x0 + self.g) - (self.h @ x0 + SOC_OFFSET)
         return bool(
             np.abs(x0).sum() < r
-            and soc < 0
+            and self.soc(x0) < 0
             and np.abs(x0).max() < 1
             and self.partial_sums(x0).max() < PARTIAL_BOUND
         )
@@ -150,15 +140,8 @@ def issue_instances(problem: IssueProblem, batch: int, seed: int = 1) -> Instanc
 
 
 def reference(problem: IssueProblem, inst: Instances, tol: float = 1e-10):
-    """The projections by cvxpy with Clarabel at tolerance `tol` (gap and
-    feasibility), one instance at a time (NumPy, (B, n)).
-
-    Clarabel's status is `optimal_inaccurate` on some instances at 1e-10 (it
-    stops short of the tolerance); those solutions are kept. The projection's
-    objective is strongly convex, so a gap $\\epsilon$ only bounds the distance to
-    the projection by about $\\sqrt{\\epsilon}$: `_speed` records how far apart
-    Clarabel's own solutions at two tolerances are.
-    """
+    """The projections by cvxpy with Clarabel at tolerance `tol`, one instance
+    at a time; `optimal_inaccurate` solutions are kept."""
     import cvxpy as cp
 
     prob, y_raw = problem.projection_problem()
@@ -182,13 +165,10 @@ def objective(inst: Instances, X: np.ndarray) -> np.ndarray:
 def violation(problem: IssueProblem, inst: Instances, X: np.ndarray) -> np.ndarray:
     """The largest violation of any constraint, per instance (NumPy, float64)."""
     X = np.asarray(X, np.float64)
-    soc = np.linalg.norm(X @ problem.F.T + problem.g, axis=1) - (
-        X @ problem.h + SOC_OFFSET
-    )
     parts = [
         np.abs(X @ problem.A.T - inst.params["b"]).max(axis=1),
         np.abs(X).sum(axis=1) - inst.params["r"],
-        soc,
+        problem.soc(X),
         np.abs(X).max(axis=1) - 1,
         problem.partial_sums(X).max(axis=1) - PARTIAL_BOUND,
     ]
@@ -198,13 +178,9 @@ def violation(problem: IssueProblem, inst: Instances, X: np.ndarray) -> np.ndarr
 def activity(problem: IssueProblem, inst: Instances, X: np.ndarray, tol=1e-6):
     """The share of instances whose projection `X` (B, n) has each inequality
     active (within `tol`): `l1`, `soc`, `box` (any bound), `partial` (any row)."""
-    R = inst.params["r"]
-    soc = np.linalg.norm(X @ problem.F.T + problem.g, axis=1) - (
-        X @ problem.h + SOC_OFFSET
-    )
     active = {
-        "l1": np.abs(np.abs(X).sum(axis=1) - R) < tol,
-        "soc": np.abs(soc) < tol,
+        "l1": np.abs(np.abs(X).sum(axis=1) - inst.params["r"]) < tol,
+        "soc": np.abs(problem.soc(X)) < tol,
         "box": (np.abs(X) > 1 - tol).any(axis=1),
         "partial": (problem.partial_sums(X) > PARTIAL_BOUND - tol).any(axis=1),
     }
@@ -233,12 +209,6 @@ def dc3(size: str, batch: int, seed: int = 2) -> DC3:
     W = rng.standard_normal((batch, n_var))
     X = problem.X[-batch:]
     return DC3(problem.A, problem.G, problem.h, Instances(Y, {"b": X}, W))
-
-
-def dc3_hand_built(data: DC3, **settings):
-    """The hand-built projector of `benchmarks/dc3` at the library's defaults
-    (`_pinet.make_projector` with `library_defaults=True`)."""
-    return dc3_projector(data.A, data.G, data.h, **settings)
 
 
 def dc3_from_cvxpy(data: DC3, **settings):

@@ -8,9 +8,9 @@ for ours) are seconds.
 from __future__ import annotations
 
 from .._common.provenance import describe
+from .._common.records import table
 from .._common.timing import fmt
-from ._overhead import TARGET_RATIO as TARGET_B
-from ._speed import TARGET_RATIO as TARGET_A
+from ._measure import TARGET_A, TARGET_B
 
 KINDS = ("forward", "forward_backward")
 LAYER_NAMES = {
@@ -85,21 +85,18 @@ def _accuracy_table(rows: list[dict]) -> list[str]:
         "forward pass iterated to 1e-13 (step 1e-6) and of Clarabel's projection "
         "(step 1e-4; its own error limits it) (target 1e-4).",
         "",
-        "| family | d | aux | instances | successful | max error | median error "
-        "| Clarabel inaccurate | derivative vs FD (ours) | vs FD (Clarabel), "
-        "median / max |",
-        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['family']} | {r['dim']} | {r['n_aux']} | {r['instances']} | "
-            f"{r['successful']:.0%} | {r['max_error']:.1e} | "
-            f"{r['median_error']:.1e} | {r['clarabel_inaccurate']} | "
-            f"{r['gradient_error_vs_ours']:.1e} | "
-            f"{r['gradient_error_vs_clarabel_median']:.1e} / "
-            f"{r['gradient_error_vs_clarabel']:.1e} |"
-        )
-    return lines + [""]
+    columns = "family|d|aux|instances|successful|max error|median error|Clarabel "
+    columns += "inaccurate|derivative vs FD (ours)|vs FD (Clarabel), median / max"
+    body = [
+        [r["family"], r["dim"], r["n_aux"], r["instances"], f"{r['successful']:.0%}",
+         f"{r['max_error']:.1e}", f"{r['median_error']:.1e}",
+         r["clarabel_inaccurate"], f"{r['gradient_error_vs_ours']:.1e}",
+         f"{r['gradient_error_vs_clarabel_median']:.1e} / "
+         f"{r['gradient_error_vs_clarabel']:.1e}"]
+        for r in rows
+    ]  # fmt: skip
+    return [*lines, table(columns.split("|"), body), ""]
 
 
 def _speed(r: dict) -> list[str]:
@@ -115,27 +112,25 @@ def _speed(r: dict) -> list[str]:
         f"{p['n_boxed']} boxed coordinates, {p['affine_form']}, "
         f"{p['n_iter']} training iterations. Active at the projection: {active}.",
         "",
-        "| layer | build s (cold / warm) | fwd first s | fwd ms | fwd+bwd first s "
-        "| fwd+bwd ms "
-        "| fwd+bwd / cvxpylayers | max abs diff. to Clarabel 1e-10 | obj. - "
-        "Clarabel's (max) | max viol. | grad rel. err "
-        f"vs {r['gradient_error_vs']} (max / median) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    columns = "layer|build s (cold / warm)|fwd first s|fwd ms|fwd+bwd first s|"
+    columns += "fwd+bwd ms|fwd+bwd / cvxpylayers|max abs diff. to Clarabel 1e-10|"
+    columns += "obj. - Clarabel's (max)|max viol.|grad rel. err vs "
+    columns += f"{r['gradient_error_vs']} (max / median)"
     base = t["cvxpylayers/forward_backward"]["median"]
-    setup = r["setup_s"]
+    setup, rows = r["setup_s"], []
     for name, label in LAYER_NAMES.items():
         if f"{name}/forward" not in t:
             continue
         f, fb = t[f"{name}/forward"], t[f"{name}/forward_backward"]
-        build = setup.get(name, setup["ours"])
         g = r["gradient_error"].get(name)
-        grad = f"{g['max']:.1e} / {g['median']:.1e}" if g else "(reference)"
-        lines.append(
-            f"| {label} | {_build(build)} | {f['first_s']:.2f} | {_ms(f)} | "
-            f"{fb['first_s']:.2f} | {_ms(fb)} | {fb['median'] / base:.3f} | "
-            f"{_accuracy(r['accuracy_vs_clarabel_1e-10'][name])} | {grad} |"
-        )
+        rows.append([
+            label, _build(setup.get(name, setup["ours"])), f"{f['first_s']:.2f}",
+            _ms(f), f"{fb['first_s']:.2f}", _ms(fb), f"{fb['median'] / base:.3f}",
+            _accuracy(r["accuracy_vs_clarabel_1e-10"][name]),
+            f"{g['max']:.1e} / {g['median']:.1e}" if g else "(reference)",
+        ])  # fmt: skip
+    lines.append(table(columns.split("|"), rows, "l" + "r" * 10))
     ratio = r["ratio"]["ours_train/cvxpylayers/forward_backward"]
     it = r["inference_iterations"]
     lines += [
@@ -161,14 +156,9 @@ def _accuracy(a: dict) -> str:
 
 def _pairs(r: dict, title: str, target: float | None) -> list[str]:
     t, base, cand = r["timing"], r["baseline"], r["candidate"]
-    lines = [
-        f"### {title} (batch {r['batch']}, {r['repeats']} repeats)",
-        "",
-        "| projector | mode | build s (cold / warm) | fwd first s | fwd ms "
-        "| fwd+bwd first s | fwd+bwd ms | inference iterations (median / max, "
-        "successful) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    columns = "projector|mode|build s (cold / warm)|fwd first s|fwd ms|fwd+bwd "
+    columns += "first s|fwd+bwd ms|inference iterations (median / max, successful)"
+    rows = []
     for name in (base, cand):
         s = r["structure"][name]
         it = r["inference_iterations"][name]
@@ -178,26 +168,25 @@ def _pairs(r: dict, title: str, target: float | None) -> list[str]:
             iters = f"{s['n_iter']} (fixed)"
             if mode == "inference":
                 iters = f"{it['median']:.0f} / {it['max']} ({it['successful']} ok)"
-            lines.append(
-                f"| {name} | {mode} | {_build(r['setup_s'][name])} | "
-                f"{f['first_s']:.2f} | {_ms(f)} | {fb['first_s']:.2f} | {_ms(fb)} | "
-                f"{iters} |"
-            )
-    lines += [
-        "",
-        f"| mode | fwd {cand} / {base} | fwd+bwd {cand} / {base} | max abs "
-        "difference of outputs |",
-        "|---|---:|---:|---:|",
-    ]
+            rows.append([
+                name, mode, _build(r["setup_s"][name]), f"{f['first_s']:.2f}",
+                _ms(f), f"{fb['first_s']:.2f}", _ms(fb), iters,
+            ])  # fmt: skip
+    ratios = []
     for mode in ("train", "inference"):
-        cells = []
+        cells = [mode]
         for kind in KINDS:
             ratio = r["ratio"][f"{mode}/{kind}"]
             cells.append(_met(ratio, target) if target else f"{ratio:.3f}")
-        lines.append(
-            f"| {mode} | {cells[0]} | {cells[1]} | "
-            f"{r['max_abs_difference'][mode]:.1e} |"
-        )
+        ratios.append([*cells, f"{r['max_abs_difference'][mode]:.1e}"])
+    columns2 = ["mode", f"fwd {cand} / {base}", f"fwd+bwd {cand} / {base}"]
+    lines = [
+        f"### {title} (batch {r['batch']}, {r['repeats']} repeats)",
+        "",
+        table(columns.split("|"), rows, "llrrrrrr"),
+        "",
+        table([*columns2, "max abs difference of outputs"], ratios, "lrrr"),
+    ]
     structure = "; ".join(
         f"{name}: {s['n_eq']} eq. rows, {s['n_ineq']} ineq. rows, {s['n_cone']} cone "
         f"coords, {s['n_boxed']} boxed, {s['n_aux']} aux., {s['affine_form']}"
@@ -208,20 +197,17 @@ def _pairs(r: dict, title: str, target: float | None) -> list[str]:
 
 
 def _partial_sums(r: dict) -> list[str]:
-    lines = [
-        "### Partial-sum forms: accuracy of from_cvxpy at defaults (no timing)",
-        "",
-        "| form | aux. coords | training: max abs diff. / obj. - Clarabel's / "
-        "max viol. | inference: the same | inference iterations (median / max) "
-        "| successful |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
+    columns = ["form", "aux. coords", "training: max abs diff. / obj. - Clarabel's "
+               "/ max viol.", "inference: the same",
+               "inference iterations (median / max)", "successful"]  # fmt: skip
+    rows = []
     for s in r.values():
         it = s["inference_iterations"]
-        lines.append(
-            f"| {s['description']} | {s['structure']['n_aux']} | "
-            f"{_accuracy(s['train']).replace(' |', ' /')} | "
-            f"{_accuracy(s['inference']).replace(' |', ' /')} | "
-            f"{it['median']:.0f} / {it['max']} | {it['successful']}/{s['batch']} |"
-        )
-    return [*lines, ""]
+        rows.append([
+            s["description"], s["structure"]["n_aux"],
+            _accuracy(s["train"]).replace(" |", " /"),
+            _accuracy(s["inference"]).replace(" |", " /"),
+            f"{it['median']:.0f} / {it['max']}", f"{it['successful']}/{s['batch']}",
+        ])  # fmt: skip
+    title = "### Partial-sum forms: accuracy of from_cvxpy at defaults (no timing)"
+    return [title, "", table(columns, rows, "lrrrrr"), ""]

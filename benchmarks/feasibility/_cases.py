@@ -10,8 +10,6 @@ import numpy as np
 from ._data import CaseData, case_data, float32_grid
 from ._exact import slack_system
 
-# --------------------------------------------------------------------- cases
-
 
 def _dc3_problem(size: str, problem: str, instances):
     """The DC3 problem, test contexts and their optima: from the paper's files
@@ -192,18 +190,10 @@ def _motion_case():
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """A case: what it is, its default sizes and how to build it.
-
-    **Fields:** `description`; `n` (instances) and `n_floor` (instances whose
-    exact projection is computed, `None`: all); `exact` (`"slack"` or
-    `"clarabel"`); `make` (a function returning `(build, projector,
-    reference)`: `build(n, seed, instances) -> CaseData`, `projector(data,
-    **settings) -> pe.Projector`, with no settings at the library defaults,
-    `reference(data) -> (forward, settings)`, `forward` `None` where the
-    reference is not installed, or `None` where it has no configuration);
-    `timing_repeats` (batch repeats; single: 10x); `time_far` (also time the
-    far batch); `time_unrefined` (also time `refine=False`, to show what the
-    default refinement costs).
+    """A case: `n` instances, `n_floor` of them (`None`: all) with exact
+    projections by `exact` (`"slack"` or `"clarabel"`); `make() -> (build(n,
+    seed, instances), projector(data, **settings), reference(data))`, the last
+    `(forward or None, settings)` or `None`; the timed repeats (single: 10x).
     """
 
     description: str

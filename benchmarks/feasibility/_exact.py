@@ -10,22 +10,13 @@ import numpy as np
 from .._common.solvers import clarabel
 from ._data import KINDS, CaseData, float32_grid
 
-# ------------------------------------------------- exact projection, float64
-
 
 class SlackSystem:
-    r"""The polytope $\{y : A y = x,\ G y \le h\}$ in the slack variables
-    $w = G y$, when $K = [A; G]$ is square and invertible (every DC3 problem):
-    $y = K^{-1} [x; w]$ is an affine bijection between $w$ and the affine
-    subspace, and the inequalities become the bounds $w \le h$.
-
-    A quadratic objective in $y$ is then a bound-constrained quadratic programme
-    in $w$, which `minimise` solves by the primal-dual active-set method
-    (Hintermüller, Ito and Kunisch, 2003): guess the active bounds, solve the
-    linear system on the free variables, update the guess from the multipliers
-    and the bound violations, until the guess repeats. Each iterate holds the
-    active bounds exactly, and $y$ comes from a backward-stable solve with $K$,
-    so the result is feasible to float64 rounding.
+    r"""The polytope $\{y : A y = x,\ G y \le h\}$ in the slack variables $w =
+    G y$, $K = [A; G]$ square and invertible (every DC3 problem): a quadratic
+    objective is a bound-constrained QP in $w$, which `minimise` solves by the
+    primal-dual active-set method (Hintermüller, Ito and Kunisch, 2003), exact
+    on the active bounds: feasible to float64 rounding.
     """
 
     def __init__(self, A, G, h):
@@ -52,14 +43,9 @@ class SlackSystem:
         return self._solve(self._lu, np.concatenate([x, w]))
 
     def minimise(self, x, Q_diag, p, max_iter: int = 100):
-        r"""$\arg\min_y \tfrac12 y^\top \mathrm{diag}(Q) y + p^\top y$ over the
-        polytope of context `x` (`Q_diag` all ones and $p = -y_{raw}$: the
-        projection of $y_{raw}$).
-
-        **Returns:** `(y, stats)`, `stats` with the iterations, the number of
-        active bounds, the KKT residuals (smallest multiplier of an active bound,
-        largest gradient on the free ones, relative) and `converged`; `y` is
-        `None` if the active set did not settle within `max_iter`.
+        r"""`(y, stats)`: $\arg\min_y \tfrac12 y^\top \mathrm{diag}(Q) y + p^\top y$
+        over the polytope of context `x`, and the iterations, active bounds, KKT
+        residuals and `converged` (`y` `None` unless settled in `max_iter`).
         """
         import scipy.linalg
 
@@ -118,11 +104,9 @@ def slack_system(A, G, h) -> SlackSystem:
 
 
 class ClarabelProjection:
-    """The projection onto a `CaseData`'s set by cvxpy + Clarabel, set up once
-    (the raw point and the right-hand side are cvxpy `Parameter`s), then
-    polished (`polish`): Clarabel alone stops short of float64 accuracy on the
-    cone (points inside it by up to about 1e-5 where the exact projection is on
-    its boundary), which would understate the floor."""
+    """The projection onto a `CaseData`'s set by cvxpy + Clarabel (set up once),
+    then `polish`ed: Clarabel alone stops up to about 1e-5 inside the cone where
+    the projection is on its boundary, which would understate the floor."""
 
     def __init__(self, data: CaseData):
         import cvxpy as cp
@@ -155,19 +139,11 @@ class ClarabelProjection:
 
 
 def polish(data: CaseData, q, r, z, thresholds=(1e-9, 1e-7, 1e-5, 1e-3)):
-    r"""The exact projection of `r` from an approximate one `z`, by Newton's
-    method on the KKT conditions of its active constraints.
-
-    The active set is guessed from `z` (inequality rows and the cone within a
-    threshold of their bounds, relative to $\max(1, \|r\|_\infty)$). The
-    active rows become equalities and the cone $g(y) = \|S y\| - f^\top y = 0$
-    a smooth one; Newton's method then solves
-    $y - r + A(y)^\top \lambda = 0$ with the active constraints, $A(y)$ their
-    Jacobian (one step where they are all affine). A candidate is accepted only
-    if it satisfies every KKT condition: feasible to $10^{-12}$ and multipliers
-    of the right sign. The thresholds are tried in turn.
-
-    **Returns:** `(y, stats)`; `y` is `None` if no candidate passes.
+    r"""`(y, stats)`: the exact projection of `r` from an approximate one `z`, by
+    Newton's method on $y - r + A(y)^\top \lambda = 0$ with the constraints
+    active at `z` (within each of `thresholds`, relative) as equalities (the
+    cone as $\|S y\| = f^\top y$); the first candidate feasible to $10^{-12}$
+    with multipliers of the right sign, or `None`.
     """
     E, C, S, f = data.E, data.C, data.S, data.f
     d = len(r)
@@ -220,12 +196,8 @@ def polish(data: CaseData, q, r, z, thresholds=(1e-9, 1e-7, 1e-5, 1e-3)):
 
 
 def _solve_kkt(K, b):
-    """`K x = b` by dense LU, or by dense least squares (complete orthogonal
-    factorisation) where dependent active rows make `K` singular.
-
-    Dense: the systems are small (at most a few thousand rows), and SuperLU
-    (`scipy.sparse.linalg.splu`) crashed the process on some singular ones.
-    """
+    """`K x = b` by dense LU, or by dense least squares where dependent active
+    rows make `K` singular (SuperLU crashed the process on some of those)."""
     import warnings
 
     import scipy.linalg
@@ -245,13 +217,9 @@ def _solve_kkt(K, b):
 
 
 def exact_projections(data: CaseData, rows, method: str, check: int = 0) -> dict:
-    """The exact projections (float64) of the near and far raw outputs of instances
-    `rows` by `method` (`"slack"`, `SlackSystem`, for DC3, or `"clarabel"`), their
-    float64 CV and the CV of their float32 rounding, the floor. Per kind: `floor`
-    (max over `rows`), `floor_per_instance`, `exact_cv_max`, `failed` (no exact
-    projection; left out of the floor) and the solver's statistics; with `"slack"`,
-    `check` instances are also solved by Clarabel and the largest difference kept.
-    """
+    """The exact projections of the raw outputs of instances `rows` by `method`:
+    per kind the `floor` (the CV of their float32 rounding), `exact_cv_max`,
+    `failed` and the solver's statistics (`check` of them against Clarabel)."""
     start = time.perf_counter()
     if method == "slack":
         solver = slack_system(data.spec["A"], data.spec["G"], data.spec["h"])

@@ -16,8 +16,6 @@ from .._common.provenance import log
 from ._cases import CASES
 from ._data import KINDS, ROOT, TIMING_BATCH, CaseData
 
-# -------------------------------------------------------------- the workers
-
 
 def worker(dtype: str, folder: pathlib.Path, names, timing: bool, scale: float):
     """Project every case's raw outputs at the library defaults in `dtype`, time
@@ -76,8 +74,7 @@ def worker(dtype: str, folder: pathlib.Path, names, timing: bool, scale: float):
             reference, entry["reference_settings"] = made
         if reference is not None:
             for kind in KINDS:
-                R = jnp.asarray(data.raw(kind), dtype)
-                Y = reference(R, P["b"])
+                Y = reference(jnp.asarray(data.raw(kind), dtype), P["b"])
                 arrays[f"{kind}:reference_y"] = np.asarray(Y, np.float64)
         if timing:
             log(f"[{dtype}] {name}: timing")
@@ -91,8 +88,7 @@ def worker(dtype: str, folder: pathlib.Path, names, timing: bool, scale: float):
 
 def _time(case, data, proj, make_projector, reference, dtype, scale=1.0) -> dict:
     """Batch and single-instance latency of the jitted forward pass, interleaved
-    with the reference's and, where asked, with `refine=False`'s and (polyhedral
-    sets) `polish=False`'s."""
+    with the reference's, `refine=False`'s and `polish=False`'s where asked."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp

@@ -73,13 +73,12 @@ def test_baseline_records():
     """cvxpylayers is accurate to its solver's tolerance; the reference's
     record is complete (its accuracy is what the benchmark reports)."""
     from benchmarks._common.reference import reference_available
-    from benchmarks.dcopf import _baselines
 
     jax.config.update("jax_enable_x64", True)
     case = load_saved(CASE)
     layers = ["cvxpylayers"] + (["reference"] if reference_available() else [])
     for layer in layers:
-        record = _baselines.run(case, layer, batch=2, repeats=1)
+        record = _train.baseline(case, layer, batch=2, repeats=1)
         assert record["step_s"]["median"] > 0
         assert record["train_300_steps_s_estimate"] > 0
         assert np.isfinite(record["rel_err_max"])

@@ -27,10 +27,11 @@ import pinet_eqx as pe
 from benchmarks.dcopf._data import dcopf_clarabel, project_clarabel
 from benchmarks.dcopf._proxy import train_proxy
 from benchmarks.dcopf._proxy_data import hourly_data
-from benchmarks.dcopf._proxy_eval import evaluate, predictor
 from benchmarks.dcopf._proxy_models import (
+    evaluate,
     injections_matrix,
     make_model,
+    predictor,
     ptdf,
     repair,
 )
