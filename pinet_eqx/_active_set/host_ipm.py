@@ -40,12 +40,12 @@ _WIDTH_FRACTION = 1e-1
 # Stop, keeping the best iterate, where the residuals grow this much past it.
 _GROWTH = 100.0
 # Once the complementarity has fallen below the narrowest interval's floor
-# (see `_Iterate.mu_floor`) and the gap test, stop at this residual too: the
-# solves' accuracy, not the method, then sets the residual, which drifts and
-# can blow up while the face stays the same (hours of the ACTIVSg2000 proxy,
-# and one case2869pegase instance at 1x the spread whose residual was 1e-2
-# there, ran on to the iteration cap on one face). A blown-up iterate, whose
-# flags mean little, is not taken.
+# (see `_Iterate.mu_floor`) and the gap test, stop at this residual, not only
+# at `_RESIDUAL_TOL`: the solves' accuracy, not the method, then sets the
+# residual, which drifts and can blow up while the face stays the same (hours
+# of the ACTIVSg2000 proxy, and one case2869pegase instance at 1x the spread
+# whose residual was 1e-2 there, ran on to the iteration cap on one face). A
+# blown-up iterate, whose flags mean little, is not taken.
 _SETTLED_RESIDUAL_TOL = 1e-1
 # The ratio z / s above which a bound is taken as binding.
 _ACTIVE_RATIO = 100.0
@@ -117,9 +117,10 @@ def interior_point(
                 # residuals stall. The smaller shift resolves them (measured:
                 # see benchmarks/dcopf/RESULTS.md).
                 state.delta = FINE_DELTA
+            settled = gap < _GAP_TOL and mu < state.mu_floor
+            if settled and res < _SETTLED_RESIDUAL_TOL:
+                break
             if res < _RESIDUAL_TOL and gap < _GAP_TOL:
-                if mu < state.mu_floor:
-                    break
                 if best is not None and res > _GROWTH * best[0]:
                     # Past the solves' accuracy (the weights span many orders
                     # of magnitude near the end): the best iterate names the
@@ -128,8 +129,6 @@ def interior_point(
                     break
                 if best is None or res < best[0]:
                     best = (res, state.saved())
-            elif gap < _GAP_TOL and mu < state.mu_floor and res < _SETTLED_RESIDUAL_TOL:
-                break
             elif best is not None:
                 state.restore(best[1])
                 break
