@@ -70,7 +70,7 @@ def _parser():
     )
     dist.add_argument("--case", required=True)
     dist.add_argument("--fixture", type=pathlib.Path, help="a saved case instead")
-    _numbers(dist, batch=256, solver_instances=8, repeats=3)
+    _numbers(dist, batch=256, solver_instances=8, repeats=3, seed=0)
     _pin_option(dist)
     save = sub.add_parser("save", help="save a case (pandapower) for `throughput`")
     save.add_argument("--case", required=True)
@@ -248,9 +248,13 @@ def _run(args):
 
         case = _case(args)
         record = distances(
-            case, batch=args.batch, n_solver=args.solver_instances, repeats=args.repeats
-        )
-        return record, out / command / f"{case.name}-float32-b{args.batch}.json"
+            case, batch=args.batch, n_solver=args.solver_instances,
+            repeats=args.repeats, seed=args.seed,
+        )  # fmt: skip
+        name = f"{case.name}-float32-b{args.batch}"
+        if args.seed:  # other instances: kept out of the report's table
+            return record, out / command / "seeds" / f"{name}-seed{args.seed}.json"
+        return record, out / command / f"{name}.json"
     if command == "train":
         from ._train import train
 

@@ -47,6 +47,9 @@ _MAX_ROUNDS = 30
 _NEAR_ROUNDS = 12
 # ... and the most rows one of those rounds may move: this many, or this share
 # of the bounds if more (PEGASE grids: tens near the set, hundreds far from it).
+# The rounds from the interior-point method's face are held to it too: from
+# there they move a few rows, and more means that they wander on a nearly
+# dependent face, which the saddle-point try then settles at once.
 _NEAR_MOVES = 50
 _NEAR_MOVES_SHARE = 0.02
 # The rounds of an interior-point face's second try (see `_active_set_method`).
@@ -229,7 +232,9 @@ def _active_set_method(
     # (start, rounds, most moves per round, release one row per round)
     attempts = (
         (lambda: (hi_y, lo_y), _NEAR_ROUNDS, near_moves, False),
-        (interior, half, None, False),
+        # Capped too (see `_NEAR_MOVES`): a try that wanders ends in the
+        # saddle-point one anyway.
+        (interior, half, near_moves, False),
         # Where the rounds from that face wander: the face has a row too many,
         # whose pull flips the signs of dependent rows' multipliers.
         (lambda: named["face"], half, None, True),
