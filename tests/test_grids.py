@@ -274,6 +274,33 @@ def test_equal_bounds_stay_on_the_face(side):
     assert_close(y, np.ones(3), 1e-7)
 
 
+def test_rounds_stop_when_they_cycle(monkeypatch):
+    """Rounds that come back to a face they have left stop there (and fail,
+    for the next attempt to take over) instead of running out their rounds:
+    here a face solver whose multiplier of the added bound is wrongly signed,
+    so the rounds would add and release it forever (replayed case2869pegase
+    instances cycled through four faces for their last rounds)."""
+    import pinet_eqx._active_set.host_polish as host_polish
+
+    calls = []
+
+    def face(E, C, r, q, hi, lo, upper, lower, d, saddle):
+        calls.append(hi.copy())
+        if hi[0]:  # on the bound, with a multiplier that releases it
+            return np.array([1.0, 0.0]), np.array([-1.0, 0.0, 0.0])
+        return np.array([2.0, 0.0]), np.zeros(3)  # above it: added
+
+    monkeypatch.setattr(host_polish, "gram_face_projection", face)
+    E = sp.csr_matrix(np.array([[0.0, 1.0]]))
+    C = sp.csr_matrix(np.array([[1.0, 1.0]]))
+    bounds = (-np.ones(2), np.ones(2), -10 * np.ones(1), 10 * np.ones(1))
+    none = np.zeros(3, bool)
+    r, q = np.array([2.0, 0.0]), np.zeros(1)
+    y, fail, *_ = host_polish._rounds(E, C, r, q, bounds, none, none, 30)
+    assert fail == 1.0
+    assert [bool(h[0]) for h in calls] == [False, True]
+
+
 def _proxy_faces(name: str) -> tuple:
     """A captured instance of the host finish on ACTIVSg2000 (a self-supervised
     proxy's raw output and its Douglas-Rachford or interior-point flags):

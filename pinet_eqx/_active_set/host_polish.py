@@ -305,7 +305,8 @@ def _rounds(
 ):
     """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, where
     `bounds` is `(lb_y, ub_y, lb_w, ub_w)`, given up once a round would move
-    more than `max_moves` rows (if given): `(y, fail, hi, lo)`, the last
+    more than `max_moves` rows (if given) or return to a face it has left:
+    `(y, fail, hi, lo)`, the last
     face's point and flags; with `release_one`, each round releases one row
     only (`_largest`).
 
@@ -328,6 +329,7 @@ def _rounds(
     hi = (hi & np.isfinite(upper)) | fixed
     lo &= np.isfinite(lower) & ~hi
     y = r
+    seen = {(hi.tobytes(), lo.tobytes())}
     for _ in range(max_rounds + exact):
         y, mult = None, None
         if pattern is not None:
@@ -366,6 +368,10 @@ def _rounds(
             add_hi[:] = add_lo[:] = False
         hi = (hi & ~release) | add_hi
         lo = (lo & ~release) | add_lo
+        face = (hi.tobytes(), lo.tobytes())
+        if face in seen:  # a cycle: the rounds would only repeat it
+            break
+        seen.add(face)
     return y, 1.0, hi, lo
 
 
