@@ -232,9 +232,7 @@ def _active_set_method(
     # (start, rounds, most moves per round, release one row per round)
     attempts = (
         (lambda: (hi_y, lo_y), _NEAR_ROUNDS, near_moves, False),
-        # Capped too (see `_NEAR_MOVES`): a try that wanders ends in the
-        # saddle-point one anyway.
-        (interior, half, near_moves, False),
+        (interior, half, near_moves, False),  # capped too: see `_NEAR_MOVES`
         # Where the rounds from that face wander: the face has a row too many,
         # whose pull flips the signs of dependent rows' multipliers.
         (lambda: named["face"], half, None, True),
@@ -306,9 +304,8 @@ def _rounds(
     """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, where
     `bounds` is `(lb_y, ub_y, lb_w, ub_w)`, given up once a round would move
     more than `max_moves` rows (if given) or return to a face it has left:
-    `(y, fail, hi, lo)`, the last
-    face's point and flags; with `release_one`, each round releases one row
-    only (`_largest`).
+    `(y, fail, hi, lo)`, the last face's point and flags; with `release_one`,
+    each round releases one row only (`_largest`).
 
     With the set's `pattern`, each face is solved on that fixed factor
     pattern (`_host_kkt.face_projection`: a numeric refactorisation, where a
@@ -339,19 +336,7 @@ def _rounds(
         if y is None or mult is None:
             return r, 1.0, hi, lo
         value = np.concatenate([y, C @ y])
-        tol = 1e-9 * (1.0 + np.abs(value))
-        # Misplaced: a wrongly signed multiplier, or a flagged row off its
-        # bound, to release; a violated row, to add.
-        off = (hi | lo) & (np.abs(value - np.where(hi, upper, lower)) > tol)
-        release = ((hi & (mult < -tol)) | (lo & (mult > tol))) & ~fixed
-        if not release.any():
-            # A row off its bound, with every sign right, is fixed by the
-            # others (dependent rows: lines in series, whose flows differ by
-            # the loads between them). With wrong signs, those go first: the
-            # dependent row that does not bind is among them.
-            release = off
-        add_hi = ~hi & ~lo & (value > upper + tol)
-        add_lo = ~hi & ~lo & (value < lower - tol)
+        release, add_hi, add_lo = _misplaced(hi, lo, value, mult, lower, upper, fixed)
         moves = np.count_nonzero(release | add_hi | add_lo)
         if not moves and exact and pattern is not None:
             pattern = None  # settled: confirm on the face's own solve
@@ -373,6 +358,24 @@ def _rounds(
             break
         seen.add(face)
     return y, 1.0, hi, lo
+
+
+def _misplaced(hi, lo, value, mult, lower, upper, fixed) -> tuple:
+    """`(release, add_hi, add_lo)` for a face's point `value` (coordinates,
+    then rows) and multipliers `mult`: a wrongly signed multiplier, or a
+    flagged row off its bound, to release; a violated row, to add."""
+    tol = 1e-9 * (1.0 + np.abs(value))
+    off = (hi | lo) & (np.abs(value - np.where(hi, upper, lower)) > tol)
+    release = ((hi & (mult < -tol)) | (lo & (mult > tol))) & ~fixed
+    if not release.any():
+        # A row off its bound, with every sign right, is fixed by the others
+        # (dependent rows: lines in series, whose flows differ by the loads
+        # between them). With wrong signs, those go first: the dependent row
+        # that does not bind is among them.
+        release = off
+    add_hi = ~hi & ~lo & (value > upper + tol)
+    add_lo = ~hi & ~lo & (value < lower - tol)
+    return release, add_hi, add_lo
 
 
 def _largest(release, mult) -> np.ndarray:
