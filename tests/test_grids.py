@@ -447,7 +447,7 @@ def test_finer_systems_name_the_face(monkeypatch, switch):
     projection with no dual method (float64)."""
     import pinet_eqx._active_set.host_ipm as host_ipm
     import pinet_eqx._active_set.host_polish as host_polish
-    from pinet_eqx._active_set.host_kkt import FINE_DELTA, KKTPattern
+    from pinet_eqx._active_set.host_kkt import FINE_DELTA, FINEST_DELTA, KKTPattern
 
     if not switch:
         monkeypatch.setattr(host_ipm, "_STALL_LEVEL", 0.0)
@@ -474,8 +474,50 @@ def test_finer_systems_name_the_face(monkeypatch, switch):
         E, C, KKTPattern(E, C), r, q, *bounds, hi, lo
     )
     assert fail == 0.0
-    assert runs == ([None] if switch else [None, FINE_DELTA])
-    assert FINE_DELTA in shifts
+    assert runs == ([None] if switch else [None, FINEST_DELTA])
+    assert (FINE_DELTA if switch else FINEST_DELTA) in shifts
+    assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
+
+
+def test_second_run_from_the_raw_output_names_a_nearly_dependent_face(monkeypatch):
+    """A captured hour of the paper-recipe ACTIVSg2000 proxy whose raw output
+    lies far from the set (distance 1,080) and whose projection's face has
+    2005 rows on 2008 free coordinates (smallest singular value 1e-6 of the
+    unit rows). The first interior-point run, from the rounds' point, stops
+    at its iteration cap 3 units off the projection along the weak direction,
+    so the rounds from its face, and the release of one row per round, cannot
+    settle (the try that releases one row is skipped). The second run, from
+    the raw output on finer systems, ends within 1e-4 of it, and the host
+    finish ends on Clarabel's projection without the dual method, in fewer
+    than 200 factorisations (1,546 and uncertified with both runs from the
+    rounds' point at `FINE_DELTA`; float64)."""
+    import pinet_eqx._active_set.host_polish as host_polish
+    from pinet_eqx._active_set.host_kkt import KKTPattern
+    from pinet_eqx._linalg.host_solve import FACTORISATIONS
+
+    def no_dual(*args):
+        raise AssertionError("the dual method ran")
+
+    runs = []
+    interior_point = host_polish.interior_point
+
+    def counted(*args, **kwargs):
+        out = interior_point(*args, **kwargs)
+        runs.append((kwargs["y0"] is None, out[3]))
+        return out
+
+    monkeypatch.setattr(host_polish, "working_face", no_dual)
+    monkeypatch.setattr(host_polish, "interior_point", counted)
+    E, C, r, q, bounds, hi, lo = _proxy_faces("far")
+    FACTORISATIONS.reset()
+    y, fail, *_ = host_polish._active_set_method(
+        E, C, KKTPattern(E, C), r, q, *bounds, hi, lo
+    )
+    assert fail == 0.0
+    assert FACTORISATIONS.reset() < 200
+    cap = host_polish._IPM_ITERATIONS
+    assert runs[0] == (False, cap), "no longer an hour whose first run stalls"
+    assert runs[1][0] and runs[1][1] < cap
     assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
 
 

@@ -37,7 +37,7 @@ from .._linalg.host_solve import (
 # The static regularisation of K's diagonal (both blocks), removed by refinement.
 _DELTA = 1e-11
 # ... and a smaller one, for the interior-point method once its residuals
-# stall, and for a second run where the first one's face did not settle. The
+# stall. The
 # grids' balance rows, scaled to unit length, are nearly dependent, so their
 # multipliers reach 1e6 and more, and the shift's error in those rows (about
 # delta times the multipliers) is removed slowly by refinement: at `_DELTA` it
@@ -47,6 +47,13 @@ _DELTA = 1e-11
 # the start: late in the method the smaller shift makes other solves noisier
 # (on case1354pegase at 100 times the spread, 2 of 16 faces went wrong).
 FINE_DELTA = 1e-13
+# ... and a smaller one still, for the polish's second run, where the first
+# one's face did not settle. Proxies' raw outputs on ACTIVSg2000 met faces
+# with 2005 rows on 2008 free coordinates (smallest singular value 1e-6 of the
+# unit rows): at `FINE_DELTA` the iterate stayed 2-3 units off the projection
+# along the weak direction and named a wrong face; at this shift it ends
+# within 1e-4 of it (measured: see benchmarks/dcopf/RESULTS.md).
+FINEST_DELTA = 1e-15
 # The most refinement steps of each solve against the unregularised K: the
 # bus-balance rows of a grid are nearly dependent (a Laplacian's rows sum to
 # almost nothing), so their multipliers grow large and the shift's error with

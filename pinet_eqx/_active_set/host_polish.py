@@ -33,7 +33,7 @@ import scipy.sparse as sp
 from .._linalg.host_solve import ByContent, instances, pool
 from .host_dual import working_face
 from .host_ipm import interior_point
-from .host_kkt import FINE_DELTA, KKTPattern, face_projection, gram_face_projection
+from .host_kkt import FINEST_DELTA, KKTPattern, face_projection, gram_face_projection
 from .host_parallel import merge_bounds, parallel_rows, unmerged_flags
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
@@ -52,6 +52,8 @@ _NEAR_ROUNDS = 12
 # dependent face, which the saddle-point try then settles at once.
 _NEAR_MOVES = 50
 _NEAR_MOVES_SHARE = 0.02
+# The most iterations of each interior-point run.
+_IPM_ITERATIONS = 60
 # The rounds of an interior-point face's second try (see `_active_set_method`).
 _SADDLE_ROUNDS = 4
 # `_active_set_method`'s `fail` where the interior-point method proved the set
@@ -218,7 +220,7 @@ def _active_set_method(
 
     named = {}
     interior = functools.partial(_interior, pattern, r, q, lower, upper, named)
-    fine = functools.partial(interior, FINE_DELTA)
+    fine = functools.partial(interior, FINEST_DELTA)
 
     def dual():
         # From the first interior-point run's face, a few changes from it
@@ -234,11 +236,13 @@ def _active_set_method(
         (lambda: (hi_y, lo_y), _NEAR_ROUNDS, near_moves, False),
         (interior, half, near_moves, False),  # capped too: see `_NEAR_MOVES`
         # Where the rounds from that face wander: the face has a row too many,
-        # whose pull flips the signs of dependent rows' multipliers.
-        (lambda: named["face"], half, None, True),
+        # whose pull flips the signs of dependent rows' multipliers. Not
+        # where that run stopped at its iteration cap: its face is then
+        # further off, and the releases only wander.
+        (lambda: None if named["capped"] else named["face"], half, None, True),
         # Where the face is further off: the first run's systems held its
         # equality residual too high to resolve the balance rows' weak
-        # directions (see `_host_kkt.FINE_DELTA`).
+        # directions (see `_host_kkt.FINEST_DELTA`).
         (fine, half, None, False),
         # Where those cycle (dependent rows flagged).
         (dual, half, None, False),
@@ -269,19 +273,23 @@ def _active_set_method(
 
 def _interior(pattern, r, q, lower, upper, named: dict, delta=None):
     """The flags of the face that `interior_point` names, kept as
-    `named["face"]` if the first; `None` where it proves the set empty
+    `named["face"]` if the first (and whether it stopped at its iteration cap
+    as `named["capped"]`); `None` where it proves the set empty
     (`named["empty"]` then set)."""
-    # Started from the last rounds' point, which satisfies E y = q and the
-    # iterate's bounded coordinates: some 20% fewer iterations than from r far
-    # from the set.
-    start = named.get("point")
-    _, hi, lo, _, empty = interior_point(
-        pattern, r, q, lower, upper, y0=start, delta=delta
+    # The first run starts from the last rounds' point, which satisfies
+    # E y = q and the iterate's bounded coordinates: some 20% fewer iterations
+    # than from r far from the set. The second (`delta` given) starts from r:
+    # from the point the rounds left on a nearly dependent face it ran to its
+    # cap where from r it converged (ACTIVSg2000 proxy hours).
+    start = named.get("point") if delta is None else None
+    _, hi, lo, iterations, empty = interior_point(
+        pattern, r, q, lower, upper, max_iter=_IPM_ITERATIONS, y0=start, delta=delta
     )
     if empty:
         named["empty"] = True
         return None
-    named.setdefault("face", (hi, lo))
+    if "face" not in named:
+        named["face"], named["capped"] = (hi, lo), iterations >= _IPM_ITERATIONS
     return hi, lo
 
 
