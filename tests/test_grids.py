@@ -186,7 +186,7 @@ def test_dual_method_finishes_where_the_rounds_cycle(monkeypatch):
         calls.append(1)
         return working_face(*args, **kwargs)
 
-    def everything(pattern, r, q, lower, upper, y0=None, delta=None):
+    def everything(pattern, r, q, lower, upper, max_iter=60, y0=None, delta=None):
         return r, np.isfinite(upper), np.isfinite(lower) & ~np.isfinite(upper), 0, False
 
     working_face = _host_polish.working_face
