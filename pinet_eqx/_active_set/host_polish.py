@@ -236,13 +236,11 @@ def _active_set_method(
         (lambda: (hi_y, lo_y), _NEAR_ROUNDS, near_moves, False),
         (interior, half, near_moves, False),  # capped too: see `_NEAR_MOVES`
         # Where the rounds from that face wander: the face has a row too many,
-        # whose pull flips the signs of dependent rows' multipliers. Not
-        # where that run stopped at its iteration cap: its face is then
-        # further off, and the releases only wander.
+        # whose pull flips the signs of dependent rows' multipliers (not where
+        # that run hit its cap: its face is then further off).
         (lambda: None if named["capped"] else named["face"], half, None, True),
-        # Where the face is further off: the first run's systems held its
-        # equality residual too high to resolve the balance rows' weak
-        # directions (see `_host_kkt.FINEST_DELTA`).
+        # Where the face is further off: the first run's systems could not
+        # resolve the balance rows' weak directions (`_host_kkt.FINEST_DELTA`).
         (fine, half, None, False),
         # Where those cycle (dependent rows flagged).
         (dual, half, None, False),
