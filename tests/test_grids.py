@@ -186,7 +186,7 @@ def test_dual_method_finishes_where_the_rounds_cycle(monkeypatch):
         calls.append(1)
         return working_face(*args, **kwargs)
 
-    def everything(pattern, r, q, lower, upper, max_iter=60, y0=None, delta=None):
+    def everything(pattern, r, q, lower, upper, y0=None, delta=None):
         return r, np.isfinite(upper), np.isfinite(lower) & ~np.isfinite(upper), 0, False
 
     working_face = _host_polish.working_face
@@ -492,6 +492,7 @@ def test_second_run_from_the_raw_output_names_a_nearly_dependent_face(monkeypatc
     than 200 factorisations (1,546 and uncertified with both runs from the
     rounds' point at `FINE_DELTA`; float64)."""
     import pinet_eqx._active_set.host_polish as host_polish
+    from pinet_eqx._active_set.host_ipm import MAX_ITERATIONS
     from pinet_eqx._active_set.host_kkt import KKTPattern
     from pinet_eqx._linalg.host_solve import FACTORISATIONS
 
@@ -515,9 +516,9 @@ def test_second_run_from_the_raw_output_names_a_nearly_dependent_face(monkeypatc
     )
     assert fail == 0.0
     assert FACTORISATIONS.reset() < 200
-    cap = host_polish._IPM_ITERATIONS
-    assert runs[0] == (False, cap), "no longer an hour whose first run stalls"
-    assert runs[1][0] and runs[1][1] < cap
+    stalled = (False, MAX_ITERATIONS)
+    assert runs[0] == stalled, "no longer an hour whose first run stalls"
+    assert runs[1][0] and runs[1][1] < MAX_ITERATIONS
     assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
 
 

@@ -49,6 +49,8 @@ _GROWTH = 100.0
 _SETTLED_RESIDUAL_TOL = 1e-1
 # The ratio z / s above which a bound is taken as binding.
 _ACTIVE_RATIO = 100.0
+# The most iterations (factorisations) of one run.
+MAX_ITERATIONS = 60
 # Gondzio's centrality correctors per iteration (each one solve, no factorisation).
 _CORRECTORS = 2
 # The fraction of the way to the boundary each step goes.
@@ -79,7 +81,7 @@ def interior_point(
     q: np.ndarray,
     lower: np.ndarray,
     upper: np.ndarray,
-    max_iter: int = 60,
+    max_iter: int = MAX_ITERATIONS,
     y0: np.ndarray | None = None,
     delta: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, bool]:

@@ -37,11 +37,11 @@ from .._linalg.host_solve import (
 # The static regularisation of K's diagonal (both blocks), removed by refinement.
 _DELTA = 1e-11
 # ... and a smaller one, for the interior-point method once its residuals
-# stall. The
-# grids' balance rows, scaled to unit length, are nearly dependent, so their
-# multipliers reach 1e6 and more, and the shift's error in those rows (about
-# delta times the multipliers) is removed slowly by refinement: at `_DELTA` it
-# can hold the interior-point method's equality residual near 1e-5, where an
+# stall. The grids' balance rows, scaled to unit length, are nearly
+# dependent, so their multipliers reach 1e6 and more, and the shift's error in
+# those rows (about delta times the multipliers) is removed slowly by
+# refinement: at `_DELTA` it can hold the interior-point method's equality
+# residual near 1e-5, where an
 # iterate is still far from the projection along the rows' weak directions
 # (identical units at one bus) and names a wrong face. Not the default from
 # the start: late in the method the smaller shift makes other solves noisier

@@ -32,7 +32,7 @@ import scipy.sparse as sp
 
 from .._linalg.host_solve import ByContent, instances, pool
 from .host_dual import working_face
-from .host_ipm import interior_point
+from .host_ipm import MAX_ITERATIONS, interior_point
 from .host_kkt import FINEST_DELTA, KKTPattern, face_projection, gram_face_projection
 from .host_parallel import merge_bounds, parallel_rows, unmerged_flags
 
@@ -52,8 +52,6 @@ _NEAR_ROUNDS = 12
 # dependent face, which the saddle-point try then settles at once.
 _NEAR_MOVES = 50
 _NEAR_MOVES_SHARE = 0.02
-# The most iterations of each interior-point run.
-_IPM_ITERATIONS = 60
 # The rounds of an interior-point face's second try (see `_active_set_method`).
 _SADDLE_ROUNDS = 4
 # `_active_set_method`'s `fail` where the interior-point method proved the set
@@ -281,13 +279,13 @@ def _interior(pattern, r, q, lower, upper, named: dict, delta=None):
     # cap where from r it converged (ACTIVSg2000 proxy hours).
     start = named.get("point") if delta is None else None
     _, hi, lo, iterations, empty = interior_point(
-        pattern, r, q, lower, upper, max_iter=_IPM_ITERATIONS, y0=start, delta=delta
+        pattern, r, q, lower, upper, y0=start, delta=delta
     )
     if empty:
         named["empty"] = True
         return None
     if "face" not in named:
-        named["face"], named["capped"] = (hi, lo), iterations >= _IPM_ITERATIONS
+        named["face"], named["capped"] = (hi, lo), iterations >= MAX_ITERATIONS
     return hi, lo
 
 
