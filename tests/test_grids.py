@@ -186,7 +186,7 @@ def test_dual_method_finishes_where_the_rounds_cycle(monkeypatch):
         calls.append(1)
         return working_face(*args, **kwargs)
 
-    def everything(pattern, r, q, lower, upper, y0=None, delta=None):
+    def everything(pattern, r, q, lower, upper, **_):
         return r, np.isfinite(upper), np.isfinite(lower) & ~np.isfinite(upper), 0, False
 
     working_face = _host_polish.working_face
@@ -477,6 +477,53 @@ def test_finer_systems_name_the_face(monkeypatch, switch):
     assert runs == ([None] if switch else [None, FINEST_DELTA])
     assert (FINE_DELTA if switch else FINEST_DELTA) in shifts
     assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
+
+
+def test_first_run_starts_at_the_scale_of_the_rounds_multipliers(monkeypatch):
+    """On a captured ACTIVSg2000 proxy hour whose projection holds large
+    multipliers, the first interior-point run starts its own at the scale of
+    the rounds' face's (`dual_start`, here clipped to 100), not at 1, and
+    takes fewer iterations; either way the host finish ends on Clarabel's
+    projection (float64)."""
+    import pinet_eqx._active_set.host_ipm as host_ipm
+    import pinet_eqx._active_set.host_polish as host_polish
+    from pinet_eqx._active_set.host_kkt import KKTPattern
+
+    E, C, r, q, bounds, hi, lo = _proxy_faces("fine")
+    clarabel = _clarabel_grid_projection(E, C, r, q, bounds)
+    interior_point = host_polish.interior_point
+    runs = []
+
+    def counted(*args, **kwargs):
+        out = interior_point(*args, **kwargs)
+        runs.append((kwargs["z0"], out[3]))
+        return out
+
+    monkeypatch.setattr(host_polish, "interior_point", counted)
+    first = []
+    for largest in (host_ipm._DUAL_START_MAX, 1.0):  # then as before: from 1
+        monkeypatch.setattr(host_ipm, "_DUAL_START_MAX", largest)
+        runs.clear()
+        y, fail, *_ = host_polish._active_set_method(
+            E, C, KKTPattern(E, C), r, q, *bounds, hi, lo
+        )
+        assert fail == 0.0
+        assert_close(y, clarabel, 1e-6)
+        first.append(runs[0])
+    assert first[0][0] == 100.0 and first[1][0] == 1.0
+    assert first[0][1] < first[1][1] - 5
+
+
+@pytest.mark.parametrize(
+    ("multipliers", "expected"),
+    [(None, 1.0), ([0.0, 0.0], 1.0), ([0.0, -4.0, 6.0, 5.0], 5.0), ([1e-3], 1.0),
+     ([3e4, -2e5], 100.0)],
+)  # fmt: skip
+def test_dual_start_is_the_faces_median_multiplier_clipped(multipliers, expected):
+    from pinet_eqx._active_set.host_ipm import dual_start
+
+    given = None if multipliers is None else np.array(multipliers)
+    assert dual_start(given) == expected
 
 
 def test_second_run_from_the_raw_output_names_a_nearly_dependent_face(monkeypatch):

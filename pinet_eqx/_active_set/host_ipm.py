@@ -55,11 +55,16 @@ MAX_ITERATIONS = 60
 _CORRECTORS = 2
 # The fraction of the way to the boundary each step goes.
 _STEP_FRACTION = 0.99
-# The start's multipliers. From r itself a start of 10 suited far raw outputs
-# (large multipliers) best; from the rounds' point, which is nearer the set,
-# 1 takes fewer iterations (measured on the PEGASE grids, 10 and 100 times
-# the spread).
+# The start's multipliers, all equal: by default this, and where a face's
+# multipliers are known (the polish's rounds), their median magnitude clipped
+# to [_DUAL_START, _DUAL_START_MAX]. The method's multipliers grow by a
+# bounded factor per iteration, so a start far below the projection's costs
+# iterations: a trained proxy's faces on ACTIVSg2000 hold multipliers of
+# 1e2-1e7, and a start of 1 took half as many more. Near the set the faces'
+# multipliers are small and the start stays 1 (measured: see
+# benchmarks/dcopf/RESULTS.md).
 _DUAL_START = 1.0
+_DUAL_START_MAX = 100.0
 # The Farkas certificate is checked at every other iteration from this one on,
 # until the iterate meets the stopping test (infeasible hours of ACTIVSg2000:
 # it holds from the third; each check costs a fifth of an iteration), and
@@ -84,6 +89,7 @@ def interior_point(
     max_iter: int = MAX_ITERATIONS,
     y0: np.ndarray | None = None,
     delta: float | None = None,
+    z0: float = _DUAL_START,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, bool]:
     """The projection of `r` onto $\\{y : E y = q,\\ \\ell \\le [y; C y] \\le u\\}$,
     to the accuracy that names its face.
@@ -98,6 +104,7 @@ def interior_point(
     - `y0`: where to start (default `r`); any point, feasible or not.
     - `delta`: the regularisation of its systems (default: the pattern's, see
         `KKTPattern.factorise`, until the residuals stall, then `FINE_DELTA`).
+    - `z0`: the start's multipliers (see `dual_start`).
 
     **Returns:** `(y, hi, lo, iterations, empty)`: the last iterate, the flags
     of the bounds it finds binding (see `_Iterate.flags`), in the layout of
@@ -107,7 +114,7 @@ def interior_point(
     # Far from the set the last iterations can overflow; the method checks
     # its steps for that itself (and stops), so numpy's warnings say nothing.
     with np.errstate(all="ignore"):
-        state = _Iterate(pattern, r, q, lower, upper, y0, delta)
+        state = _Iterate(pattern, r, q, lower, upper, y0, delta, z0)
         it, best, history = 0, None, []
         for it in range(max_iter + 1):
             res, gap, mu = state.residuals()
@@ -146,7 +153,7 @@ class _Iterate:
     $\\lambda$, the slacks $s$ and their multipliers $z$, with the data in
     the scaled units of the pattern."""
 
-    def __init__(self, P: KKTPattern, r, q, lower, upper, y0, delta):
+    def __init__(self, P: KKTPattern, r, q, lower, upper, y0, delta, z0):
         self.P, self.r, self.q, self.delta = P, r, q / P.e_norms, delta
         scale = np.concatenate([np.ones(P.d), P.c_norms])
         lo_b, up_b = lower / scale, upper / scale
@@ -160,7 +167,7 @@ class _Iterate:
         # An infeasible start whose slacks are at least the bounds' violation:
         # the steps then shrink every residual at a similar rate.
         self.s = np.abs(self._slack_rows(self.y)) + 1.0
-        self.z = np.full(self.rows.size, _DUAL_START)
+        self.z = np.full(self.rows.size, z0)
         self.lam = np.zeros(P.m_eq)
         # Far from the set the objective, and with it the complementarity the
         # gap test allows, is large; a bound whose interval is narrow (an
@@ -307,6 +314,16 @@ class _Iterate:
         lo = (ratio_lo > _ACTIVE_RATIO) & (ratio_lo >= ratio_hi)
         hi = (ratio_hi > _ACTIVE_RATIO) & (ratio_hi > ratio_lo)
         return hi, lo
+
+
+def dual_start(multipliers: np.ndarray | None) -> float:
+    """The interior-point method's start multipliers from those of a face
+    near the projection's (any sign, zero off the face): their median
+    magnitude on the face, within `[_DUAL_START, _DUAL_START_MAX]`."""
+    if multipliers is None or not np.any(multipliers):
+        return _DUAL_START
+    scale = np.median(np.abs(multipliers[multipliers != 0]))
+    return float(np.clip(scale, _DUAL_START, _DUAL_START_MAX))
 
 
 def _stalled(history: list[float]) -> bool:

@@ -32,7 +32,7 @@ import scipy.sparse as sp
 
 from .._linalg.host_solve import ByContent, instances, pool
 from .host_dual import working_face
-from .host_ipm import MAX_ITERATIONS, interior_point
+from .host_ipm import MAX_ITERATIONS, dual_start, interior_point
 from .host_kkt import FINEST_DELTA, KKTPattern, face_projection, gram_face_projection
 from .host_parallel import merge_bounds, parallel_rows, unmerged_flags
 
@@ -262,7 +262,8 @@ def _active_set_method(
             )  # fmt: skip
             if not out[1]:
                 return out[0], 0.0, out[2], out[3]
-            y = y if saddle else out[0]
+            if not saddle:
+                y, named["multipliers"] = out[0], out[4]
         named["point"] = y
     return y, 1.0, hi, lo
 
@@ -276,10 +277,13 @@ def _interior(pattern, r, q, lower, upper, named: dict, delta=None):
     # E y = q and the iterate's bounded coordinates: some 20% fewer iterations
     # than from r far from the set. The second (`delta` given) starts from r:
     # from the point the rounds left on a nearly dependent face it ran to its
-    # cap where from r it converged (ACTIVSg2000 proxy hours).
-    start = named.get("point") if delta is None else None
+    # cap where from r it converged (ACTIVSg2000 proxy hours). The first's
+    # multipliers start at the scale of the rounds' face's (`dual_start`).
+    first = delta is None
+    start = named.get("point") if first else None
+    z0 = dual_start(named.get("multipliers") if first else None)
     _, hi, lo, iterations, empty = interior_point(
-        pattern, r, q, lower, upper, y0=start, delta=delta
+        pattern, r, q, lower, upper, y0=start, delta=delta, z0=z0
     )
     if empty:
         named["empty"] = True
@@ -308,7 +312,8 @@ def _rounds(
     """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, where
     `bounds` is `(lb_y, ub_y, lb_w, ub_w)`, given up once a round would move
     more than `max_moves` rows (if given) or return to a face it has left:
-    `(y, fail, hi, lo)`, the last face's point and flags; with `release_one`,
+    `(y, fail, hi, lo, mult)`, the last face's point, flags and multipliers
+    (`None` if no face was solved); with `release_one`,
     each round releases one row only (`_largest`).
 
     With the set's `pattern`, each face is solved on that fixed factor
@@ -329,16 +334,16 @@ def _rounds(
     fixed = lower == upper
     hi = (hi & np.isfinite(upper)) | fixed
     lo &= np.isfinite(lower) & ~hi
-    y = r
+    y, mult = r, None
     seen = {(hi.tobytes(), lo.tobytes())}
     for _ in range(max_rounds + exact):
-        y, mult = None, None
+        y = None
         if pattern is not None:
             y, mult = face_projection(pattern, r, q, hi, lo, lower, upper)
         if y is None:
             y, mult = gram_face_projection(E, C, r, q, hi, lo, upper, lower, d, saddle)
         if y is None or mult is None:
-            return r, 1.0, hi, lo
+            return r, 1.0, hi, lo, None
         value = np.concatenate([y, C @ y])
         release, add_hi, add_lo = _misplaced(hi, lo, value, mult, lower, upper, fixed)
         moves = np.count_nonzero(release | add_hi | add_lo)
@@ -346,7 +351,7 @@ def _rounds(
             pattern = None  # settled: confirm on the face's own solve
             continue
         if not moves:
-            return y, 0.0, hi, lo
+            return y, 0.0, hi, lo, mult
         if max_moves is not None and moves > max_moves:
             break
         if release_one:
@@ -361,7 +366,7 @@ def _rounds(
         if face in seen:  # a cycle: the rounds would only repeat it
             break
         seen.add(face)
-    return y, 1.0, hi, lo
+    return y, 1.0, hi, lo, mult
 
 
 def _misplaced(hi, lo, value, mult, lower, upper, fixed) -> tuple:
