@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 
 import numpy as np
 
@@ -23,6 +24,8 @@ from ._activsg import SCENARIO_CASES
 
 FIGURES = committed.ROOT / "figures" / "dcopf"
 TIME_FIGURE = "![time per instance](../figures/dcopf/proxy_time.png)"
+# Above it where rows were carried from an earlier run (`proxy_record`).
+_OLD_TIME = "The time figure is the earlier run's (it is drawn from raw records only):"
 _CASE_ORDER = ("case1354pegase", "case2869pegase", "case9241pegase")
 _CASE_ORDER += tuple(f"case_ACTIVSg{n}" for n in ("2000", "10k", "25k", "70k"))
 
@@ -423,8 +426,10 @@ def _pct(x) -> str:
     return "-" if x is None or not np.isfinite(x) else f"{100 * x:.3g} %"
 
 
-def proxy_table(group: dict[str, dict]) -> str:
-    """One grid and variant's methods and solvers as a Markdown table."""
+def proxy_table(group: dict[str, dict], carried: list[list[str]] = ()) -> str:
+    """One grid and variant's methods and solvers as a Markdown table; the
+    `carried` rows (an earlier run's, for methods without a raw record here)
+    go after this run's methods, solvers' after its solvers."""
     rows = []
     for method in sorted(set(group) - {"solvers"}, key=_rank):
         r, t = group[method], group[method]["test"]
@@ -437,6 +442,7 @@ def proxy_table(group: dict[str, dict]) -> str:
             f"{t['timing']['per_instance_ms']:.3g}" if "timing" in t else "-",
             f"{r['train_s']:.0f}",
         ])  # fmt: skip
+    rows += [row for row in carried if row[0] not in SOLVERS.values()]
     solvers = group.get("solvers") or {}
     for key, label in SOLVERS.items():
         if s := solvers.get(key):
@@ -447,6 +453,7 @@ def proxy_table(group: dict[str, dict]) -> str:
                 f"{s['n_hours'] - s['failed']}/{s['n_hours']} solved", "",
                 "-" if s["ms"] is None else f"{s['ms']['median']:.3g}", "",
             ])  # fmt: skip
+    rows += [row for row in carried if row[0] in SOLVERS.values()]
     header = (
         "method|test hours|mean gap|p99 gap|hours overloaded|max overload MW|"
         "successful|max norm. residual / eps32|ms / instance (batch 256)|training s"
@@ -456,7 +463,8 @@ def proxy_table(group: dict[str, dict]) -> str:
         "column is the largest relative cost difference to Clarabel at 1e-8 (the "
         "cached optimum); failed solves are left out of their time.\n"
     )
-    return committed.table(header.split("|"), rows) + "\n" + (note if solvers else "")
+    solved = solvers or any(row[0] in SOLVERS.values() for row in carried)
+    return committed.table(header.split("|"), rows) + "\n" + (note if solved else "")
 
 
 def _infeasible_lines(group: dict[str, dict]) -> list[str]:
@@ -599,39 +607,119 @@ def _command(r: dict) -> str:
     return " ".join(words + ([f"--tag {r['tag']}"] if r.get("tag") else []))
 
 
-def _proxy_headline(groups: dict[tuple, dict[str, dict]]) -> list[dict]:
-    """The headline: each grid's best proxy against E2ELR and Clarabel."""
+def _proxy_headline(groups: dict[tuple, dict[str, dict]], previous=()) -> list[dict]:
+    """The headline: each grid's proxies (the paper's recipe and the
+    supervised one, where run) against Clarabel and E2ELR; E2ELR's numbers
+    from the `previous` headline rows where this run has no record of it."""
     rows = []
     for (case, variant), group in sorted(groups.items(), reverse=True):
-        ours = group.get("ours-sup") or group.get("ours")
         solver = (group.get("solvers") or {}).get("clarabel_1e-08")
-        if variant != "real" or ours is None or solver is None:
+        if variant != "real" or solver is None:
             continue
-        t, e2elr = ours["test"], group.get("e2elr")
-        ms = t["timing"]["per_instance_ms"] if "timing" in t else None
-        ref = solver["ms"]["median"]
-        base = f"Clarabel {ref:.3g} ms"
+        ref, e2elr = solver["ms"]["median"], group.get("e2elr")
         if e2elr:
-            base += (
+            e2elr_text = (
                 f"; E2ELR gap {_pct(e2elr['test']['gap_mean'])}, "
                 f"{_pct(e2elr['test']['overloaded_share'])} of hours overloaded"
             )
-        rows.append({
-            "label": "DC-OPF proxy",
-            "measure": f"{case} ({t['n_hours']} feasible test hours): "
-            f"{_name(ours['method'])}, mean gap (p99), ms per instance",
-            "ours": f"{_pct(t['gap_mean'])} ({_pct(t['gap']['p99'])}), "
-            + ("not timed" if ms is None else f"{ms:.3g} ms"),
-            "baseline": base,
-            "ratio": "-" if ms is None else f"{ms / ref:.2f} (time vs Clarabel)",
-            "command": _command(ours),
-        })  # fmt: skip
+        else:
+            same = [r["baseline"] for r in previous if r["measure"].split()[0] == case]
+            e2elr_text = "".join(b[b.index(";") :] for b in same[:1] if ";" in b)
+        proxies: dict[str, dict] = {}
+        for key in sorted(group, key=_rank):
+            if group[key].get("method") in ("ours", "ours-sup"):
+                proxies.setdefault(group[key]["method"], group[key])
+        for ours in proxies.values():
+            t = ours["test"]
+            ms = t["timing"]["per_instance_ms"] if "timing" in t else None
+            key = ours["method"] + (f"-{ours['tag']}" if ours.get("tag") else "")
+            rows.append({
+                "label": "DC-OPF proxy",
+                "measure": f"{case} ({t['n_hours']} feasible test hours): "
+                f"{_name(key)}, mean gap (p99), ms per instance",
+                "ours": f"{_pct(t['gap_mean'])} ({_pct(t['gap']['p99'])}), "
+                + ("not timed" if ms is None else f"{ms:.3g} ms"),
+                "baseline": f"Clarabel {ref:.3g} ms" + e2elr_text,
+                "ratio": "-" if ms is None else f"{ms / ref:.2f} (time vs Clarabel)",
+                "date": ours["machine"]["date"][:10],
+                "command": _command(ours),
+            })  # fmt: skip
     return rows
 
 
-def proxy_record(raw: list[dict], figures: dict[tuple, list[str]]) -> dict:
-    """The committed record: a table per grid and variant, figures, headline."""
+_CARRIED = "Rows carried from the earlier run"
+
+
+def _previous_sections(previous: dict | None) -> dict[str, str]:
+    """The committed record's Markdown per `### case, variant` heading."""
+    if not previous:
+        return {}
+    body = committed.section({**previous, "title": ""})
+    body = body.replace(TIME_FIGURE, "").replace(_OLD_TIME, "")
+    chunks = re.split(r"^### (.+)$", body, flags=re.M)
+    return {head: text.strip() for head, text in zip(chunks[1::2], chunks[2::2])}
+
+
+def _carry(old: str, labels: set[str]) -> tuple[list[list[str]], list[str]]:
+    """From an earlier run's section: its table rows for methods and solvers
+    not in `labels` (this run's), and its provenance line and figures."""
+    lines = old.splitlines()
+    marker = [i for i, line in enumerate(lines) if line.startswith(_CARRIED)]
+    # Already merged once: the carried part is what follows the marker.
+    kept_from = marker[0] if marker else 0
+    table = [line for line in lines if line.startswith("|")][2:]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table]
+    rows = [row for row in rows if row[0] not in labels]
+    names = {row[0] for row in rows}
+    kept = [
+        line
+        for line in lines[kept_from:]
+        if "Commands:" in line
+        or line.startswith("![")
+        or (line.startswith("- ") and line[2:].split(":")[0] in names)
+    ]
+    return rows, kept
+
+
+def _group_section(key, group, old: str | None, figures: list[str]) -> list[str]:
+    """One grid and variant: this run's records, with the rows of methods it
+    did not run carried from the earlier section `old` (whose figures, drawn
+    from every method, then stay)."""
+    case, variant = key
+    labels = {_name(m) for m in group if m != "solvers"}
+    if "solvers" in group:
+        labels |= set(SOLVERS.values())
+    carried, kept = _carry(old, labels) if old else ([], [])
+    machine = next(iter(group.values()))["machine"]
+    commands = sorted({_command(r) for r in group.values()})
+    out = [f"### {case}, {variant}\n\n" + proxy_table(group, carried)]
+    out += _infeasible_lines(group)
+    out.append(
+        f"{provenance.describe(machine)}, {machine['date']}. Commands: "
+        + "; ".join(f"`{c}`" for c in commands)
+        + "."
+    )
+    if carried:
+        names = ", ".join(row[0] for row in carried)
+        out.append(f"{_CARRIED} ({names}), its notes and figures:")
+        out += kept
+    else:
+        out += [f"![{name}](../figures/dcopf/{name})" for name in figures]
+    return out
+
+
+def proxy_record(
+    raw: list[dict],
+    figures: dict[tuple, list[str]],
+    previous: dict | None = None,
+    time_drawn: bool = True,
+) -> dict:
+    """The committed record: a table per grid and variant, figures, headline.
+    Grids and methods of the `previous` record without a raw record here are
+    carried from it as they were (sections, rows, headline rows); unless
+    `time_drawn`, the time figure is the earlier run's."""
     groups = _groups(raw)
+    old = _previous_sections(previous)
     body = [
         "Self-supervised and supervised proxies of the DC-OPF on MATPOWER's "
         "ACTIVSg grids with their hourly loads of a year (`_proxy_data`): trained "
@@ -645,43 +733,64 @@ def proxy_record(raw: list[dict], figures: dict[tuple, list[str]]) -> dict:
         "every PMIN to 0. The raw records (per hour) and checkpoints stay in "
         "`results/dcopf/proxy/`.",
     ]
-    for (case, variant), group in sorted(groups.items()):
-        machine = next(iter(group.values()))["machine"]
-        body.append(f"### {case}, {variant}\n\n" + proxy_table(group))
-        body.extend(_infeasible_lines(group))
-        commands = sorted({_command(r) for r in group.values()})
-        body.append(
-            f"{provenance.describe(machine)}, {machine['date']}. Commands: "
-            + "; ".join(f"`{c}`" for c in commands)
-            + "."
-        )
-        body += [
-            f"![{name}](../figures/dcopf/{name})"
-            for name in figures.get((case, variant), [])
-        ]
+    heads = {f"{case}, {variant}": (case, variant) for case, variant in groups}
+    for head in sorted(set(heads) | set(old)):
+        if head not in heads:  # a grid this run did not touch: as it was
+            body.append(f"### {head}\n\n{old[head]}")
+            continue
+        key = heads[head]
+        body += _group_section(key, groups[key], old.get(head), figures.get(key, []))
     dates = sorted(r["machine"]["date"][:10] for r in raw)
+    earlier = (previous or {}).get("headline", [])
+    headline = _proxy_headline(groups, earlier)
+    fresh = {row["measure"].split(" (")[0] for row in headline}
+    if previous:  # other grids' rows as they were, with their own dates
+        headline += [
+            {"date": previous.get("date", ""), **row}
+            for row in earlier
+            if row["measure"].split(" (")[0] not in fresh
+        ]
+        dates.append(previous.get("date", ""))
+    commits = {r["machine"].get("git", "?") for r in raw}
+    if previous and old.keys() - heads.keys():
+        commits |= set(previous.get("commit", "").split(", ")) - {""}
     return {
         "suite": "dcopf", "name": "proxy", "order": 5,
         "title": "DC-OPF proxies on the ACTIVSg hours",
         "command": "python -m benchmarks.dcopf proxy-report",
         "machine": provenance.describe(raw[0]["machine"]).split(", Linux")[0],
-        "date": dates[-1] if dates else "", "source": "run",
-        "commit": ", ".join(sorted({r["machine"].get("git", "?") for r in raw})),
-        "headline": _proxy_headline(groups),
-        "blocks": committed.blocks("\n\n".join([*body, TIME_FIGURE])),
+        "date": max(dates, default=""), "source": "run",
+        "commit": ", ".join(sorted(commits)),
+        "headline": headline,
+        "blocks": committed.blocks(
+            "\n\n".join([*body, *([] if time_drawn else [_OLD_TIME]), TIME_FIGURE])
+        ),
     }  # fmt: skip
 
 
 def proxy_report(
     out: pathlib.Path, figures: pathlib.Path = FIGURES
 ) -> list[pathlib.Path]:
-    """Writes the figures (into `figures`), the record and the pages: their paths."""
+    """Writes the figures (into `figures`), the record and the pages: their paths.
+
+    Methods and grids of the committed record without a raw record in `out`
+    are carried over (`proxy_record`); figures that would then lose some of
+    their methods are not redrawn."""
     raw = _records(out, "proxy")
     groups = _groups(raw)
+    path = committed.folder("dcopf") / "records" / "proxy.json"
+    previous = json.loads(path.read_text()) if path.exists() else None
+    old = _previous_sections(previous)
     paths, names = [], {}
     figures.mkdir(parents=True, exist_ok=True)
+    partial = bool(old.keys() - {f"{c}, {v}" for c, v in groups})
     for (case, variant), group in sorted(groups.items()):
         trained = {m: r for m, r in group.items() if m != "solvers"}
+        labels = {_name(m) for m in trained} | set(SOLVERS.values())
+        previous_rows = old.get(f"{case}, {variant}")
+        if previous_rows and _carry(previous_rows, labels)[0]:
+            partial = True
+            continue
         if trained:
             stem = f"{case}-{variant}"
             drawn = [gaps_figure(trained, figures / f"proxy_gaps_{stem}.png")]
@@ -691,7 +800,8 @@ def proxy_report(
             names[(case, variant)] = [p.name for p in drawn]
             paths += drawn
     if raw:
-        paths.append(time_figure(raw, figures / "proxy_time.png"))
-        paths.append(committed.write(proxy_record(raw, names)))
+        if not partial:
+            paths.append(time_figure(raw, figures / "proxy_time.png"))
+        paths.append(committed.write(proxy_record(raw, names, previous, not partial)))
         paths += committed.render(["dcopf"])
     return paths

@@ -50,3 +50,49 @@ def test_blocks_round_trip():
     assert blocks[1] == {"table": {"columns": ["x", "y"], "rows": [["1", "2"]]}}
     body = records.section({"title": "T", "blocks": blocks, "command": "c"})
     assert "| x | y |\n|---|---|\n| 1 | 2 |" in body and body.endswith("After.\n")
+
+
+def _proxy_raw(method: str, ms: float, tag: str | None = None) -> dict:
+    """A raw `proxy` record of case_X with the fields the report reads."""
+    machine = {"cpu": "cpu", "cpu_count": 2, "platform": "linux", "python": "3.11",
+               "jax": "0.1", "jax_backend": "cpu", "git": "abc",
+               "date": "2026-11-30T00:00:00"}  # fmt: skip
+    base = {"case": "case_X", "variant": "real", "method": method, "tag": tag,
+            "machine": machine, "settings": {"steps": 10}}  # fmt: skip
+    if method == "solvers":
+        solve = {"n_hours": 4, "rel_cost_diff_max": 0.0, "failed": 0,
+                 "ms": {"median": ms}}  # fmt: skip
+        return {**base, "clarabel_1e-08": solve}
+    test = {"n_hours": 8, "gap_mean": 0.01, "gap": {"p99": 0.02},
+            "overloaded_share": 0.0, "overload_mw": {"max": 0.0}, "successful": 1.0,
+            "residual_over_eps32": {"max": 0.4},
+            "timing": {"per_instance_ms": ms}}  # fmt: skip
+    return {**base, "test": test, "train_s": 5.0}
+
+
+def test_proxy_report_carries_what_it_did_not_rerun():
+    """Rerunning some methods of one grid keeps the earlier run's rows of the
+    others, its grids without raw records and their headline rows, and the
+    merge is idempotent."""
+    from benchmarks.dcopf._report import proxy_record
+
+    first = proxy_record(
+        [_proxy_raw("ours", 90.0), _proxy_raw("e2elr", 0.01),
+         _proxy_raw("solvers", 50.0), {**_proxy_raw("solvers", 7.0), "case": "case_Y"},
+         {**_proxy_raw("ours", 3.0), "case": "case_Y"}], {},
+    )  # fmt: skip
+    rerun = [_proxy_raw("ours", 45.0), _proxy_raw("solvers", 60.0)]
+    merged = proxy_record(rerun, {}, first, time_drawn=False)
+    text = records.section(merged)
+    x = text.split("### case_X, real")[1]
+    assert "| 45 |" in x and "| 90 |" not in x, "the rerun's row replaces the old"
+    assert "| E2ELR |" in x and "Rows carried from the earlier run (E2ELR)" in x
+    assert "### case_Y, real" in text and "| 3 |" in text.split("### case_Y")[1]
+    assert "earlier run's" in text  # the time figure was not redrawn
+    measures = {row["measure"].split()[0]: row for row in merged["headline"]}
+    assert set(measures) == {"case_X", "case_Y"}
+    assert measures["case_X"]["ours"].endswith("45 ms")
+    assert "E2ELR" in measures["case_X"]["baseline"]  # from the earlier row
+    again = proxy_record(rerun, {}, merged, time_drawn=False)
+    assert again["blocks"] == merged["blocks"]
+    assert again["headline"] == merged["headline"]
