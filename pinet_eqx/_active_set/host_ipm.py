@@ -60,7 +60,7 @@ _STEP_FRACTION = 0.99
 # to [_DUAL_START, _DUAL_START_MAX]. The method's multipliers grow by a
 # bounded factor per iteration, so a start far below the projection's costs
 # iterations: a trained proxy's faces on ACTIVSg2000 hold multipliers of
-# 1e2-1e7, and a start of 1 took half as many more. Near the set the faces'
+# 1e2-1e7, and from 1 it took about twice as many. Near the set the faces'
 # multipliers are small and the start stays 1 (measured: see
 # benchmarks/dcopf/RESULTS.md).
 _DUAL_START = 1.0

@@ -208,8 +208,7 @@ def _active_set_method(
     hi_y, lo_y = hi.copy(), lo.copy()
     # Rows not seeded first: before convergence the iterate flags many nearly
     # parallel rows (lines of one corridor), whose face lies far from the
-    # projection, and the rounds then wander; rows join once violated
-    # (measured: see RESULTS).
+    # projection; rows join once violated (measured: see RESULTS).
     hi_y[d:] = lo_y[d:] = False
     bounds = (lb_y, ub_y, lb_w, ub_w)
     lower, upper = np.concatenate([lb_y, lb_w]), np.concatenate([ub_y, ub_w])
