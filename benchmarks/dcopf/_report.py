@@ -681,15 +681,32 @@ def _carry(old: str, labels: set[str]) -> tuple[list[list[str]], list[str]]:
     return rows, kept
 
 
-def _group_section(key, group, old: str | None, figures: list[str]) -> list[str]:
-    """One grid and variant: this run's records, with the rows of methods it
-    did not run carried from the earlier section `old` (whose figures, drawn
-    from every method, then stay)."""
-    case, variant = key
+def _labels(group: dict[str, dict]) -> set[str]:
+    """The table rows one grid's records of this run give (solvers' only
+    where they ran)."""
     labels = {_name(m) for m in group if m != "solvers"}
-    if "solvers" in group:
-        labels |= set(SOLVERS.values())
-    carried, kept = _carry(old, labels) if old else ([], [])
+    return labels | set(SOLVERS.values()) if "solvers" in group else labels
+
+
+def _carried(groups, old: dict[str, str]) -> tuple[dict[tuple, tuple], bool]:
+    """Per grid and variant of this run, what it carries from the earlier
+    record's sections `old` (`_carry`), and whether it carries nothing at all
+    (no row, no grid)."""
+    carried = {
+        key: _carry(old[head], _labels(group)) if head in old else ([], [])
+        for key, group in groups.items()
+        for head in [f"{key[0]}, {key[1]}"]
+    }
+    untouched = old.keys() - {f"{case}, {variant}" for case, variant in groups}
+    return carried, not untouched and not any(rows for rows, _ in carried.values())
+
+
+def _group_section(key, group, carry: tuple, figures: list[str]) -> list[str]:
+    """One grid and variant: this run's records, with the rows of methods it
+    did not run, their notes and figures carried from an earlier run (`carry`,
+    from `_carried`; its figures, drawn from every method, then stay)."""
+    case, variant = key
+    carried, kept = carry
     machine = next(iter(group.values()))["machine"]
     commands = sorted({_command(r) for r in group.values()})
     out = [f"### {case}, {variant}\n\n" + proxy_table(group, carried)]
@@ -709,17 +726,15 @@ def _group_section(key, group, old: str | None, figures: list[str]) -> list[str]
 
 
 def proxy_record(
-    raw: list[dict],
-    figures: dict[tuple, list[str]],
-    previous: dict | None = None,
-    time_drawn: bool = True,
+    raw: list[dict], figures: dict[tuple, list[str]], previous: dict | None = None
 ) -> dict:
     """The committed record: a table per grid and variant, figures, headline.
     Grids and methods of the `previous` record without a raw record here are
-    carried from it as they were (sections, rows, headline rows); unless
-    `time_drawn`, the time figure is the earlier run's."""
+    carried from it as they were (sections, rows, headline rows, commits), and
+    then the time figure is the earlier run's (see `proxy_report`)."""
     groups = _groups(raw)
     old = _previous_sections(previous)
+    carried, whole = _carried(groups, old)
     body = [
         "Self-supervised and supervised proxies of the DC-OPF on MATPOWER's "
         "ACTIVSg grids with their hourly loads of a year (`_proxy_data`): trained "
@@ -739,7 +754,7 @@ def proxy_record(
             body.append(f"### {head}\n\n{old[head]}")
             continue
         key = heads[head]
-        body += _group_section(key, groups[key], old.get(head), figures.get(key, []))
+        body += _group_section(key, groups[key], carried[key], figures.get(key, []))
     dates = sorted(r["machine"]["date"][:10] for r in raw)
     earlier = (previous or {}).get("headline", [])
     headline = _proxy_headline(groups, earlier)
@@ -752,7 +767,7 @@ def proxy_record(
         ]
         dates.append(previous.get("date", ""))
     commits = {r["machine"].get("git", "?") for r in raw}
-    if previous and old.keys() - heads.keys():
+    if not whole:
         commits |= set(previous.get("commit", "").split(", ")) - {""}
     return {
         "suite": "dcopf", "name": "proxy", "order": 5,
@@ -763,7 +778,7 @@ def proxy_record(
         "commit": ", ".join(sorted(commits)),
         "headline": headline,
         "blocks": committed.blocks(
-            "\n\n".join([*body, *([] if time_drawn else [_OLD_TIME]), TIME_FIGURE])
+            "\n\n".join([*body, *([] if whole else [_OLD_TIME]), TIME_FIGURE])
         ),
     }  # fmt: skip
 
@@ -780,18 +795,12 @@ def proxy_report(
     groups = _groups(raw)
     path = committed.folder("dcopf") / "records" / "proxy.json"
     previous = json.loads(path.read_text()) if path.exists() else None
-    old = _previous_sections(previous)
+    carried, whole = _carried(groups, _previous_sections(previous))
     paths, names = [], {}
     figures.mkdir(parents=True, exist_ok=True)
-    partial = bool(old.keys() - {f"{c}, {v}" for c, v in groups})
     for (case, variant), group in sorted(groups.items()):
         trained = {m: r for m, r in group.items() if m != "solvers"}
-        labels = {_name(m) for m in trained} | set(SOLVERS.values())
-        previous_rows = old.get(f"{case}, {variant}")
-        if previous_rows and _carry(previous_rows, labels)[0]:
-            partial = True
-            continue
-        if trained:
+        if trained and not carried[(case, variant)][0]:
             stem = f"{case}-{variant}"
             drawn = [gaps_figure(trained, figures / f"proxy_gaps_{stem}.png")]
             if case in SCENARIO_CASES:  # sampled loads have no week
@@ -800,8 +809,8 @@ def proxy_report(
             names[(case, variant)] = [p.name for p in drawn]
             paths += drawn
     if raw:
-        if not partial:
+        if whole:
             paths.append(time_figure(raw, figures / "proxy_time.png"))
-        paths.append(committed.write(proxy_record(raw, names, previous, not partial)))
+        paths.append(committed.write(proxy_record(raw, names, previous)))
         paths += committed.render(["dcopf"])
     return paths

@@ -82,7 +82,7 @@ def test_proxy_report_carries_what_it_did_not_rerun():
          {**_proxy_raw("ours", 3.0), "case": "case_Y"}], {},
     )  # fmt: skip
     rerun = [_proxy_raw("ours", 45.0), _proxy_raw("solvers", 60.0)]
-    merged = proxy_record(rerun, {}, first, time_drawn=False)
+    merged = proxy_record(rerun, {}, first)
     text = records.section(merged)
     x = text.split("### case_X, real")[1]
     assert "| 45 |" in x and "| 90 |" not in x, "the rerun's row replaces the old"
@@ -93,6 +93,6 @@ def test_proxy_report_carries_what_it_did_not_rerun():
     assert set(measures) == {"case_X", "case_Y"}
     assert measures["case_X"]["ours"].endswith("45 ms")
     assert "E2ELR" in measures["case_X"]["baseline"]  # from the earlier row
-    again = proxy_record(rerun, {}, merged, time_drawn=False)
+    again = proxy_record(rerun, {}, merged)
     assert again["blocks"] == merged["blocks"]
     assert again["headline"] == merged["headline"]

@@ -41,11 +41,11 @@ _DELTA = 1e-11
 # dependent, so their multipliers reach 1e6 and more, and the shift's error in
 # those rows (about delta times the multipliers) is removed slowly by
 # refinement: at `_DELTA` it can hold the interior-point method's equality
-# residual near 1e-5, where an
-# iterate is still far from the projection along the rows' weak directions
-# (identical units at one bus) and names a wrong face. Not the default from
-# the start: late in the method the smaller shift makes other solves noisier
-# (on case1354pegase at 100 times the spread, 2 of 16 faces went wrong).
+# residual near 1e-5, where an iterate is still far from the projection along
+# the rows' weak directions (identical units at one bus) and names a wrong
+# face. Not the default from the start: late in the method the smaller shift
+# makes other solves noisier (on case1354pegase at 100 times the spread, 2 of
+# 16 faces went wrong).
 FINE_DELTA = 1e-13
 # ... and a smaller one still, for the polish's second run, where the first
 # one's face did not settle. Proxies' raw outputs on ACTIVSg2000 met faces
