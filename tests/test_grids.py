@@ -530,43 +530,42 @@ def test_second_run_from_the_raw_output_names_a_nearly_dependent_face(monkeypatc
     """A captured hour of the paper-recipe ACTIVSg2000 proxy whose raw output
     lies far from the set (distance 1,080) and whose projection's face has
     2005 rows on 2008 free coordinates (smallest singular value 1e-6 of the
-    unit rows). The first interior-point run, from the rounds' point, stops
-    at its iteration cap 3 units off the projection along the weak direction,
-    so the rounds from its face, and the release of one row per round, cannot
-    settle (the try that releases one row is skipped). The second run, from
-    the raw output on finer systems, ends within 1e-4 of it, and the host
-    finish ends on Clarabel's projection without the dual method, in fewer
-    than 200 factorisations (1,546 and uncertified with both runs from the
-    rounds' point at `FINE_DELTA`; float64)."""
+    unit rows). The polish's second interior-point run, from the raw output
+    on finer systems (`FINEST_DELTA`), ends below its iteration cap and names
+    a face from which the rounds settle on Clarabel's projection. (Its first
+    run, from the rounds' point, stopped at its cap 3 units off the
+    projection along the weak direction until its predictor and correctors
+    took one solve each; it now converges, so the second run is checked on
+    its own.) The whole host finish ends there too without the dual method,
+    in fewer than 200 factorisations (float64)."""
     import pinet_eqx._active_set.host_polish as host_polish
-    from pinet_eqx._active_set.host_ipm import MAX_ITERATIONS
-    from pinet_eqx._active_set.host_kkt import KKTPattern
+    from pinet_eqx._active_set.host_ipm import MAX_ITERATIONS, interior_point
+    from pinet_eqx._active_set.host_kkt import FINEST_DELTA, KKTPattern
     from pinet_eqx._linalg.host_solve import FACTORISATIONS
 
     def no_dual(*args):
         raise AssertionError("the dual method ran")
 
-    runs = []
-    interior_point = host_polish.interior_point
-
-    def counted(*args, **kwargs):
-        out = interior_point(*args, **kwargs)
-        runs.append((kwargs["y0"] is None, out[3]))
-        return out
-
     monkeypatch.setattr(host_polish, "working_face", no_dual)
-    monkeypatch.setattr(host_polish, "interior_point", counted)
     E, C, r, q, bounds, hi, lo = _proxy_faces("far")
-    FACTORISATIONS.reset()
-    y, fail, *_ = host_polish._active_set_method(
-        E, C, KKTPattern(E, C), r, q, *bounds, hi, lo
+    expected = _clarabel_grid_projection(E, C, r, q, bounds)
+    pattern = KKTPattern(E, C)
+    lower, upper = np.concatenate(bounds[0::2]), np.concatenate(bounds[1::2])
+    _, up, down, iterations, empty = interior_point(
+        pattern, r, q, lower, upper, delta=FINEST_DELTA
+    )
+    assert not empty and iterations < MAX_ITERATIONS
+    y, fail, *_ = host_polish._rounds(
+        E, C, r, q, bounds, up, down, 4, pattern=pattern, saddle=True
     )
     assert fail == 0.0
+    assert_close(y, expected, 1e-6)
+
+    FACTORISATIONS.reset()
+    y, fail, *_ = host_polish._active_set_method(E, C, pattern, r, q, *bounds, hi, lo)
+    assert fail == 0.0
     assert FACTORISATIONS.reset() < 200
-    stalled = (False, MAX_ITERATIONS)
-    assert runs[0] == stalled, "no longer an hour whose first run stalls"
-    assert runs[1][0] and runs[1][1] < MAX_ITERATIONS
-    assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
+    assert_close(y, expected, 1e-6)
 
 
 def test_derivative_face_with_more_rows_than_free_coordinates(monkeypatch):

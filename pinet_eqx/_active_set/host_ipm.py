@@ -266,9 +266,10 @@ class _Iterate:
         solve = self.P.factorise(self._scatter(self.z / self.s), self.delta)
         s, z = self.s, self.z
 
-        def direction(target, homogeneous=False):
+        def direction(target, homogeneous=False, refine=True):
             """The Newton direction `(dy, dlam, ds, dz)` for complementarity
-            products `target` (a corrector's, on zero residuals)."""
+            products `target` (a corrector's, on zero residuals); `refine`
+            as `KKTPattern.factorise`'s solve."""
             rs = 0.0 if homogeneous else self.rs
             t = self._scatter(self.sign * (target - z * rs) / s)
             rhs = self.P.GT @ t
@@ -276,12 +277,16 @@ class _Iterate:
                 rhs = np.concatenate([rhs, np.zeros(self.P.m_eq)])
             else:
                 rhs = np.concatenate([rhs - self.rd, -self.rp])
-            sol = solve(rhs)
+            sol = solve(rhs, refine)
             dy, dlam = sol[: self.P.d], sol[self.P.d :]
             ds = self.sign * (self.P.G @ dy)[self.rows] + rs
             return dy, dlam, ds, (target - z * ds) / s
 
-        affine = direction(-s * z)
+        # The predictor only sets the centring and the corrector's second-order
+        # term, and Gondzio's correctors only shape the step: one solve each
+        # is enough (the step's own direction is refined), and the residuals
+        # are recomputed from the iterate at every iteration.
+        affine = direction(-s * z, refine=False)
         a = min(_longest(s, affine[2]), _longest(z, affine[3]))
         mu_affine = (s + a * affine[2]) @ (z + a * affine[3]) / max(s.size, 1)
         sigma = (mu_affine / mu) ** 3
@@ -355,7 +360,7 @@ def _gondzio(step, direction, s, z, target):
         trial = min(1.0, 1.5 * current + 0.1)
         products = (s + trial * step[2]) * (z + trial * step[3])
         fix = np.clip(products, 0.1 * target, 10 * target) - products
-        extra = direction(np.maximum(fix, -10 * target), homogeneous=True)
+        extra = direction(np.maximum(fix, -10 * target), homogeneous=True, refine=False)
         candidate = tuple(a + b for a, b in zip(step, extra))
         new = length(candidate)
         if new < 1.01 * current:
