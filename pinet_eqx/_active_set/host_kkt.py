@@ -145,7 +145,11 @@ class KKTPattern:
         keys = cols[upper].astype(np.int64) * n + rows[upper]
         uniq, self._slot = np.unique(keys, return_inverse=True)
         self._const = np.bincount(self._slot, const[upper], uniq.size)
-        self._coef, self._weight = coef[upper], weight[upper]
+        # Only the weighted contributions change with D.
+        weighted = weight[upper] >= 0
+        self._w_slot = self._slot[weighted]
+        self._w_coef = coef[upper][weighted]
+        self._w_index = weight[upper][weighted]
         diag_keys = np.arange(n, dtype=np.int64) * (n + 1)
         self._diag_slot = np.searchsorted(uniq, diag_keys)
         self._sign = sign
@@ -185,11 +189,8 @@ class KKTPattern:
     def values(self, D: np.ndarray) -> np.ndarray:
         """The entries of the unregularised $K$'s upper triangle for the
         weights `D` (one per row of $G$)."""
-        w = np.where(self._weight >= 0, D[np.maximum(self._weight, 0)], 0.0)
-        return self._const + np.bincount(self._slot, self._coef * w, self._const.size)
-
-    def matrix(self, data: np.ndarray) -> Any:
-        return sp.csc_matrix((data, self._indices, self._indptr), (self.n, self.n))
+        w = self._w_coef * D[self._w_index]
+        return self._const + np.bincount(self._w_slot, w, self._const.size)
 
     def factorise(self, D: np.ndarray, delta: float | None = None) -> Any:
         """A solver with $K(D)$: `solve(rhs)`, refined against the unregularised
@@ -198,19 +199,23 @@ class KKTPattern:
         (default `_DELTA`). The solver holds until this thread's next
         factorisation."""
         data = self.values(D)
-        # The whole K for the refinement: this thread's one CSR matrix with
-        # its entries replaced (its constructor's checks cost a tenth of a
-        # factorisation). Like the solver, it holds the latest factorisation's.
+        # The whole K for the refinement (CSR) and the shifted upper triangle
+        # to factorise (CSC): this thread's two matrices with their entries
+        # replaced (their constructors' checks cost a tenth of a
+        # factorisation). Like the solver, they hold the latest factorisation's.
         exact = getattr(self._local, "exact", None)
         if exact is None:
+            shape = (self.n, self.n)
             exact = self._local.exact = sp.csr_matrix(
-                (data[self._full_source], self._full_indices, self._full_indptr),
-                (self.n, self.n),
+                (data[self._full_source], self._full_indices, self._full_indptr), shape
             )
-        else:
-            exact.data = data[self._full_source]
-        data[self._diag_slot] += (_DELTA if delta is None else delta) * self._sign
-        upper = self.matrix(data)
+            self._local.upper = sp.csc_matrix(
+                (data, self._indices, self._indptr), shape
+            )
+        exact.data = data[self._full_source]
+        upper = self._local.upper
+        upper.data = data
+        upper.data[self._diag_slot] += (_DELTA if delta is None else delta) * self._sign
         solver = getattr(self._local, "solver", None)
         if solver is None:
             solver = self._local.solver = qdldl.Solver(upper, upper=True)
