@@ -534,10 +534,10 @@ def test_second_run_from_the_raw_output_names_a_nearly_dependent_face(monkeypatc
     on finer systems (`FINEST_DELTA`), ends below its iteration cap and names
     a face from which the rounds settle on Clarabel's projection. (Its first
     run, from the rounds' point, stopped at its cap 3 units off the
-    projection along the weak direction until its predictor and correctors
-    took one solve each; it now converges, so the second run is checked on
-    its own.) The whole host finish ends there too without the dual method,
-    in fewer than 200 factorisations (float64)."""
+    projection along the weak direction before the host iterations of
+    af1095d; it now converges, so the second run is checked on its own.) The
+    whole host finish ends there too without the dual method, in fewer than
+    200 factorisations (float64)."""
     import pinet_eqx._active_set.host_polish as host_polish
     from pinet_eqx._active_set.host_ipm import MAX_ITERATIONS, interior_point
     from pinet_eqx._active_set.host_kkt import FINEST_DELTA, KKTPattern
@@ -556,8 +556,9 @@ def test_second_run_from_the_raw_output_names_a_nearly_dependent_face(monkeypatc
     )
     assert not empty and iterations < MAX_ITERATIONS
     y, fail, *_ = host_polish._rounds(
-        E, C, r, q, bounds, up, down, 4, pattern=pattern, saddle=True
-    )
+        E, C, r, q, bounds, up, down, host_polish._SADDLE_ROUNDS,
+        pattern=pattern, saddle=True,
+    )  # fmt: skip
     assert fail == 0.0
     assert_close(y, expected, 1e-6)
 

@@ -332,25 +332,29 @@ def dual_start(multipliers: np.ndarray | None) -> float:
     return float(np.clip(scale, _DUAL_START, _DUAL_START_MAX))
 
 
+def _halved(history: list[float]) -> bool:
+    """Whether the residuals (`history`, at least `_STALL_LAG + 1` of them)
+    fell below `_STALL_RATIO` of theirs `_STALL_LAG` iterations before."""
+    return history[-1] < _STALL_RATIO * history[-1 - _STALL_LAG]
+
+
 def _stalled(history: list[float]) -> bool:
-    """Whether the residuals, once small, stopped falling: at most halved over
-    the last `_STALL_LAG` iterations."""
+    """Whether the residuals, once small, stopped falling (`_halved`)."""
     return (
         len(history) > _STALL_LAG
         and history[-1] < _STALL_LEVEL
-        and history[-1] > _STALL_RATIO * history[-1 - _STALL_LAG]
+        and not _halved(history)
     )
 
 
 def _check_empty(it: int, history: list[float]) -> bool:
     """Whether iteration `it` checks the Farkas certificate: every other one
-    from `_FIRST_CHECK`, except where the residuals (`history`) at least
-    halved over the last two iterations. The residuals of an empty set cannot
-    vanish, and a method on its way to the projection of a set with points
-    skips most checks (a fifth of an iteration each)."""
-    if it < _FIRST_CHECK or it % 2:
+    from `_FIRST_CHECK`, except where the residuals `_halved`. The residuals
+    of an empty set cannot vanish, and a method on its way to the projection
+    of a set with points skips most checks (a fifth of an iteration each)."""
+    if it < max(_FIRST_CHECK, _STALL_LAG) or it % 2:
         return False
-    return not history[-1] < 0.5 * history[-3]
+    return not _halved(history)
 
 
 def _longest(v, dv) -> float:

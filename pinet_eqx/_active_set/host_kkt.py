@@ -70,7 +70,7 @@ _FACE_STEPS = 16
 # this share of the last one's ends them: the face is inconsistent or singular
 # to the solves, and its Gram matrix decides. Converging faces shrink it by 0.1
 # to 0.5 per step (ACTIVSg2000 proxy faces), stalled ones not at all, and
-# the steps a stalled face took to its former cap cost a third of that Gram solve.
+# each step a stalled face spends costs a few per cent of that Gram solve.
 _FACE_STALL = 0.8
 _FACE_STALL_AFTER = 2
 _FACE_TOL = 1e-13
