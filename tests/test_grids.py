@@ -200,13 +200,57 @@ def test_dual_method_finishes_where_the_rounds_cycle(monkeypatch):
     _assert_projections(case, sol, Y, p_d)
 
 
+def test_neighbouring_instances_start_from_each_others_faces(monkeypatch):
+    """A batch like a trained proxy's (case118): raw outputs far outside the
+    set (30 times the spread) but close to each other, with loads close to
+    each other. The polish starts Goldfarb and Idnani's method from an
+    earlier instance's face (`_host_neighbours`), and every instance is still
+    Clarabel's projection (float64), in fewer host factorisations than with
+    each instance on its own. (The rounds from the iterate's face, which come
+    first, are switched off: they settle case118's instances at once, where
+    they fail on a trained ACTIVSg2000 proxy's.)"""
+    from pinet_eqx._active_set import host_polish
+    from pinet_eqx._linalg.host_solve import FACTORISATIONS
+
+    case = grid("case118")
+    proj = grid_projector(case, inference=True)
+    rng = np.random.default_rng(3)
+    n = 12
+    p_d = case.p_d * rng.uniform(0.99, 1.01, size=(n, case.n_bus))
+    center = clarabel_project(np.zeros(case.dim), as_polytope(case, p_d[0]))
+    far = center + 30.0 * np.std(center) * rng.normal(size=case.dim)
+    Y = far + 0.3 * np.std(center) * rng.normal(size=(n, case.dim))
+    warm = []
+    working_face = host_polish.working_face
+
+    def counted(*args, **kwargs):
+        face = working_face(*args, **kwargs)
+        # Only the neighbour's start passes a violation budget.
+        if kwargs.get("max_violated") is not None:
+            warm.append(face is not None)
+        return face
+
+    monkeypatch.setattr(host_polish, "working_face", counted)
+    monkeypatch.setattr(host_polish, "_NEAR_ROUNDS", 0)
+    FACTORISATIONS.reset()
+    sol = _solve(proj, Y, case.q(p_d))
+    together = FACTORISATIONS.reset()
+    _assert_projections(case, sol, Y, p_d)
+    assert sum(warm) >= n // 2, warm
+    monkeypatch.setattr(host_polish.NeighbourFaces, "take", lambda self, i: None)
+    _solve(proj, Y, case.q(p_d))
+    alone = FACTORISATIONS.reset()
+    assert together < alone, (together, alone)
+
+
 def test_dual_method_stops_at_its_budget():
     """Goldfarb and Idnani's dual method from the empty face (case30, 100 times
     the spread): within its default budget of working-set changes its face is
     the projection's (the rounds certify it, and it is Clarabel's point); with a
     budget of one change it gives up (`None`), and the polish moves on."""
     from pinet_eqx._active_set.host_dual import working_face
-    from pinet_eqx._active_set.host_polish import _rounds
+    from pinet_eqx._active_set.host_kkt import KKTPattern
+    from pinet_eqx._active_set.host_rounds import face_rounds as _rounds
 
     case = grid("case30")
     Y, p_d = _far_instances(case, 1, 100.0)
@@ -214,12 +258,13 @@ def test_dual_method_stops_at_its_budget():
     lower = np.concatenate([case.lower, case.flow_lower])
     upper = np.concatenate([case.upper, case.flow_upper])
     none = np.zeros(lower.shape, bool)
-    args = (sp.csr_matrix(case.E), sp.csr_matrix(case.C), r, q, lower, upper)
+    E, C = sp.csr_matrix(case.E), sp.csr_matrix(case.C)
+    args = (KKTPattern(E, C), r, q, lower, upper)
     assert working_face(*args, none, none, max_changes=1) is None
     face = working_face(*args, none, none)
     assert face is not None
     bounds = (case.lower, case.upper, case.flow_lower, case.flow_upper)
-    y, fail, *_ = _rounds(args[0], args[1], r, q, bounds, *face, 2)
+    y, fail, *_ = _rounds(E, C, r, q, bounds, *face, 2)
     assert fail == 0.0
     ref = clarabel_project(r, as_polytope(case, p_d[0]))
     assert_close(y, ref, 1e-6 * np.abs(ref).max())
@@ -259,7 +304,7 @@ def test_equal_bounds_stay_on_the_face(side):
     came back a round later: on ACTIVSg2000's 117 such units, rounds without
     end)."""
     from pinet_eqx._active_set.host_kkt import KKTPattern
-    from pinet_eqx._active_set.host_polish import _rounds
+    from pinet_eqx._active_set.host_rounds import face_rounds as _rounds
 
     E = sp.csr_matrix(np.ones((1, 3)))
     C = sp.csr_matrix(np.array([[0.0, 1.0, -1.0]]))
@@ -280,7 +325,7 @@ def test_rounds_stop_when_they_cycle(monkeypatch):
     here a face solver whose multiplier of the added bound is wrongly signed,
     so the rounds would add and release it forever (replayed case2869pegase
     instances cycled through four faces for their last rounds)."""
-    import pinet_eqx._active_set.host_polish as host_polish
+    from pinet_eqx._active_set import host_rounds
 
     calls = []
 
@@ -290,13 +335,13 @@ def test_rounds_stop_when_they_cycle(monkeypatch):
             return np.array([1.0, 0.0]), np.array([-1.0, 0.0, 0.0])
         return np.array([2.0, 0.0]), np.zeros(3)  # above it: added
 
-    monkeypatch.setattr(host_polish, "gram_face_projection", face)
+    monkeypatch.setattr(host_rounds, "gram_face_projection", face)
     E = sp.csr_matrix(np.array([[0.0, 1.0]]))
     C = sp.csr_matrix(np.array([[1.0, 1.0]]))
     bounds = (-np.ones(2), np.ones(2), -10 * np.ones(1), 10 * np.ones(1))
     none = np.zeros(3, bool)
     r, q = np.array([2.0, 0.0]), np.zeros(1)
-    y, fail, *_ = host_polish._rounds(E, C, r, q, bounds, none, none, 30)
+    y, fail, *_ = host_rounds.face_rounds(E, C, r, q, bounds, none, none, 30)
     assert fail == 1.0
     assert [bool(h[0]) for h in calls] == [False, True]
 
@@ -304,7 +349,7 @@ def test_rounds_stop_when_they_cycle(monkeypatch):
 def _proxy_faces(name: str) -> tuple:
     """A captured instance of the host finish on ACTIVSg2000 (a self-supervised
     proxy's raw output and its Douglas-Rachford or interior-point flags):
-    `(E, C, r, q, bounds, hi, lo)` as `_host_polish._rounds` takes them."""
+    `(E, C, r, q, bounds, hi, lo)` as `_host_rounds.face_rounds` takes them."""
     f = np.load(DATA / "activsg2000_proxy_faces.npz")
     E, C = (
         sp.csr_matrix(
@@ -346,7 +391,7 @@ def test_face_one_row_too_many_reaches_the_projection():
     multiplier per round wanders for 15 rounds; releasing the largest one per
     round (`release_one`) ends on Clarabel's projection (float64)."""
     from pinet_eqx._active_set.host_kkt import KKTPattern
-    from pinet_eqx._active_set.host_polish import _rounds
+    from pinet_eqx._active_set.host_rounds import face_rounds as _rounds
 
     E, C, r, q, bounds, hi, lo = _proxy_faces("wander")
     pattern = KKTPattern(E, C)
@@ -366,7 +411,7 @@ def test_nearly_dependent_face_reaches_the_projection():
     with `saddle` the saddle-point system resolves it, and the rounds end on
     Clarabel's projection (float64)."""
     from pinet_eqx._active_set.host_kkt import KKTPattern
-    from pinet_eqx._active_set.host_polish import _rounds
+    from pinet_eqx._active_set.host_rounds import face_rounds as _rounds
 
     E, C, r, q, bounds, hi, lo = _proxy_faces("dependent")
     args = (E, C, r, q, bounds, hi, lo, 15)
@@ -539,6 +584,7 @@ def test_second_run_from_the_raw_output_names_a_nearly_dependent_face(monkeypatc
     whole host finish ends there too without the dual method, in fewer than
     200 factorisations (float64)."""
     import pinet_eqx._active_set.host_polish as host_polish
+    from pinet_eqx._active_set import host_rounds
     from pinet_eqx._active_set.host_ipm import MAX_ITERATIONS, interior_point
     from pinet_eqx._active_set.host_kkt import FINEST_DELTA, KKTPattern
     from pinet_eqx._linalg.host_solve import FACTORISATIONS
@@ -555,7 +601,7 @@ def test_second_run_from_the_raw_output_names_a_nearly_dependent_face(monkeypatc
         pattern, r, q, lower, upper, delta=FINEST_DELTA
     )
     assert not empty and iterations < MAX_ITERATIONS
-    y, fail, *_ = host_polish._rounds(
+    y, fail, *_ = host_rounds.face_rounds(
         E, C, r, q, bounds, up, down, host_polish._SADDLE_ROUNDS,
         pattern=pattern, saddle=True,
     )  # fmt: skip

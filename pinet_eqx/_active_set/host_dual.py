@@ -1,25 +1,31 @@
-"""The last resort of the sparse polish: Goldfarb and Idnani's dual active-set
-method, which cannot cycle.
+"""Goldfarb and Idnani's dual active-set method for the sparse polish, on one
+factorisation bordered by the working set's changes.
 
 For the projection $\\min_y \\tfrac12 \\|y - r\\|^2$ subject to $E y = q$ and
-bounds on the rows of $B = [I; C]$ (each bound a constraint of its own), it
+bounds on the rows of $G = [I; C]$ (each bound a constraint of its own), it
 starts at the projection onto a face where every multiplier has its sign (the
-equalities alone, or, here, the iterate's bounded coordinates less those with
-the wrong sign) and adds violated constraints one at a time, the most violated
-first. Each is approached along the direction
-that keeps the working set's constraints tight, with a step that stops where
-a working multiplier reaches zero (that constraint leaves, and the step goes
-on) or where the new constraint becomes tight (it joins). Every multiplier
-stays non-negative, so each point is the projection onto the set of its
-working constraints, and the objective rises strictly with each addition: the
-method ends after finitely many changes (Goldfarb and Idnani, 1983, for a
-positive definite Hessian, here the identity).
+face given, less the constraints whose multipliers have the wrong sign) and
+adds violated constraints one at a time, the most violated first. Each is
+approached along the direction that keeps the working set's constraints
+tight, with a step that stops where a working multiplier reaches zero (that
+constraint leaves, and the step goes on) or where the new constraint becomes
+tight (it joins). Every multiplier stays non-negative, so each point is the
+projection onto the set of its working constraints, and the objective rises
+strictly with each addition: the method ends after finitely many changes
+(Goldfarb and Idnani, 1983, for a positive definite Hessian, here the
+identity). Units with equal bounds stay equalities throughout: their
+multipliers may take either sign.
 
-Each change refactorises the working set's Gram matrix (`GramSolver`), a
-sparse LU, so it costs a factorisation per change: it runs only where the
-polish's rounds (`_host_polish`), which move many rows at once, cycle (raw
-outputs far from the set). It returns the flags of its final working set,
-whose face the rounds then solve and certify.
+Each working set's Gram matrix $N_W N_W^\\top$ is the starting face's,
+factorised once (QDLDL), bordered by one column per change: a joining row
+$n$ by $N_0 n$, a starting row that leaves by the unit vector that pins its
+multiplier to zero. A solve is one with the factor and one with the dense
+Schur complement of the borders (block LU), refined against $N_W N_W^\\top$
+itself, so a change costs a solve or two where a factorisation costs some
+fifty. The borders are folded into a new factor once they are `_BORDERS`.
+
+It returns the flags of its final working set, whose face the polish's rounds
+(`_host_polish`) then solve and certify.
 """
 
 from __future__ import annotations
@@ -27,168 +33,356 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import qdldl
 import scipy.sparse as sp
 
-from .._linalg.host_solve import GramSolver, unit_rows
+from .._linalg.host_solve import FACTORISATIONS, GramSolver
 
-# Changes of the working set before giving up (each one sparse LU). Not less:
-# the two trained case1354pegase raw outputs of `tests/test_grids.py` need
-# about 1,630 (a cap of 100 failed them), while some instances fail after
-# 1,000-3,000 (ACTIVSg2000 proxies, case9241pegase at 100 times the spread).
-_MAX_CHANGES = 3000
+# Changes of the working set before giving up. Not less: the two trained
+# case1354pegase raw outputs of `tests/test_grids.py` need about 1,630 from
+# the interior-point method's face, while some instances fail after 1,000-3,000
+# (ACTIVSg2000 proxies, case9241pegase at 100 times the spread).
+MAX_CHANGES = 3000
+# ... and from a neighbour's face (`_host_neighbours`), before the polish
+# goes on to its interior-point method: 90 % of a trained ACTIVSg2000 proxy's
+# test hours take fewer from the nearest earlier hour's face, and each change
+# costs about a twentieth of a factorisation.
+WARM_CHANGES = 100
+# ... and not at all where the neighbour's face leaves more than this many
+# constraints violated: on those hours it took 100-160 changes (median).
+WARM_VIOLATED = 40
+# The most borders on one factor: each solve costs a dense product with all of
+# them, and the Schur complement's solve grows with their cube.
+_BORDERS = 120
 # A step direction or multiplier change below this is zero (rows have unit length).
 _TINY = 1e-12
+# The shift of the factorised Gram matrix, removed by the refinement.
+_SHIFT = 1e-12
+# The relative residual of a starting face's solve beyond which its factor is
+# not bordered (a singular face).
+_SOUND = 1e-8
+# Refinement steps of each solve against the bordered Gram matrix: the Gram
+# matrix squares the rows' conditioning (nearly dependent balance rows).
+_REFINE = 1
 
 
 def working_face(
-    E: Any, C: Any, r, q, lower, upper, hi, lo, max_changes: int = _MAX_CHANGES
+    pattern: Any,
+    r,
+    q,
+    lower,
+    upper,
+    hi,
+    lo,
+    max_changes: int = MAX_CHANGES,
+    max_violated: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The flags `(hi, lo)` of the constraints binding at the projection of `r`
     (coordinates of $y$, then the rows of `C`: `_host_polish`'s layout), or
-    `None` where the method fails (an infeasible set, or `max_changes`).
-
-    It starts from the face of the flags `hi`, `lo` given, less the
-    constraints whose multipliers have the wrong sign there (released until
-    none has): a face where every multiplier has its sign, as the method
-    requires, and one that already holds most of the binding constraints when
-    the flags come from a nearby point.
+    `None` where the method fails (an infeasible set, a singular face or
+    `max_changes`).
 
     **Arguments:**
 
-    - `E`, `C`: the equality and inequality rows (`scipy.sparse`, float64).
+    - `pattern`: the set's `_host_kkt.KKTPattern` (its unit rows).
     - `r`: the point projected; `q` the equality right-hand side.
     - `lower`, `upper`: the bounds of $[y; C y]$, infinite where absent.
-    - `hi`, `lo`: the starting flags (upper and lower bounds).
+    - `hi`, `lo`: the starting flags (upper and lower bounds); the closer
+        their face is to the projection's, the fewer changes.
     - `max_changes`: the most working-set changes.
+    - `max_violated`: the most constraints that the starting face's projection
+        may violate (each costs a change or more; `None`: any number);
+        `None` is returned if it violates more.
     """
-    d = r.shape[0]
-    B: Any = sp.vstack([sp.identity(d, format="csr"), sp.csr_matrix(C)]).tocsr()
-    Bn, nb = unit_rows(B)
-    En, ne = unit_rows(E)
-    qn = q / ne
-    lo_n, up_n = lower / nb, upper / nb
-    m_eq = En.shape[0]
-    # The working set: rows of B, with +1 for an upper bound and -1 a lower.
-    hi = hi & np.isfinite(upper)
-    lo = lo & np.isfinite(lower) & ~hi
-    work = np.flatnonzero(hi | lo)
-    sign = np.where(hi[work], 1.0, -1.0)
-
-    def face(work, sign):
-        """The working rows, their factorisation and right-hand side."""
-        N = sp.vstack([En, sp.diags(sign) @ Bn[work]]).tocsr()
-        bound = np.where(sign > 0, up_n[work], -lo_n[work])
-        return N, GramSolver(N), np.concatenate([qn, bound])
-
-    start = _release(face, work, sign, r, m_eq)
-    if start is None:
+    work = _WorkingSet(pattern, r, q, lower, upper, hi, lo)
+    if not work.release():
         return None
-    work, sign, N, gram, b, u = start
-    x = r - N.T @ u
     changes = 0
+    x = work.point()
     while True:
-        violated = _most_violated(Bn, x, lo_n, up_n, work)
+        violated = _most_violated(work, x, None if changes else max_violated)
         if violated is None:
-            break
+            return work.flags()
+        if violated is False:
+            return None
         p, s_p, slack = violated  # slack: how far it is violated
-        n_p = s_p * Bn[p].toarray().ravel()
+        n_p = s_p * _row(pattern.G, p)
         u_p = 0.0
         while True:
             changes += 1
             if changes > max_changes:
                 return None
-            w, z, curvature, full, partial, leaving, ratios = _ratio_test(
-                gram, N, n_p, u, slack, m_eq
-            )
+            w0, wb, first = work.solve(work.N0 @ n_p, work.RA[: work.k] @ n_p)
+            z = n_p - work.transpose_times(w0, wb)
+            curvature = float(n_p @ z)
+            full = slack / curvature if curvature > _TINY else np.inf
+            partial, leaving = work.ratio_test(w0, wb)
             if not (np.isfinite(full) or np.isfinite(partial)):
                 return None  # infeasible: nothing moves the violated constraint
             t = min(full, partial)
             x = x - t * z
-            u = u - t * w
+            work.u0, work.ub = work.u0 - t * w0, work.ub - t * wb
             u_p += t
             slack -= t * curvature
-            entering = (p, s_p, u_p) if full <= partial else None
-            work, sign, u = _changed(work, sign, u, entering, leaving, ratios, m_eq)
-            N, gram, b = face(work, sign)
-            if not gram.ok:
-                return None
             if full <= partial:
+                if not work.enter(p, s_p, n_p, u_p, first):
+                    return None
                 break
-        x, u = _restarted(gram, N, r, b, x, u, m_eq)
-    out_hi, out_lo = np.zeros(B.shape[0], bool), np.zeros(B.shape[0], bool)
-    out_hi[work[sign > 0]] = True
-    out_lo[work[sign < 0]] = True
-    return out_hi, out_lo
+            if not work.leave(leaving):
+                return None
 
 
-def _release(face, work, sign, r, m_eq):
-    """The starting face: the working set less its wrongly signed constraints,
-    released until none is left; `(work, sign, N, gram, b, u)`, with `u` the
-    multipliers (equalities first), or `None` where a face is singular."""
-    while True:
-        N, gram, b = face(work, sign)
-        if not gram.ok:
-            return None
-        u = gram.solve(N @ r - b)
-        wrong = u[m_eq:] < 0
-        if not wrong.any():
-            return work, sign, N, gram, b, u
-        work, sign = work[~wrong], sign[~wrong]
-
-
-def _most_violated(Bn, x, lo_n, up_n, work):
+def _most_violated(work: _WorkingSet, x, most: int | None = None):
     """The constraint outside the working set that `x` violates most, as
-    `(row, sign, violation)`, or `None` where none is violated (to 1e-9
-    relative)."""
-    value = Bn @ x
+    `(row, sign, violation)`; `None` where none is violated (to 1e-9
+    relative), or `False` where more than `most` are."""
+    value = work.P.G @ x
     tol = 1e-9 * (1.0 + np.abs(value))
-    over = np.where(np.isfinite(up_n), value - up_n, -np.inf)
-    under = np.where(np.isfinite(lo_n), lo_n - value, -np.inf)
-    over[work] = under[work] = -np.inf
+    over = np.where(np.isfinite(work.up_n), value - work.up_n, -np.inf)
+    under = np.where(np.isfinite(work.lo_n), work.lo_n - value, -np.inf)
+    over[work.in_work] = under[work.in_work] = -np.inf
     excess = np.maximum(over, under)
+    if most is not None and np.count_nonzero(excess > tol) > most:
+        return False
     p = int(np.argmax(excess))
     if excess[p] <= tol[p]:
         return None
     return p, 1.0 if over[p] >= under[p] else -1.0, float(excess[p])
 
 
-def _ratio_test(gram, N, n_p, u, slack, m_eq):
-    """The step direction that moves the violated row `n_p` towards its bound
-    on the current face: `(w, z, curvature, full, partial, leaving, ratios)`,
-    `full` the step that reaches the bound and `partial` the one at which the
-    first working constraint (`leaving`, with `ratios`) loses its sign."""
-    w = gram.solve(N @ n_p)
-    z = n_p - N.T @ w
-    curvature = float(n_p @ z)
-    full = slack / curvature if curvature > _TINY else np.inf
-    w_in, u_in = w[m_eq:], u[m_eq:]
-    leaving = np.flatnonzero(w_in > _TINY)
-    ratios = np.maximum(u_in[leaving], 0.0) / w_in[leaving]
-    partial = ratios.min(initial=np.inf)
-    return w, z, curvature, full, partial, leaving, ratios
+class _WorkingSet:
+    """The working set, its multipliers and the bordered factor of its Gram
+    matrix: base rows (equalities, then signed rows of $G$) factorised, and
+    borders (`k` of them) for the rows that joined since and the base rows that
+    left. `u0` holds the base rows' multipliers (zero where a row left) and
+    `ub` the borders' (a joined row's multiplier, or nothing for a left row)."""
+
+    def __init__(self, P, r, q, lower, upper, hi, lo):
+        self.P, self.r = P, r
+        scale = np.concatenate([np.ones(P.d), P.c_norms])
+        self.lo_n, self.up_n = lower / scale, upper / scale
+        fixed = lower == upper
+        self.Eq: Any = sp.vstack([P.E, P.G[np.flatnonzero(fixed)]]).tocsr()
+        self.beq = np.concatenate([q / P.e_norms, self.up_n[fixed]])
+        self.m_e = self.Eq.shape[0]
+        self.fixed = fixed
+        hi = hi & np.isfinite(upper) & ~fixed
+        lo = lo & np.isfinite(lower) & ~hi & ~fixed
+        rows = np.flatnonzero(hi | lo)
+        self.ok = self._factor(rows, np.where(hi[rows], 1.0, -1.0), None)
+
+    def _factor(self, rows, signs, u) -> bool:
+        """Factorises the face of the signed `rows` (besides the equalities),
+        with multipliers `u` (solved for where `None`), and drops the borders."""
+        P = self.P
+        self.rows, self.signs = rows, signs
+        self.N0: Any = sp.vstack([self.Eq, sp.diags(signs) @ P.G[rows]]).tocsr()
+        self.N0T: Any = self.N0.T.tocsr()
+        bound = np.where(signs > 0, self.up_n[rows], -self.lo_n[rows])
+        self.b0 = np.concatenate([self.beq, bound])
+        n0 = self.N0.shape[0]
+        self.alive = np.ones(n0, bool)
+        self.in_work = self.fixed.copy()
+        self.in_work[rows] = True
+        cap = _BORDERS + 1
+        self.k = 0
+        self.cols, self.V = np.zeros((cap, n0)), np.zeros((cap, n0))
+        self.Si, self.RA = np.zeros((cap, cap)), np.zeros((cap, P.d))
+        self.b_row, self.b_add = np.zeros(cap, int), np.zeros(cap, bool)
+        self.b_rhs, self.b_sign = np.zeros(cap), np.zeros(cap)
+        solve = _factorise(self.N0)
+        if solve is None:
+            return False
+        self._solve = solve
+        self._sound = True
+        if u is None:
+            rhs = self.N0 @ self.r - self.b0
+            u = self.solve(rhs, np.zeros(0), 2)[0]
+            # Dependent rows (more of them than coordinates, say): the shifted
+            # factor's solves are not the Gram matrix's, and borders on it
+            # would be further off; wrong signs are then released by
+            # refactorising.
+            residual = np.abs(self.N0 @ (self.N0T @ u) - rhs).max(initial=0.0)
+            self._sound = residual <= _SOUND * (1.0 + np.abs(rhs).max(initial=0.0))
+        self.u0, self.ub = u, np.zeros(0)
+        return True
+
+    def release(self) -> bool:
+        """Drops the starting rows whose multipliers have the wrong sign, until
+        none has; `False` where a face is singular."""
+        while self.ok:
+            wrong = (self.u0[self.m_e :] < 0) & self.alive[self.m_e :]
+            if not wrong.any():
+                return True
+            if self.k + wrong.sum() > _BORDERS or not self._sound:
+                keep = ~wrong & self.alive[self.m_e :]
+                self.ok = self._factor(self.rows[keep], self.signs[keep], None)
+                continue
+            for i in self.m_e + np.flatnonzero(wrong):
+                self._remove(int(i))
+            rhs = self.N0 @ self.r - self.b0
+            self.u0, self.ub, _ = self.solve(rhs, self.b_rhs[: self.k])
+        return False
+
+    def _raw(self, rhs0, rhsb):
+        """One solve with the bordered factor (block LU): `(u0, ub, z)`, `z`
+        the factor's own solve."""
+        k = self.k
+        z = self._solve(rhs0 * self.alive)
+        if k == 0:
+            return z, np.zeros(0), z
+        rhsb = np.where(self.b_add[:k], rhsb, 0.0)
+        ub = self.Si[:k, :k] @ (rhsb - self.cols[:k] @ z)
+        u0 = z - ub @ self.V[:k]
+        u0[~self.alive] = 0.0
+        return u0, ub, z
+
+    def solve(self, rhs0, rhsb, steps: int | None = None):
+        """`(u0, ub, z)`: the working set's Gram solve of the right-hand sides
+        of the base rows and the borders, refined `steps` times against
+        $N_W N_W^\\top$; `z` is the factor's solve of `rhs0` alone."""
+        u0, ub, first = self._raw(rhs0, rhsb)
+        for _ in range(_REFINE if steps is None else steps):
+            x = self.transpose_times(u0, ub)
+            d0, db, _ = self._raw(rhs0 - self.N0 @ x, rhsb - self.RA[: self.k] @ x)
+            u0, ub = u0 + d0, ub + db
+        return u0, ub, first
+
+    def transpose_times(self, u0, ub) -> np.ndarray:
+        """$N_W^\\top u$ (a left base row's multiplier is zero, and so is a
+        left row's border's row)."""
+        return self.N0T @ (u0 * self.alive) + ub @ self.RA[: self.k]
+
+    def point(self) -> np.ndarray:
+        return self.r - self.transpose_times(self.u0, self.ub)
+
+    def ratio_test(self, w0, wb):
+        """The step at which the first working multiplier reaches zero along
+        `-w`, and which one: `(partial, index)`, the index over the base
+        inequality rows, then the borders."""
+        m_e = self.m_e
+        w_base = np.where(self.alive[m_e:], w0[m_e:], 0.0)
+        w = np.concatenate([w_base, wb * self.b_add[: self.k]])
+        u = np.concatenate([self.u0[m_e:], self.ub])
+        leaving = np.flatnonzero(w > _TINY)
+        if not leaving.size:
+            return np.inf, -1
+        ratios = np.maximum(u[leaving], 0.0) / w[leaving]
+        best = int(np.argmin(ratios))
+        return float(ratios[best]), int(leaving[best])
+
+    def _border(self, col, row, v=None) -> int:
+        """Adds a border: `col` against the base rows, `row` its row of $G$
+        (zero for a left base row), `v` the factor's solve of `col` if known."""
+        k = self.k
+        if v is None:
+            v = self._solve(col)
+        # The Schur complement S gains a row and a column; its inverse, kept
+        # instead (a product per solve), by the bordering formula.
+        cross = self.RA[:k] @ row - self.V[:k] @ col
+        a = self.Si[:k, :k] @ cross
+        pivot = row @ row - col @ v - cross @ a
+        self.Si[:k, :k] += np.outer(a, a / pivot)
+        self.Si[k, :k] = self.Si[:k, k] = -a / pivot
+        self.Si[k, k] = 1.0 / pivot
+        self.cols[k], self.V[k], self.RA[k] = col, v, row
+        self.k += 1
+        return k
+
+    def _remove(self, i: int) -> None:
+        col = np.zeros(self.N0.shape[0])
+        col[i] = 1.0
+        j = self._border(col, np.zeros(self.P.d))
+        self.b_add[j], self.b_row[j], self.b_rhs[j] = False, i, 0.0
+        self.alive[i] = False
+        self.in_work[self.rows[i - self.m_e]] = False
+        self.ub = np.append(self.ub, 0.0)
+
+    def enter(self, p, s_p, n_p, u_p, first) -> bool:
+        """Row `p` of $G$ joins with sign `s_p`, row `n_p` and multiplier `u_p`;
+        `first` is the factor's solve of its column (from its direction)."""
+        if self.k >= _BORDERS:
+            rows, signs, u = self._current()
+            return self._factor(
+                np.append(rows, p), np.append(signs, s_p), np.append(u, u_p)
+            )
+        j = self._border(self.N0 @ n_p * self.alive, n_p, first)
+        self.b_add[j], self.b_row[j], self.b_sign[j] = True, p, s_p
+        self.b_rhs[j] = self.up_n[p] if s_p > 0 else -self.lo_n[p]
+        self.ub = np.append(self.ub, u_p)
+        self.in_work[p] = True
+        return True
+
+    def leave(self, index: int) -> bool:
+        """The working row `index` (over the base inequality rows, then the
+        borders: `ratio_test`'s) leaves."""
+        base = self.N0.shape[0] - self.m_e
+        if index < base:
+            if self.k >= _BORDERS:
+                rows, signs, u = self._current(drop=index)
+                return self._factor(rows, signs, u)
+            self._remove(self.m_e + index)
+            self.u0[self.m_e + index] = 0.0
+            return True
+        j, last = index - base, self.k - 1
+        self.in_work[self.b_row[j]] = False
+        # The last border takes the leaving one's place.
+        slots = (self.cols, self.V, self.RA, self.b_row, self.b_add, self.b_rhs)
+        for a in slots + (self.b_sign,):
+            a[j] = a[last]
+        Si = self.Si[: last + 1, : last + 1]
+        Si -= np.outer(Si[:, j], Si[j, :] / Si[j, j])  # S less row and column j
+        Si[j, :], Si[:, j] = Si[last, :], Si[:, last]
+        Si[j, j] = Si[last, last]
+        self.ub[j] = self.ub[last]
+        self.ub, self.k = self.ub[:last], last
+        return True
+
+    def _current(self, drop: int = -1):
+        """The working set as base rows: `(rows, signs, multipliers)`, less
+        the base inequality row `drop`."""
+        m_e, k = self.m_e, self.k
+        keep = self.alive[m_e:].copy()
+        if drop >= 0:
+            keep[drop] = False
+        added = self.b_add[:k]
+        rows = np.concatenate([self.rows[keep], self.b_row[:k][added]])
+        signs = np.concatenate([self.signs[keep], self.b_sign[:k][added]])
+        u = np.concatenate([self.u0[:m_e], self.u0[m_e:][keep], self.ub[added]])
+        return rows, signs, u
+
+    def flags(self) -> tuple[np.ndarray, np.ndarray]:
+        """The flags of the working set, in `working_face`'s layout."""
+        hi = self.fixed.copy()
+        lo = np.zeros_like(hi)
+        alive = self.alive[self.m_e :]
+        hi[self.rows[alive & (self.signs > 0)]] = True
+        lo[self.rows[alive & (self.signs < 0)]] = True
+        added = self.b_add[: self.k]
+        rows, signs = self.b_row[: self.k][added], self.b_sign[: self.k][added]
+        hi[rows[signs > 0]] = True
+        lo[rows[signs < 0]] = True
+        return hi, lo
 
 
-def _restarted(gram, N, r, b, x, u, m_eq):
-    """`(x, u)` restarted from the face's own projection, where that keeps every
-    multiplier's sign.
-
-    The steps accumulate rounding, and on badly conditioned faces more; a
-    restart with a multiplier of the wrong sign (nearly dependent working rows,
-    whose multipliers the solve no longer pins down) would make the method drop
-    rows with zero steps and cycle, so the steps' point is kept then.
-    """
-    restart = gram.solve(N @ r - b)
-    if restart[m_eq:].min(initial=0.0) >= 0:
-        return r - N.T @ restart, restart
-    return x, u
+def _row(G: Any, p: int) -> np.ndarray:
+    """Row `p` of the CSR `G`, dense (without scipy's indexing, which costs a
+    quarter of a change)."""
+    out = np.zeros(G.shape[1])
+    start, stop = G.indptr[p], G.indptr[p + 1]
+    out[G.indices[start:stop]] = G.data[start:stop]
+    return out
 
 
-def _changed(work, sign, u, entering, leaving, ratios, m_eq):
-    """The working set after one change: the violated constraint `entering`
-    `(row, sign, multiplier)` added, or (`None`) the first to lose its sign
-    dropped."""
-    if entering is not None:
-        p, s_p, u_p = entering
-        return np.append(work, p), np.append(sign, s_p), np.append(u, u_p)
-    k = int(leaving[np.argmin(ratios)])
-    return np.delete(work, k), np.delete(sign, k), np.delete(u, m_eq + k)
+def _factorise(N: Any):
+    """A solve with $N N^\\top$ shifted by `_SHIFT` (QDLDL's $L D L^\\top$;
+    SuperLU where that meets a zero pivot), or `None` where it is singular even
+    so."""
+    K = N @ N.T + _SHIFT * sp.identity(N.shape[0], format="csr")
+    try:
+        solver = qdldl.Solver(sp.triu(K, format="csc"), upper=True)
+    except RuntimeError:  # not quasi-definite to its rounding
+        gram = GramSolver(N)  # SuperLU, with its own shift
+        return gram.lu_solve if gram.ok else None
+    FACTORISATIONS.add()
+    return solver.solve

@@ -16,7 +16,7 @@ multiplier $z_i$ ($\\sigma_i = 1$, $\\beta_i = \\ell_i$ for a lower bound,
 $\\sigma_i = -1$, $\\beta_i = -u_i$ for an upper one), and each iteration
 solves with $K(Z S^{-1})$ on the set's fixed pattern (`_host_kkt`). The method
 stops at a modest accuracy: it only has to name the face, whose projection the
-polish's rounds then compute and certify (`_host_polish._rounds`).
+polish's rounds then compute and certify (`_host_rounds.face_rounds`).
 
 Where the set is empty the multipliers grow without bound, and their direction
 is a Farkas certificate: `_Iterate.proves_empty` checks it (`interior_point`

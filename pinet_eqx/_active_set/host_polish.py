@@ -30,11 +30,13 @@ import jax
 import numpy as np
 import scipy.sparse as sp
 
-from .._linalg.host_solve import ByContent, instances, pool
-from .host_dual import working_face
+from .._linalg.host_solve import ByContent, instances, pool, pool_size
+from .host_dual import WARM_CHANGES, WARM_VIOLATED, working_face
 from .host_ipm import MAX_ITERATIONS, dual_start, interior_point
-from .host_kkt import FINEST_DELTA, KKTPattern, face_projection, gram_face_projection
+from .host_kkt import FINEST_DELTA, KKTPattern
+from .host_neighbours import NeighbourFaces
 from .host_parallel import merge_bounds, parallel_rows, unmerged_flags
+from .host_rounds import face_rounds
 
 # Active-set rounds: from Douglas-Rachford's face, a handful of rows move.
 _MAX_ROUNDS = 30
@@ -141,10 +143,20 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
 
     exact = np.dtype(dtype) == np.float64
 
+    # Each instance starts from its nearest earlier one's face, by the
+    # parameters: loads, then bounds (`_host_neighbours`).
+    starts = NeighbourFaces(np.concatenate(args[1:6], axis=1), args[0], pool_size())
+
     def one(i):
-        ys[i], fails[i], up, down = _active_set_method(
-            E, C_unique, pattern, *(a[i] for a in args), exact=exact
-        )
+        solved = None
+        try:
+            ys[i], fails[i], up, down = _active_set_method(
+                E, C_unique, pattern, *(a[i] for a in args),
+                exact=exact, neighbour=starts.take(i),
+            )  # fmt: skip
+            solved = None if fails[i] else (up, down, ys[i])
+        finally:  # (instances waiting on this one go on without its face)
+            starts.put(i, solved)
         hi_out[i, :d], lo_out[i, :d] = up[:d], down[:d]
         hi_out[i, d:], lo_out[i, d:] = unmerged_flags(
             up[d:], down[d:], lb_rows[i], ub_rows[i], group, factor,
@@ -186,20 +198,19 @@ def _host_matrices(shapes, er, ec, ev, cr, cc, cv) -> tuple:
 
 
 def _active_set_method(
-    E, C, pattern, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, exact=False
-):
-    """The active-set rounds for one instance (float64): a few from the
-    iterate's bounded coordinates, which finish raw outputs near the set;
-    then from the face that an interior-point method names
-    (`_host_ipm.interior_point`: a cost that hardly depends on the distance);
-    should those not settle, from that face again, releasing one row per
-    round; then from the face of a second interior-point run on more
-    accurate systems; then from the face that Goldfarb and Idnani's dual
-    method finds from there (`_host_dual`: one row per step, but it cannot
-    cycle); and last from the iterate's whole face (rows too) and from the
-    empty face.
-
-    `exact` asks for the float64 accuracy of the Gram solves (see `_rounds`).
+    E, C, pattern, r, q, lb_y, ub_y, lb_w, ub_w, hi, lo, exact=False,
+    neighbour: tuple[np.ndarray, np.ndarray] | None = None,
+):  # fmt: skip
+    """The active-set rounds for one instance (float64), from a sequence of
+    starting faces, each only where the one before did not settle: that of
+    Goldfarb and Idnani's dual method (`_host_dual`) from `neighbour`, a
+    nearby instance's face (`_host_neighbours`), if given; the iterate's
+    bounded coordinates; an interior-point method's face
+    (`_host_ipm.interior_point`), then again releasing one row per round; a
+    second run's on more accurate systems; the dual method's from the first
+    run's face; the iterate's whole face; and the empty face (the stages of
+    `docs/concepts/inference.md`). `exact` asks for the float64 accuracy of
+    the Gram solves (see `_host_rounds.face_rounds`).
 
     Returns `(y, fail, hi, lo)`: the point, 0 where it is certified (else 1,
     or `EMPTY` where the set has no point), and the flags of its face (those
@@ -219,17 +230,14 @@ def _active_set_method(
     interior = functools.partial(_interior, pattern, r, q, lower, upper, named)
     fine = functools.partial(interior, FINEST_DELTA)
 
-    def dual():
-        # From the first interior-point run's face, a few changes from it
-        # (from the second one's it took longer where both fail: ACTIVSg2000).
-        up, down = named.get("face", (hi_y, lo_y))
-        return working_face(E, C, r, q, lower, upper, up, down)
-
+    dual = functools.partial(working_face, pattern, r, q, lower, upper)
     # Far from the set the rounds from the iterate's face soon move hundreds
     # of rows at once (near it, tens): they are left as soon as they do.
     near_moves = max(_NEAR_MOVES, int(_NEAR_MOVES_SHARE * hi.shape[0]))
+    warm = functools.partial(dual, max_changes=WARM_CHANGES, max_violated=WARM_VIOLATED)
     # (start, rounds, most moves per round, release one row per round)
     attempts = (
+        (lambda: neighbour and warm(*neighbour), _SADDLE_ROUNDS, None, False),
         (lambda: (hi_y, lo_y), _NEAR_ROUNDS, near_moves, False),
         (interior, half, near_moves, False),  # capped too: see `_NEAR_MOVES`
         # Where the rounds from that face wander: the face has a row too many,
@@ -239,8 +247,9 @@ def _active_set_method(
         # Where the face is further off: the first run's systems could not
         # resolve the balance rows' weak directions (`_host_kkt.FINEST_DELTA`).
         (fine, half, None, False),
-        # Where those cycle (dependent rows flagged).
-        (dual, half, None, False),
+        # Where those cycle (dependent rows flagged): from the first run's
+        # face (from the second one's it took longer where both fail).
+        (lambda: dual(*named.get("face", (hi_y, lo_y))), half, None, False),
         (lambda: (hi, lo), half, None, False),
         (lambda: (none, none), _MAX_ROUNDS, None, False),
     )
@@ -254,7 +263,7 @@ def _active_set_method(
         for saddle in (False, True) if start in (interior, fine) else (False,):
             # Then, nearly dependent faces solved accurately; only as a second
             # try, so that the attempts that follow start where they did.
-            out = _rounds(
+            out = face_rounds(
                 E, C, r, q, bounds, flags[0], flags[1],
                 _SADDLE_ROUNDS if saddle else rounds, moves,
                 pattern=pattern, exact=exact, release_one=one, saddle=saddle,
@@ -290,109 +299,3 @@ def _interior(pattern, r, q, lower, upper, named: dict, delta=None):
     if "face" not in named:
         named["face"], named["capped"] = (hi, lo), iterations >= MAX_ITERATIONS
     return hi, lo
-
-
-def _rounds(
-    E,
-    C,
-    r,
-    q,
-    bounds,
-    hi,
-    lo,
-    max_rounds,
-    max_moves=None,
-    *,
-    pattern=None,
-    exact=False,
-    release_one=False,
-    saddle=False,
-):
-    """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, where
-    `bounds` is `(lb_y, ub_y, lb_w, ub_w)`, given up once a round would move
-    more than `max_moves` rows (if given) or return to a face it has left:
-    `(y, fail, hi, lo, mult)`, the last face's point, flags and multipliers
-    (`None` if no face was solved); with `release_one`,
-    each round releases one row only (`_largest`).
-
-    With the set's `pattern`, each face is solved on that fixed factor
-    pattern (`_host_kkt.face_projection`: a numeric refactorisation, where a
-    Gram matrix's LU redoes its ordering and symbolic work), and by its own
-    Gram matrix (`gram_face_projection`, with `saddle` as it says) only where
-    that does not converge (inconsistent or nearly dependent rows). The
-    pattern's faces are accurate to about 1e-8, enough for float32 outputs;
-    with `exact` (float64) the settled face is checked by its Gram matrix."""
-    d = r.shape[0]
-    lb_y, ub_y, lb_w, ub_w = bounds
-    hi, lo = hi.copy(), lo.copy()
-    upper, lower = np.concatenate([ub_y, ub_w]), np.concatenate([lb_y, lb_w])
-    # A flag only counts where its bound is finite. Equal bounds (a unit whose
-    # minimum is its maximum) pin their coordinate or row on every face, with a
-    # multiplier of either sign: flagged on one side, its sign would release
-    # it, and the next round add it back.
-    fixed = lower == upper
-    hi = (hi & np.isfinite(upper)) | fixed
-    lo &= np.isfinite(lower) & ~hi
-    y, mult = r, None
-    seen = {(hi.tobytes(), lo.tobytes())}
-    for _ in range(max_rounds + exact):
-        y = None
-        if pattern is not None:
-            y, mult = face_projection(pattern, r, q, hi, lo, lower, upper)
-        if y is None:
-            y, mult = gram_face_projection(E, C, r, q, hi, lo, upper, lower, d, saddle)
-        if y is None or mult is None:
-            return r, 1.0, hi, lo, None
-        value = np.concatenate([y, C @ y])
-        release, add_hi, add_lo = _misplaced(hi, lo, value, mult, lower, upper, fixed)
-        moves = np.count_nonzero(release | add_hi | add_lo)
-        if not moves and exact and pattern is not None:
-            pattern = None  # settled: confirm on the face's own solve
-            continue
-        if not moves:
-            return y, 0.0, hi, lo, mult
-        if max_moves is not None and moves > max_moves:
-            break
-        if release_one:
-            release = _largest(release, mult)
-        if release.any():
-            # Release before adding: adding rows to a face that still holds
-            # wrongly signed ones can cycle.
-            add_hi[:] = add_lo[:] = False
-        hi = (hi & ~release) | add_hi
-        lo = (lo & ~release) | add_lo
-        face = (hi.tobytes(), lo.tobytes())
-        if face in seen:  # a cycle: the rounds would only repeat it
-            break
-        seen.add(face)
-    return y, 1.0, hi, lo, mult
-
-
-def _misplaced(hi, lo, value, mult, lower, upper, fixed) -> tuple:
-    """`(release, add_hi, add_lo)` for a face's point `value` (coordinates,
-    then rows) and multipliers `mult`: a wrongly signed multiplier, or a
-    flagged row off its bound, to release; a violated row, to add."""
-    tol = 1e-9 * (1.0 + np.abs(value))
-    off = (hi | lo) & (np.abs(value - np.where(hi, upper, lower)) > tol)
-    release = ((hi & (mult < -tol)) | (lo & (mult > tol))) & ~fixed
-    if not release.any():
-        # A row off its bound, with every sign right, is fixed by the others
-        # (dependent rows: lines in series, whose flows differ by the loads
-        # between them). With wrong signs, those go first: the dependent row
-        # that does not bind is among them.
-        release = off
-    add_hi = ~hi & ~lo & (value > upper + tol)
-    add_lo = ~hi & ~lo & (value < lower - tol)
-    return release, add_hi, add_lo
-
-
-def _largest(release, mult) -> np.ndarray:
-    """Of the rows `release` flags, the one of the largest multiplier `mult`
-    (a primal active-set step). On a face one row too large whose rows are
-    dependent (generators pinned at their bounds beside the balance rows), the
-    extra row's pull makes many others' multipliers wrongly signed, and
-    releasing them all at once leaves the face far behind."""
-    out = np.zeros_like(release)
-    if release.any():
-        out[np.argmax(np.where(release, np.abs(mult), -np.inf))] = True
-    return out

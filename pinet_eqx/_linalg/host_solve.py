@@ -380,4 +380,9 @@ def _saddle_rows(shape, rows, cols, values, remainder) -> tuple[Any, np.ndarray]
 
 @functools.cache
 def pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max(1, min(8, os.cpu_count() or 1)))
+    """The host solves' threads (shared: their tasks run in the order given)."""
+    return ThreadPoolExecutor(pool_size())
+
+
+def pool_size() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
