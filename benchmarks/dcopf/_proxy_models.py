@@ -22,6 +22,8 @@ method; our layer's record also has the issue's normalised residual, its
 
 from __future__ import annotations
 
+import time
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -34,7 +36,7 @@ import pinet_eqx as pe
 
 from ._fixture import GridCase
 from ._projection import EPS32, max_residuals, projector, timed_batch
-from ._proxy_data import INFEASIBLE, HourlyData
+from ._proxy_data import INFEASIBLE, HourlyData, clarabel_dcopf
 
 METHODS = ("ours", "ours-dist", "ours-sup", "e2elr", "mlp")
 CHUNK = 256  # the issue's batch: inference runs and is timed at this size
@@ -363,4 +365,29 @@ def _timed(predict, data: HourlyData, hours: np.ndarray, repeats: int) -> dict:
         timed,
         per_instance_ms_lq=1e3 * t["lq"] / CHUNK,
         per_instance_ms_uq=1e3 * t["uq"] / CHUNK,
+        same_run=_same_run(lambda: predict(x, q), data, hours, repeats),
     )
+
+
+# Clarabel's hours per turn of `_same_run`.
+_SAME_RUN_HOURS = 8
+
+
+def _same_run(call, data: HourlyData, hours: np.ndarray, repeats: int) -> dict:
+    """A batch of `call` and Clarabel's `solve()` (default settings, one thread,
+    as `time_solvers`) on `_SAME_RUN_HOURS` of the same hours, in turn
+    `repeats` times: per-instance medians and their ratio, which the
+    machine's drift between separate commands does not move."""
+    ours, clarabel = [], []
+    for r in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(call())
+        ours.append(1e3 * (time.perf_counter() - start) / CHUNK)
+        turn = np.resize(np.roll(hours, -r * _SAME_RUN_HOURS), _SAME_RUN_HOURS)
+        solves = [clarabel_dcopf(data.case, data.loads[h])[1] for h in turn]
+        clarabel.append(1e3 * float(np.mean(solves)))
+    ours_ms, clarabel_ms = float(np.median(ours)), float(np.median(clarabel))
+    return dict(
+        ours_ms=ours_ms, clarabel_ms=clarabel_ms, ratio=ours_ms / clarabel_ms,
+        repeats=repeats, clarabel_hours=_SAME_RUN_HOURS,
+    )  # fmt: skip

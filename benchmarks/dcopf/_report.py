@@ -490,6 +490,15 @@ def _infeasible_lines(group: dict[str, dict]) -> list[str]:
                 f" and {_pct(inf['successful'])} `successful`; outputs finite: "
                 f"{inf['finite']}."
             )
+        same = r.get("test", {}).get("timing", {}).get("same_run")
+        if same:
+            lines.append(
+                f"- {_name(method)}: timed in the same run as Clarabel's `solve()`"
+                f" on {same['clarabel_hours']} of the same hours per turn, "
+                f"{same['repeats']} turns: {same['ours_ms']:.3g} against "
+                f"{same['clarabel_ms']:.3g} ms per instance, "
+                f"**{same['ratio']:.2f}x** Clarabel."
+            )
         # What a record says of itself (`*_note` keys): how it was made.
         notes = sorted(k for k in r if k.endswith("_note"))
         lines += [f"- {_name(method)}: {r[k]}." for k in notes]
