@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pinet_eqx._active_set import host_dual
+from pinet_eqx._active_set import host_dual, host_working
 from pinet_eqx._active_set.host_kkt import KKTPattern
 from pinet_eqx._active_set.host_neighbours import NeighbourFaces
 
@@ -53,7 +53,7 @@ def test_bordered_solves_match_the_working_gram_matrix(monkeypatch, borders):
     is bordered both ways, and folded into a new one every `borders`
     changes), a solve with the working set's Gram matrix projects onto its
     rows' span as dense least squares does."""
-    monkeypatch.setattr(host_dual, "_BORDERS", borders)
+    monkeypatch.setattr(host_working, "_BORDERS", borders)
     E, C, lower, upper, rng = _random_rows(0)
     P = KKTPattern(E, C)
     d = P.d
@@ -61,7 +61,7 @@ def test_bordered_solves_match_the_working_gram_matrix(monkeypatch, borders):
     hi = np.zeros(total, bool)
     hi[rng.choice(d, 8, replace=False)] = True
     r, q = rng.normal(size=d), rng.normal(size=E.shape[0])
-    work = host_dual._WorkingSet(P, r, q, lower, upper, hi, np.zeros(total, bool))
+    work = host_working.WorkingSet(P, r, q, lower, upper, hi, np.zeros(total, bool))
     assert work.ok
     for step in range(14):
         if step % 3 == 2:
@@ -107,7 +107,7 @@ def test_working_face_from_a_neighbours_face(monkeypatch, borders):
     (checked densely), the same point both ways; from the neighbour's face in
     fewer changes. Folding the borders every `borders` changes changes
     nothing."""
-    monkeypatch.setattr(host_dual, "_BORDERS", borders)
+    monkeypatch.setattr(host_working, "_BORDERS", borders)
     E, C, lower, upper, rng = _random_rows(1)
     P = KKTPattern(E, C)
     total = P.G.shape[0]
@@ -116,13 +116,13 @@ def test_working_face_from_a_neighbours_face(monkeypatch, borders):
     r = 4.0 * rng.normal(size=P.d)
     q = 0.1 * rng.normal(size=E.shape[0])
     changes = []
-    original = host_dual._WorkingSet.ratio_test
+    original = host_working.WorkingSet.ratio_test
 
     def counted(self, *args):
         changes[-1] += 1
         return original(self, *args)
 
-    monkeypatch.setattr(host_dual._WorkingSet, "ratio_test", counted)
+    monkeypatch.setattr(host_working.WorkingSet, "ratio_test", counted)
     changes.append(0)
     face = host_dual.working_face(P, r, q, lower, upper, none, none)
     assert face is not None
