@@ -17,8 +17,8 @@ identity). Units with equal bounds stay equalities throughout: their
 multipliers may take either sign.
 
 Each working set is solved on the starting face's factorisation bordered by
-the changes since (`_host_working.WorkingSet`), so a change costs a solve or
-two where a factorisation costs some fifty.
+the changes since (`_host_working.WorkingSet`): a change costs a few solves
+with that factor (each about a fortieth of a factorisation on ACTIVSg2000).
 
 It returns the flags of its final working set, whose face the polish's rounds
 (`_host_polish`) then solve and certify.
@@ -39,8 +39,8 @@ from .host_working import TINY, WorkingSet
 MAX_CHANGES = 3000
 # ... and from a neighbour's face (`_host_neighbours`), before the polish
 # goes on to its interior-point method: 90 % of a trained ACTIVSg2000 proxy's
-# test hours take fewer from the nearest earlier hour's face, and each change
-# costs about a twentieth of a factorisation.
+# test hours take fewer from the nearest earlier hour's face, at about 1 ms a
+# change there, where the interior-point method takes some 60 ms.
 WARM_CHANGES = 100
 # ... and not at all where the neighbour's face leaves more than this many
 # constraints violated: on those hours it took 100-160 changes (median).
