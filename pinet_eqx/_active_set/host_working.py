@@ -25,6 +25,12 @@ from .._linalg.host_solve import FACTORISATIONS, GramSolver
 # The most borders on one factor: each solve costs dense products with all of
 # them, and each border a product with the Schur complement's inverse.
 _BORDERS = 120
+# ... and the most wrongly signed starting rows released by borders (more are
+# released by factorising again: a border per row on a face that far off
+# lost the accuracy that a trained case1354pegase raw output needed).
+_RELEASE_BORDERS = 10
+# ... and the room made for them at first (it doubles as they come).
+_FIRST_ROOM = 16
 # The shift of the factorised Gram matrix, removed by the refinement.
 _SHIFT = 1e-12
 # The relative residual of a starting face's solve beyond which its factor is
@@ -32,7 +38,9 @@ _SHIFT = 1e-12
 _SOUND = 1e-8
 # Refinement steps of each solve against the bordered Gram matrix: the Gram
 # matrix squares the rows' conditioning (nearly dependent balance rows).
-_REFINE = 1
+_REFINE = 2
+# ... stopped once the residual is this small against the right-hand side.
+_REFINE_TOL = 1e-10
 
 
 # A step direction or multiplier change below this is zero (rows have unit length).
@@ -45,6 +53,18 @@ class WorkingSet:
     borders (`k` of them) for the rows that joined since and the base rows that
     left. `u0` holds the base rows' multipliers (zero where a row left) and
     `ub` the borders' (a joined row's multiplier, or nothing for a left row)."""
+
+    # The borders' arrays (`_room`): columns against the base rows, their
+    # solves with the factor, the Schur complement's inverse, the joined rows;
+    # per border its row of $G$ (or left base row), kind, bound and sign.
+    cols: np.ndarray
+    V: np.ndarray
+    Si: np.ndarray
+    RA: np.ndarray
+    b_row: np.ndarray
+    b_add: np.ndarray
+    b_rhs: np.ndarray
+    b_sign: np.ndarray
 
     def __init__(self, P, r, q, lower, upper, hi, lo):
         self.P, self.r = P, r
@@ -70,12 +90,23 @@ class WorkingSet:
         rows, signs = self.rows, self.signs
         bound = np.where(signs > 0, self.up_n[rows], -self.lo_n[rows])
         self.b0 = np.concatenate([self.beq, bound])
-        cap, n0 = _BORDERS + 1, self.N0.shape[0]
         self.k = 0
-        self.cols, self.V = np.zeros((cap, n0)), np.zeros((cap, n0))
-        self.Si, self.RA = np.zeros((cap, cap)), np.zeros((cap, self.P.d))
-        self.b_row, self.b_add = np.zeros(cap, int), np.zeros(cap, bool)
-        self.b_rhs, self.b_sign = np.zeros(cap), np.zeros(cap)
+        self._room(_FIRST_ROOM)
+
+    def _room(self, cap: int) -> None:
+        """Room for `cap` borders, the present ones kept: the arrays grow as
+        the borders come (a face's arrays are `cap` rows of its length)."""
+        n0, k = self.N0.shape[0], self.k
+        arrays = (("cols", (cap, n0), float), ("V", (cap, n0), float),
+                  ("Si", (cap, cap), float), ("RA", (cap, self.P.d), float),
+                  ("b_row", (cap,), int), ("b_add", (cap,), bool),
+                  ("b_rhs", (cap,), float), ("b_sign", (cap,), float))  # fmt: skip
+        for name, shape, dtype in arrays:
+            new = np.zeros(shape, dtype)
+            if k:
+                kept = (slice(k), slice(k)) if name == "Si" else slice(k)
+                new[kept] = getattr(self, name)[kept]
+            setattr(self, name, new)
 
     def _factor(self, rows, signs, u) -> bool:
         """Factorises the face of the signed `rows` (besides the equalities),
@@ -112,7 +143,7 @@ class WorkingSet:
             wrong = (self.u0[self.m_e :] < 0) & self.alive[self.m_e :]
             if not wrong.any():
                 return True
-            if self.k + wrong.sum() > _BORDERS or not self._sound:
+            if self.k + wrong.sum() > _RELEASE_BORDERS or not self._sound:
                 keep = ~wrong & self.alive[self.m_e :]
                 self.ok = self._factor(self.rows[keep], self.signs[keep], None)
                 continue
@@ -136,12 +167,21 @@ class WorkingSet:
 
     def solve(self, rhs0, rhsb, steps: int | None = None):
         """`(u0, ub, z)`: the working set's Gram solve of the right-hand sides
-        of the base rows and the borders, refined `steps` times against
-        $N_W N_W^\\top$; `z` is the factor's solve of `rhs0` alone."""
+        of the base rows and the borders, refined against $N_W N_W^\\top$
+        (at most `steps` times, `_REFINE` by default) until its residual is
+        `_REFINE_TOL` of the right-hand side; `z` is the factor's solve of
+        `rhs0` alone."""
         u0, ub, first = self._raw(rhs0, rhsb)
+        k = self.k
+        size = max(np.abs(rhs0).max(initial=0.0), np.abs(rhsb).max(initial=0.0))
         for _ in range(_REFINE if steps is None else steps):
             x = self.transpose_times(u0, ub)
-            d0, db, _ = self._raw(rhs0 - self.N0 @ x, rhsb - self.RA[: self.k] @ x)
+            res0 = (rhs0 - self.N0 @ x) * self.alive
+            resb = (rhsb - self.RA[:k] @ x) * self.b_add[:k]
+            largest = max(np.abs(res0).max(initial=0.0), np.abs(resb).max(initial=0.0))
+            if largest <= _REFINE_TOL * size:
+                break
+            d0, db, _ = self._raw(res0, resb)
             u0, ub = u0 + d0, ub + db
         return u0, ub, first
 
@@ -172,6 +212,8 @@ class WorkingSet:
         """Adds a border: `col` against the base rows, `row` its row of $G$
         (zero for a left base row), `v` the factor's solve of `col` if known."""
         k = self.k
+        if k == self.Si.shape[0]:
+            self._room(min(2 * k, _BORDERS + 1))
         if v is None:
             v = self._solve(col)
         # The Schur complement S gains a row and a column; its inverse, kept
@@ -234,6 +276,27 @@ class WorkingSet:
         self.ub[j] = self.ub[last]
         self.ub, self.k = self.ub[:last], last
         return True
+
+    def restart(self, x: np.ndarray) -> np.ndarray:
+        """The point and multipliers solved afresh on the working face where
+        that keeps every multiplier's sign (else `x` as it is): the steps
+        accumulate rounding, more so on nearly dependent faces, and a point
+        off the face sends the method after constraints it has met."""
+        u0, ub, _ = self.solve(*self._projection_rhs())
+        alive = self.alive[self.m_e :]
+        signs = np.concatenate([u0[self.m_e :][alive], ub[self.b_add[: self.k]]])
+        if signs.min(initial=0.0) < 0:
+            return x
+        self.u0, self.ub = u0, ub
+        return self.point()
+
+    def fold(self) -> bool:
+        """Factorises the working set afresh, its borders folded in: where the
+        bordered solves have lost their accuracy (a nearly singular face after
+        many changes)."""
+        if not self.k:
+            return False
+        return self._factor(*self._current())
 
     def _current(self, drop: int = -1):
         """The working set as base rows: `(rows, signs, multipliers)`, less
