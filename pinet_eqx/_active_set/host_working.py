@@ -125,8 +125,8 @@ class WorkingSet:
         self._solve = solve
         self._sound = True
         if u is None:
-            rhs = self.N0 @ self.r - self.b0
-            u = self.solve(rhs, np.zeros(0), 2)[0]
+            rhs, none = self._projection_rhs()  # no borders yet
+            u = self.solve(rhs, none, 2)[0]
             # Dependent rows (more of them than coordinates, say): the shifted
             # factor's solves are not the Gram matrix's, and borders on it
             # would be further off; wrong signs are then released by
@@ -266,8 +266,10 @@ class WorkingSet:
         j, last = index - base, self.k - 1
         self.in_work[self.b_row[j]] = False
         # The last border takes the leaving one's place.
-        slots = (self.cols, self.V, self.RA, self.b_row, self.b_add, self.b_rhs)
-        for a in slots + (self.b_sign,):
+        for a in (
+            self.cols, self.V, self.RA, self.b_row, self.b_add, self.b_rhs,
+            self.b_sign,
+        ):  # fmt: skip
             a[j] = a[last]
         Si = self.Si[: last + 1, : last + 1]
         Si -= np.outer(Si[:, j], Si[j, :] / Si[j, j])  # S less row and column j
@@ -331,11 +333,9 @@ def _factorise(N: Any) -> Callable | None:
     so."""
     K = N @ N.T + _SHIFT * sp.identity(N.shape[0], format="csr")
     try:
-        raw = qdldl.Solver(sp.triu(K, format="csc"), upper=True).solve
-        FACTORISATIONS.add()
+        solve = qdldl.Solver(sp.triu(K, format="csc"), upper=True).solve
     except RuntimeError:  # not quasi-definite to its rounding
         gram = GramSolver(N)  # SuperLU, with its own shift
-        if not gram.ok:
-            return None
-        raw = gram.lu_solve
-    return raw
+        return gram.lu_solve if gram.ok else None
+    FACTORISATIONS.add()
+    return solve
