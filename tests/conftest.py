@@ -51,3 +51,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _is_slow_file(item.path):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _host_solves_in_threads_where_patched(request):
+    """A test that patches the library (`monkeypatch`) runs the host solves in
+    this process's threads: the worker processes (`_linalg.host_processes`)
+    import the library unpatched."""
+    if "monkeypatch" in request.fixturenames:
+        from pinet_eqx._linalg.host_processes import ENVIRONMENT
+
+        request.getfixturevalue("monkeypatch").setenv(ENVIRONMENT, "0")

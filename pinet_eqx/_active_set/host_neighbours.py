@@ -56,6 +56,11 @@ class NeighbourFaces:
         self._reach = np.zeros(n)
         self._done = [threading.Event() for _ in range(n)]
 
+    def ready(self, i: int) -> bool:
+        """Whether instance `i`'s neighbour (if any) is done."""
+        j = self.neighbour[i]
+        return bool(j < 0 or self._done[j].is_set())
+
     def take(self, i: int):
         """The face `(hi, lo)` that instance `i` starts from, waiting for its
         neighbour; `None` where it has none, that one failed, or it is too far

@@ -30,7 +30,8 @@ import jax
 import numpy as np
 import scipy.sparse as sp
 
-from .._linalg.host_solve import ByContent, instances, pool, pool_size
+from .._linalg import host_processes
+from .._linalg.host_solve import ByContent, content_key, instances, pool, pool_size
 from .host_dual import WARM_CHANGES, WARM_VIOLATED, working_face
 from .host_ipm import MAX_ITERATIONS, dual_start, interior_point
 from .host_kkt import FINEST_DELTA, KKTPattern
@@ -147,25 +148,39 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
     # parameters: loads, then bounds (`_host_neighbours`).
     starts = NeighbourFaces(np.concatenate(args[1:6], axis=1), args[0], pool_size())
 
-    def one(i):
-        solved = None
-        try:
-            ys[i], fails[i], up, down = _active_set_method(
-                E, C_unique, pattern, *(a[i] for a in args),
-                exact=exact, neighbour=starts.take(i),
-            )  # fmt: skip
-            solved = None if fails[i] else (up, down, ys[i])
-        finally:  # (instances waiting on this one go on without its face)
-            starts.put(i, solved)
+    def done(i, out):
+        ys[i], fails[i], up, down = out
+        starts.put(i, None if fails[i] else (up, down, ys[i]))
         hi_out[i, :d], lo_out[i, :d] = up[:d], down[:d]
         hi_out[i, d:], lo_out[i, d:] = unmerged_flags(
             up[d:], down[d:], lb_rows[i], ub_rows[i], group, factor,
             lower_w[i], upper_w[i],
         )  # fmt: skip
 
-    # The factorisations release the GIL, and JAX waits on this callback: the
-    # instances share the cores.
-    list(pool().map(one, range(n)))
+    def task(i):
+        return _solve, (tuple(a[i] for a in args), exact, starts.take(i))
+
+    # Worker processes where the batch is large enough (`_linalg.host_processes`:
+    # the rounds' Python steps hold the GIL), else threads; both give the same
+    # result, each instance's start fixed by its index.
+    in_processes = host_processes.wanted(n) and host_processes.run(
+        n, content_key(shapes, (er, ec, ev, cr, cc, cv)),
+        (_context, (E, C_unique)), task, starts.ready, done,
+    )  # fmt: skip
+    if not in_processes:
+
+        def one(i):
+            out = None
+            try:
+                out = _solve((E, C_unique, pattern), *task(i)[1])
+            finally:  # (instances waiting on this one go on without its face)
+                if out is None:
+                    starts.put(i, None)
+            done(i, out)
+
+        # The factorisations release the GIL, and JAX waits on this callback:
+        # the instances share the cores.
+        list(pool().map(one, range(n)))
     wrong = np.where(fails == EMPTY, np.nan, np.where(fails > 0, np.inf, 0.0))
     return (
         ys.reshape(batch + (d,)).astype(dtype),
@@ -185,6 +200,19 @@ def _matrices(shapes, er, ec, ev, cr, cc, cv) -> tuple:
     `KKTPattern` of the two, built once per set of matrices."""
     return _MATRICES.get(
         shapes, (er, ec, ev, cr, cc, cv), functools.partial(_host_matrices, shapes)
+    )
+
+
+def _context(E, C) -> tuple:
+    """A worker's `(E, C, pattern)` (`_solve`'s first argument)."""
+    return E, C, KKTPattern(E, C)
+
+
+def _solve(context, arguments, exact, neighbour) -> tuple:
+    """`_active_set_method` for one instance's arguments, on `context`."""
+    E, C, pattern = context
+    return _active_set_method(
+        E, C, pattern, *arguments, exact=exact, neighbour=neighbour
     )
 
 

@@ -82,16 +82,22 @@ class ByContent:
     def get(self, shapes: Any, arrays: Any, build: Callable[..., Any]) -> Any:
         """`build(*arrays)` (contiguous), or its stored value for equal inputs."""
         arrays = [np.ascontiguousarray(a) for a in arrays]
-        digest = hashlib.blake2b(repr(shapes).encode(), digest_size=16)
-        for a in arrays:
-            digest.update(a.dtype.str.encode())
-            digest.update(a.tobytes())
-        key = digest.digest()
+        key = content_key(shapes, arrays)
         if key not in self._store:
             if len(self._store) >= self._kept:
                 self._store.pop(next(iter(self._store)))
             self._store[key] = build(*arrays)
         return self._store[key]
+
+
+def content_key(shapes: Any, arrays: Any) -> bytes:
+    """A digest of `shapes` and the arrays' dtypes and entries."""
+    digest = hashlib.blake2b(repr(shapes).encode(), digest_size=16)
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        digest.update(a.dtype.str.encode())
+        digest.update(a.tobytes())
+    return digest.digest()
 
 
 def instances(*arrays) -> tuple[tuple[int, ...], int, Callable]:
