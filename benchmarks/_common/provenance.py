@@ -86,6 +86,10 @@ def machine(devices: bool = False) -> dict:
     record = {
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
+        # The cores this run may use (fewer under `taskset`).
+        "cores_used": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "jax": jax.__version__,

@@ -391,4 +391,10 @@ def pool() -> ThreadPoolExecutor:
 
 
 def pool_size() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
+    """The host's threads or worker processes: the cores this process may run
+    on (its affinity, as `taskset` or a container sets it), at most 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
