@@ -263,9 +263,13 @@ def _active_set_method(
     # of rows at once (near it, tens): they are left as soon as they do.
     near_moves = max(_NEAR_MOVES, int(_NEAR_MOVES_SHARE * hi.shape[0]))
     warm = functools.partial(dual, max_changes=WARM_CHANGES, max_violated=WARM_VIOLATED)
+
+    def from_neighbour():
+        return neighbour and warm(*neighbour)
+
     # (start, rounds, most moves per round, release one row per round)
     attempts = (
-        (lambda: neighbour and warm(*neighbour), _SADDLE_ROUNDS, None, False),
+        (from_neighbour, _SADDLE_ROUNDS, None, False),
         (lambda: (hi_y, lo_y), _NEAR_ROUNDS, near_moves, False),
         (interior, half, near_moves, False),  # capped too: see `_NEAR_MOVES`
         # Where the rounds from that face wander: the face has a row too many,
@@ -288,7 +292,8 @@ def _active_set_method(
             return y, EMPTY, hi, lo
         if flags is None:
             continue
-        for saddle in (False, True) if start in (interior, fine) else (False,):
+        retried = start in (interior, fine, from_neighbour)
+        for saddle in (False, True) if retried else (False,):
             # Then, nearly dependent faces solved accurately; only as a second
             # try, so that the attempts that follow start where they did.
             out = face_rounds(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -183,6 +184,8 @@ def _shutdown() -> None:
 
 def serve(read: int, write: int) -> None:
     """A worker's loop: contents kept by key, tasks answered in turn."""
+    # Ctrl-C is the caller's to handle; the worker ends when its pipe closes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     receive = Connection(read, writable=False)
     send = Connection(write, readable=False)
     held: dict[bytes, Any] = {}
