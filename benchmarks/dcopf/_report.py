@@ -195,9 +195,34 @@ its 1e7 per-unit bound). The raw outputs are the DC-OPF optimum plus Gaussian
 noise of 0.1 to 100 times the spread of its entries, or an even dispatch of the
 total load plus 0.3 of each generator's range (0.09 rad on the angles). Each row
 is the whole jitted batch call, timed after a warm-up (median and quartiles);
-Clarabel's time is per instance, setup included (tolerance 1e-10). Ours and
-Clarabel alike ran pinned to one core (`taskset -c 1`), the other kept free of
-timed work."""
+Clarabel's time is per instance, setup included (tolerance 1e-10), one instance
+at a time. {cores}"""
+
+# How the runs used the machine's cores, by `machine["cores_used"]`.
+_PINNED = (
+    "Ours and Clarabel alike ran pinned to one core (`taskset -c 1`), the other "
+    "kept free of timed work."
+)
+_UNPINNED = (
+    "Ours ran as a user runs it, on the machine's {n} cores (a batch's host finish in "
+    "worker processes, `_linalg.host_processes`), nothing else running; "
+    "Clarabel solves one instance on one core."
+)
+
+
+def _cores(distances: list[dict]) -> tuple[str, str]:
+    """`(sentence, command prefix)` for the cores the runs used (records from
+    before `cores_used` was kept ran pinned)."""
+    used = {r["machine"].get("cores_used", 1) for r in distances}
+    if used == {1}:
+        return _PINNED, "taskset -c 1 "
+    if len(used) == 1:
+        return _UNPINNED.format(n=used.pop()), ""
+    cases = ", ".join(
+        f"{r['case']} (batch {r['batch']}): {r['machine'].get('cores_used', 1)}"
+        for r in distances
+    )
+    return f"Cores used per run: {cases}.", ""
 
 
 def _headline(distances: list[dict]) -> list[dict]:
@@ -237,11 +262,13 @@ def _provenance(machine: dict) -> dict:
 
 def distances_record(distances: list[dict], figure: str) -> dict:
     """The committed record of the `distances` runs."""
-    body = "\n\n".join([DISTANCES_SETUP, distances_table(distances), figure])
+    cores, prefix = _cores(distances)
+    setup = DISTANCES_SETUP.format(cores=cores)
+    body = "\n\n".join([setup, distances_table(distances), figure])
     return {
         "suite": "dcopf", "name": "distances", "order": 1,
         "title": "Inference time against the distance from the set (float32)",
-        "command": "taskset -c 1 python -m benchmarks.dcopf distances --case C "
+        "command": prefix + "python -m benchmarks.dcopf distances --case C "
         "--fixture C.npz --batch B; "
         "python -m benchmarks.dcopf report --record",
         **_provenance(distances[0]["machine"]),

@@ -141,3 +141,21 @@ def test_save_then_throughput_from_the_file(tmp_path):
     assert record["successful"] == 1.0 and record["center_successful"]
     assert record["violation_max"] < 1e-8
     assert record["per_instance_ms"] > 0 and record["batch_s"]["repeats"] == 1
+
+
+@pytest.mark.parametrize(
+    "cores, pinned, command",
+    [((1, 1), "pinned to one core", "taskset -c 1 python"),
+     ((2, 2), "the machine's 2 cores", "python"),
+     ((1, 2), "Cores used per run", "python")],
+)  # fmt: skip
+def test_distances_setup_names_the_cores_used(cores, pinned, command):
+    """The distances section says how its runs used the cores, from each
+    record's `cores_used` (pinned runs: `taskset -c 1` in the command)."""
+    records = [
+        {"case": f"case{i}", "batch": 4, "machine": {"cores_used": n}}
+        for i, n in enumerate(cores)
+    ]
+    sentence, prefix = _report._cores(records)
+    assert pinned in sentence
+    assert (prefix + "python") == command
