@@ -478,6 +478,25 @@ def test_finish_retries_a_neighbours_face_with_the_saddle(monkeypatch):
     assert_close(y, _clarabel_grid_projection(E, C, r, q, bounds), 1e-6)
 
 
+def test_dual_method_finishes_from_where_the_near_rounds_stop(monkeypatch):
+    """Where the rounds from the iterate's face stop without settling, but not
+    because they moved too many rows (here: held to one round), Goldfarb and
+    Idnani's method from their last face finishes, without the interior-point
+    method: every instance Clarabel's projection (float64, case118, 3 times
+    the spread)."""
+    import pinet_eqx._active_set.host_polish as host_polish
+
+    def never(*args, **kwargs):
+        raise AssertionError("the interior-point method ran")
+
+    monkeypatch.setattr(host_polish, "_NEAR_ROUNDS", 1)
+    monkeypatch.setattr(host_polish, "interior_point", never)
+    case = grid("case118")
+    proj = grid_projector(case, inference=True)
+    Y, p_d = _far_instances(case, 4, 3.0)
+    _assert_projections(case, _solve(proj, Y, case.q(p_d)), Y, p_d)
+
+
 def test_interior_point_stops_once_its_complementarity_settles(monkeypatch):
     """On a captured ACTIVSg2000 proxy hour, the interior-point method's
     complementarity collapses while its residual, held by the solves'

@@ -233,7 +233,9 @@ def _active_set_method(
     starting faces, each only where the one before did not settle: that of
     Goldfarb and Idnani's dual method (`_host_dual`) from `neighbour`, a
     nearby instance's face (`_host_neighbours`), if given; the iterate's
-    bounded coordinates; an interior-point method's face
+    bounded coordinates; the dual method's from the face where those rounds
+    stopped, unless a round would have moved too many rows; an interior-point
+    method's face
     (`_host_ipm.interior_point`), then again releasing one row per round; a
     second run's on more accurate systems; the dual method's from the first
     run's face; the iterate's whole face; and the empty face (the stages of
@@ -267,10 +269,17 @@ def _active_set_method(
     def from_neighbour():
         return neighbour and warm(*neighbour)
 
+    def near():
+        return hi_y, lo_y
+
+    def from_near():
+        return warm(*named["near"]) if "near" in named else None
+
     # (start, rounds, most moves per round, release one row per round)
     attempts = (
         (from_neighbour, _SADDLE_ROUNDS, None, False),
-        (lambda: (hi_y, lo_y), _NEAR_ROUNDS, near_moves, False),
+        (near, _NEAR_ROUNDS, near_moves, False),
+        (from_near, _SADDLE_ROUNDS, None, False),
         (interior, half, near_moves, False),  # capped too: see `_NEAR_MOVES`
         # Where the rounds from that face wander: the face has a row too many,
         # whose pull flips the signs of dependent rows' multipliers (not where
@@ -285,6 +294,18 @@ def _active_set_method(
         (lambda: (hi, lo), half, None, False),
         (lambda: (none, none), _MAX_ROUNDS, None, False),
     )
+    rounds_from = functools.partial(
+        face_rounds, E, C, r, q, bounds, pattern=pattern, exact=exact
+    )
+    retried = (interior, fine, from_neighbour, from_near)
+    return _first_settled(attempts, retried, near, rounds_from, named, r, hi, lo)
+
+
+def _first_settled(attempts, retried, near, rounds_from, named, r, hi, lo):
+    """The attempts of `_active_set_method` in turn, until one settles; its
+    result. The starts in `retried` get a second try on the saddle-point
+    system; where the rounds from `near` stop short of their cap on moves,
+    their last face is kept as `named["near"]`."""
     y = r
     for start, rounds, moves, one in attempts:
         flags = start()
@@ -292,19 +313,19 @@ def _active_set_method(
             return y, EMPTY, hi, lo
         if flags is None:
             continue
-        retried = start in (interior, fine, from_neighbour)
-        for saddle in (False, True) if retried else (False,):
+        for saddle in (False, True) if start in retried else (False,):
             # Then, nearly dependent faces solved accurately; only as a second
             # try, so that the attempts that follow start where they did.
-            out = face_rounds(
-                E, C, r, q, bounds, flags[0], flags[1],
-                _SADDLE_ROUNDS if saddle else rounds, moves,
-                pattern=pattern, exact=exact, release_one=one, saddle=saddle,
+            out = rounds_from(
+                flags[0], flags[1], _SADDLE_ROUNDS if saddle else rounds, moves,
+                release_one=one, saddle=saddle,
             )  # fmt: skip
             if not out[1]:
                 return out[0], 0.0, out[2], out[3]
             if not saddle:
                 y, named["multipliers"] = out[0], out[4]
+                if start is near and not out[5]:
+                    named["near"] = out[2], out[3]
         named["point"] = y
     return y, 1.0, hi, lo
 

@@ -30,8 +30,9 @@ def face_rounds(
     """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, where
     `bounds` is `(lb_y, ub_y, lb_w, ub_w)`, given up once a round would move
     more than `max_moves` rows (if given) or return to a face it has left:
-    `(y, fail, hi, lo, mult)`, the last face's point, flags and multipliers
-    (`None` if no face was solved); with `release_one`,
+    `(y, fail, hi, lo, mult, far)`, the last face's point, flags and
+    multipliers (`None` if no face was solved), and whether `max_moves`
+    stopped them (the face is far from the projection's); with `release_one`,
     each round releases one row only (`_largest`).
 
     With the set's `pattern`, each face is solved on that fixed factor
@@ -61,7 +62,7 @@ def face_rounds(
         if y is None:
             y, mult = gram_face_projection(E, C, r, q, hi, lo, upper, lower, d, saddle)
         if y is None or mult is None:
-            return r, 1.0, hi, lo, None
+            return r, 1.0, hi, lo, None, False
         value = np.concatenate([y, C @ y])
         release, add_hi, add_lo = _misplaced(hi, lo, value, mult, lower, upper, fixed)
         moves = np.count_nonzero(release | add_hi | add_lo)
@@ -69,9 +70,9 @@ def face_rounds(
             pattern = None  # settled: confirm on the face's own solve
             continue
         if not moves:
-            return y, 0.0, hi, lo, mult
+            return y, 0.0, hi, lo, mult, False
         if max_moves is not None and moves > max_moves:
-            break
+            return y, 1.0, hi, lo, mult, True
         if release_one:
             release = _largest(release, mult)
         if release.any():
@@ -84,7 +85,7 @@ def face_rounds(
         if face in seen:  # a cycle: the rounds would only repeat it
             break
         seen.add(face)
-    return y, 1.0, hi, lo, mult
+    return y, 1.0, hi, lo, mult, False
 
 
 def _misplaced(hi, lo, value, mult, lower, upper, fixed) -> tuple:
