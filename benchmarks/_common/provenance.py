@@ -83,13 +83,13 @@ def machine(devices: bool = False) -> dict:
     device kind and count and the matmul precision (TF32 or not on a GPU)."""
     import jax
 
+    from pinet_eqx._linalg.host_solve import usable_cores
+
     record = {
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         # The cores this run may use (fewer under `taskset`).
-        "cores_used": len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
+        "cores_used": usable_cores(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "jax": jax.__version__,

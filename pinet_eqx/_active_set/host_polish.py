@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._linalg import host_processes
-from .._linalg.host_solve import ByContent, content_key, instances, pool, pool_size
+from .._linalg.host_solve import ByContent, instances, pool, pool_size
 from .host_dual import WARM_CHANGES, WARM_VIOLATED, working_face
 from .host_ipm import MAX_ITERATIONS, dual_start, interior_point
 from .host_kkt import FINEST_DELTA, KKTPattern
@@ -112,12 +112,12 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
     (m_eq, d), (m, _) = shapes
     dtype = y_raw.dtype
     batch, n, rows = instances(y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo)
-    E, C_unique, group, factor, pattern = _matrices(shapes, er, ec, ev, cr, cc, cv)
-    k = C_unique.shape[0]
-    lb_rows, ub_rows = (
-        rows(lb_w, m).astype(np.float64),
-        rows(ub_w, m).astype(np.float64),
+    key, (E, C_unique, group, factor, pattern) = _matrices(
+        shapes, er, ec, ev, cr, cc, cv
     )
+    k = C_unique.shape[0]
+    lb_rows = rows(lb_w, m).astype(np.float64)
+    ub_rows = rows(ub_w, m).astype(np.float64)
     lower_w, upper_w = merge_bounds(lb_rows, ub_rows, group, factor, k)
     # The iterate's flags, its rows' carried over to the merged rows (a
     # negative factor swaps the sides).
@@ -164,8 +164,7 @@ def _host(shapes, er, ec, ev, cr, cc, cv, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, 
     # the rounds' Python steps hold the GIL), else threads; both give the same
     # result, each instance's start fixed by its index.
     in_processes = host_processes.wanted(n) and host_processes.run(
-        n, content_key(shapes, (er, ec, ev, cr, cc, cv)),
-        (_context, (E, C_unique)), task, starts.ready, done,
+        n, key, (_context, (E, C_unique)), task, starts.ready, done,
     )  # fmt: skip
     if not in_processes:
 
@@ -195,8 +194,9 @@ _MATRICES = ByContent()
 
 
 def _matrices(shapes, er, ec, ev, cr, cc, cv) -> tuple:
-    """`(E, C_unique, group, factor, pattern)`: $E$ as float64 CSR, $C$'s rows
-    merged up to a factor (`_host_parallel.parallel_rows`) and the fixed
+    """`(key, (E, C_unique, group, factor, pattern))`: the matrices' content
+    key (which names them to the worker processes), $E$ as float64 CSR, $C$'s
+    rows merged up to a factor (`_host_parallel.parallel_rows`) and the fixed
     `KKTPattern` of the two, built once per set of matrices."""
     return _MATRICES.get(
         shapes, (er, ec, ev, cr, cc, cv), functools.partial(_host_matrices, shapes)

@@ -79,25 +79,21 @@ class ByContent:
         self._store: dict[bytes, Any] = {}
         self._kept = kept
 
-    def get(self, shapes: Any, arrays: Any, build: Callable[..., Any]) -> Any:
-        """`build(*arrays)` (contiguous), or its stored value for equal inputs."""
+    def get(self, shapes: Any, arrays: Any, build: Callable[..., Any]) -> tuple:
+        """`(key, value)`: a digest of `shapes` and the arrays' dtypes and
+        entries, and `build(*arrays)` (contiguous) or its stored value for
+        equal inputs."""
         arrays = [np.ascontiguousarray(a) for a in arrays]
-        key = content_key(shapes, arrays)
+        digest = hashlib.blake2b(repr(shapes).encode(), digest_size=16)
+        for a in arrays:
+            digest.update(a.dtype.str.encode())
+            digest.update(a.tobytes())
+        key = digest.digest()
         if key not in self._store:
             if len(self._store) >= self._kept:
                 self._store.pop(next(iter(self._store)))
             self._store[key] = build(*arrays)
-        return self._store[key]
-
-
-def content_key(shapes: Any, arrays: Any) -> bytes:
-    """A digest of `shapes` and the arrays' dtypes and entries."""
-    digest = hashlib.blake2b(repr(shapes).encode(), digest_size=16)
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        digest.update(a.dtype.str.encode())
-        digest.update(a.tobytes())
-    return digest.digest()
+        return key, self._store[key]
 
 
 def instances(*arrays) -> tuple[tuple[int, ...], int, Callable]:
@@ -332,7 +328,7 @@ def masked_saddle(M, free, scale, active, r, s):
 def _host_saddle(shape, rows, cols, values, remainder, free, scale, active, r, s):
     m, d = shape
     build = functools.partial(_saddle_rows, shape)
-    M, rank = _SADDLE_ROWS.get(shape, (rows, cols, values, remainder), build)
+    _, (M, rank) = _SADDLE_ROWS.get(shape, (rows, cols, values, remainder), build)
     batch, n, per_instance = instances(r, s, free, active)
     frees, scales = per_instance(free, d) > 0, per_instance(scale, m)
     actives = per_instance(active, m) & (scales != 0)
@@ -390,11 +386,12 @@ def pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(pool_size())
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: `taskset`, containers)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else os.cpu_count() or 1
+
+
 def pool_size() -> int:
-    """The host's threads or worker processes: the cores this process may run
-    on (its affinity, as `taskset` or a container sets it), at most 8."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(8, cores))
+    """The host's threads or worker processes: `usable_cores()`, at most 8."""
+    return max(1, min(8, usable_cores()))
