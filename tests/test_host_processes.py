@@ -7,6 +7,8 @@ import contextlib
 import operator
 import os
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from test_grids import _far_instances, _solve, grid, grid_projector
@@ -112,3 +114,52 @@ def test_dead_workers_leave_the_batch_to_threads():
         assert not host_processes.wanted(100)
     np.testing.assert_array_equal(y_first, y_second)
     assert np.all(result == pe.RESULTS.successful._value)
+
+
+def test_workers_import_this_package_whatever_the_working_directory(tmp_path):
+    """A caller whose working directory holds another `pinet_eqx` (a checkout
+    beside the installed one): the workers still import the caller's package,
+    so the batch runs in them."""
+    fake = tmp_path / "pinet_eqx"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('the wrong copy')\n")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with _workers(True):
+            results: dict[int, int] = {}
+            ran = host_processes.run(
+                4, b"two", (operator.pos, (2,)), lambda i: (operator.add, (i,)),
+                lambda i: True, results.__setitem__,
+            )  # fmt: skip
+    finally:
+        os.chdir(cwd)
+    assert ran
+    assert results == {i: 2 + i for i in range(4)}
+
+
+def _gradient_batch():
+    """The derivative of a case118 batch of 8 in training mode (each instance
+    its own face's saddle-point system, `_linalg.host_saddle`): the gradient of
+    a fixed linear function of the outputs with respect to the raw outputs."""
+    case = grid("case118")
+    proj = grid_projector(case)
+    Y, p_d = _far_instances(case, 8, 3.0)
+    w = np.random.default_rng(3).normal(size=Y.shape)
+
+    def value(Y):
+        return jnp.sum(w * jax.vmap(lambda y, q: proj(y, q=q))(Y, case.q(p_d)))
+
+    return np.asarray(jax.grad(value)(jnp.asarray(Y)))
+
+
+def test_derivative_in_processes_is_the_derivative_in_threads():
+    """The training-mode derivative's face solves in two worker processes and
+    in threads: the same gradient to the bit."""
+    with _workers(True):
+        g_proc = _gradient_batch()
+        assert host_processes._WORKERS, "the batch did not run in processes"
+    with _workers(False):
+        g_thread = _gradient_batch()
+    assert np.abs(g_thread).max() > 0
+    np.testing.assert_array_equal(g_proc, g_thread)

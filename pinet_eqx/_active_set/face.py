@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from .._linalg.host_solve import masked_saddle
+from .._linalg.host_saddle import masked_saddle
 from .._linalg.sparse import SparseMatrix
 from .._problem.lifting import InstanceData
 from . import host_polish
@@ -107,7 +107,7 @@ class FreeRows(eqx.Module):
         Dense rows solve $M_s M_s^\\top \\zeta = M_s r - s$ by `solver`.
         Sparse rows, whose faces defeat conjugate gradients on badly scaled
         sets, solve the whole system on the host in float64
-        (`_host_solve.masked_saddle`; `solver` is then unused): $x$ is rounded
+        (`_linalg.host_saddle.masked_saddle`; `solver` is then unused): $x$ is rounded
         once, so a cotangent in the row space of the equality rows (a cost
         constant on the set) maps to zero to float64's rounding, which an
         optimiser such as Adam would otherwise scale to full steps."""

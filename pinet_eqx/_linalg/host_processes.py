@@ -48,13 +48,15 @@ class _Worker:
         from_child, to_parent = os.pipe()
         package = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
         env = dict(os.environ, JAX_PLATFORMS="cpu")
-        env["PYTHONPATH"] = os.pathsep.join(
-            [package] + [p for p in [os.environ.get("PYTHONPATH")] if p]
-        )
         # One core each: the workers are the parallelism.
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[name] = "1"
-        code = f"from {__name__} import serve; serve({from_parent}, {to_parent})"
+        # This very package first, before `python -c`'s working directory (which
+        # may hold another copy of it).
+        code = (
+            f"import sys; sys.path.insert(0, {package!r}); "
+            f"from {__name__} import serve; serve({from_parent}, {to_parent})"
+        )
         self.process = subprocess.Popen(
             [sys.executable, "-c", code],
             pass_fds=(from_parent, to_parent),

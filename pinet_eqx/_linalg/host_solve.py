@@ -7,8 +7,8 @@ ordering of $K$) is cheap: a few times the rows' nonzeros. Two users share it:
 the factorisation of the sparse affine projection (`_sparse_affine`) and the
 polish of sparse polyhedral sets (`_host_polish`). The active-set derivative
 of those sets solves its faces' saddle-point systems instead
-(`masked_saddle`), factorised per instance and call, whose conditioning is
-the rows', not their Gram matrix's.
+(`SaddleSolver`, called per instance by `host_saddle`), whose conditioning
+is the rows', not their Gram matrix's.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
@@ -208,7 +206,7 @@ class SaddleSolver:
         are factorised in that order, with no ordering of their own (a large
         share of a factorisation's time). Without it, SuperLU orders them
         (COLAMD). `dependent` takes the larger shifts at once (rows known to
-        be numerically dependent)."""
+        be numerically dependent; so do more rows than columns)."""
         k, n = M.shape
         self._M = sp.csr_matrix(M)
         self._n = n
@@ -218,7 +216,8 @@ class SaddleSolver:
             self._order, self._ordering = np.argsort(rank, kind="stable"), "NATURAL"
         self._steps = _REFINE_STEPS
         self._lu: Any = None
-        if not dependent:
+        # More rows than unknowns are dependent: the small shift cannot factorise.
+        if not dependent and k <= n:
             try:
                 self._lu = self._factorise(_SADDLE_SHIFT)
             except RuntimeError:  # "Factor is exactly singular"
@@ -278,106 +277,6 @@ def saddle_rank(M: Any) -> np.ndarray:
     unknowns of a face (some coordinates and rows), an elimination order for
     that face's system, computed once for all of them."""
     return spla.splu(sp.csc_matrix(_saddle(unit_rows(M)[0]))).perm_c
-
-
-def masked_saddle(M, free, scale, active, r, s):
-    """The saddle-point system of a face (`SaddleSolver`), masked: over the
-    `free` coordinates, with the `active` rows of `M` there scaled by `scale`
-    ($M_s$); the identity on the pinned coordinates and the other rows, so
-    $x = r$ and $\\zeta = s$ there.
-
-    **Arguments:**
-
-    - `M`: the stacked rows, a `SparseMatrix` (fixed: not batched); its
-        `remainder`, if kept, is added back, so the rows are float64's.
-    - `free`: 1 on the free coordinates of $y$, 0 on the pinned ones.
-    - `scale`: the rows' scales (any nonzero value on the active rows in the
-        system; rows with scale 0 are left out).
-    - `active`: the rows in the system (boolean).
-    - `r`, `s`: the right-hand side.
-
-    **Returns:** `(x, zeta)`, in the dtype of `r`, computed in float64 and
-    rounded once: a cost constant on the set ($r$ in the row space of $M_s$)
-    then projects to rounding of its float64, not float32, computation. It
-    runs through `jax.pure_callback` (one call per batch), so it works under
-    `jit` and `vmap` on every backend; the map is linear and symmetric, meant
-    as the `solve` of a `jax.lax.custom_linear_solve`, which supplies its
-    derivatives.
-    """
-    out = (
-        jax.ShapeDtypeStruct(r.shape, r.dtype),
-        jax.ShapeDtypeStruct(s.shape, r.dtype),
-    )
-    remainder = jnp.zeros_like(M.values) if M.remainder is None else M.remainder
-    return jax.pure_callback(
-        lambda *a: _host_saddle(M.shape, *a),
-        out,
-        M.rows,
-        M.cols,
-        M.values,
-        remainder,
-        free,
-        scale,
-        active,
-        r,
-        s,
-        vmap_method="expand_dims",
-    )
-
-
-def _host_saddle(shape, rows, cols, values, remainder, free, scale, active, r, s):
-    m, d = shape
-    build = functools.partial(_saddle_rows, shape)
-    _, (M, rank) = _SADDLE_ROWS.get(shape, (rows, cols, values, remainder), build)
-    batch, n, per_instance = instances(r, s, free, active)
-    frees, scales = per_instance(free, d) > 0, per_instance(scale, m)
-    actives = per_instance(active, m) & (scales != 0)
-    xs = per_instance(r, d).astype(np.float64)
-    zs = per_instance(s, m).astype(np.float64)
-
-    dtype = np.asarray(r).dtype
-
-    def one(i):
-        used, cols_i = np.flatnonzero(actives[i]), np.flatnonzero(frees[i])
-        if used.size:
-            A = sp.diags(scales[i, used].astype(np.float64)) @ M[used][:, cols_i]
-            order = rank[np.concatenate([cols_i, d + used])]
-            xs[i, cols_i], zs[i, used] = saddle_solve(
-                A, order, xs[i, cols_i], zs[i, used], dtype
-            )
-
-    # SuperLU releases the GIL, and JAX waits on this callback: the instances'
-    # factorisations share the cores.
-    list(pool().map(one, range(n)))
-    return (
-        xs.reshape(batch + (d,)).astype(dtype),
-        zs.reshape(batch + (m,)).astype(dtype),
-    )
-
-
-def saddle_solve(A: Any, rank: np.ndarray, r, s, dtype) -> tuple[Any, Any]:
-    """`SaddleSolver(A, rank).solve(r, s)`, its result representable in
-    `dtype`. Rows dependent up to rounding can factorise with the smallest
-    shift on pivots of rounding size, and the solve then returns garbage
-    (values past 1e45 for a right-hand side below 1e-4, in a proxy's training
-    on ACTIVSg2000, whose parameters then became NaN): where a value overflows
-    `dtype`, the rows are taken as dependent (the larger shifts)."""
-    x, z = SaddleSolver(A, rank).solve(r, s)
-    largest = np.finfo(dtype).max
-    if not max(np.abs(x).max(initial=0.0), np.abs(z).max(initial=0.0)) < largest:
-        x, z = SaddleSolver(A, rank, dependent=True).solve(r, s)
-    return x, z
-
-
-# The derivative's rows and their ordering, by their entries.
-_SADDLE_ROWS = ByContent()
-
-
-def _saddle_rows(shape, rows, cols, values, remainder) -> tuple[Any, np.ndarray]:
-    """The float64 CSR rows, `remainder` added back, and their `saddle_rank`."""
-    exact = values.astype(np.float64) + remainder.astype(np.float64)
-    M = sp.csr_matrix((exact.ravel(), (rows.ravel(), cols.ravel())), shape)
-    return M, saddle_rank(M)
 
 
 @functools.cache
