@@ -109,6 +109,9 @@ def _proxy_parser(sub) -> None:
     proxy.add_argument("--n-val", type=int, default=64, help="validation hours")
     _numbers(proxy, dist_weight=1e-2, penalty=10.0)
     proxy.add_argument("--augment", type=float, default=0.0, help="per-bus noise")
+    proxy.add_argument(
+        "--init", help="fine-tune this checkpoint of the grid (e.g. ours-sup's)"
+    )
     proxy.add_argument("--budget", type=float, help="solver: N s at most")
     _numbers(proxy, solver_hours=32)
     proxy.add_argument("--tag", help="appended to the record's name (a variant run)")
@@ -153,7 +156,7 @@ def _pin(core: int) -> None:
 
 # The `proxy` options that `_proxy.run` takes as training settings (and records).
 TRAIN_OPTIONS = ("steps", "batch", "lr", "width", "depth", "seed", "every", "n_val")
-TRAIN_OPTIONS += ("dist_weight", "penalty", "augment", "fixture")
+TRAIN_OPTIONS += ("dist_weight", "penalty", "augment", "fixture", "init")
 
 
 def _proxy(args):

@@ -56,14 +56,14 @@ def _loss_fn(method: str, static, grid: Grid, settings: dict):
         if method == "ours-sup":
             raw = jax.vmap(model.backbone)(x)
             scale = model.backbone.scaling.y_scale
-            value = jnp.mean(((raw - y_opt) / scale) ** 2, axis=-1)
+            value = jnp.mean(((raw - y_opt) / scale[None]) ** 2, axis=-1)
         elif method.startswith("ours"):
             raw = jax.vmap(model.backbone)(x)
             y = jax.vmap(lambda r, q: model.projector(r, q=q))(raw, q)
             value = cost(y[:, :n_gen])
             if method == "ours-dist":
                 scale = model.backbone.scaling.y_scale
-                dist = jnp.mean(((raw - y) / scale) ** 2, axis=-1)
+                dist = jnp.mean(((raw - y) / scale[None]) ** 2, axis=-1)
                 value = value + settings["dist_weight"] * dist
         else:
             p = jax.vmap(model)(x)
@@ -225,11 +225,14 @@ def train_proxy(
     augment: float = 0.0,
     checkpoint: pathlib.Path | None = None,
     fixture: str | None = None,
+    init: str | None = None,
 ):
     """`(model, info)`: `method` trained on `data` (module docstring), validated
     on `n_val` hours; `penalty` is in units of the centre's largest marginal cost,
     `augment` the spread of per-bus noise on training loads, `fixture` recorded to
-    rebuild the grid. `info`: `fit`'s, with `build_s`.
+    rebuild the grid; `init` a checkpoint of the same grid and network sizes to
+    start from (fine-tuning, such as the paper's recipe from the supervised
+    proxy), its fixed scalings kept. `info`: `fit`'s, with `build_s`.
     """
     case = data.case
     if method == "ours-sup":
@@ -245,6 +248,8 @@ def train_proxy(
     key = jax.random.key(seed)
     sizes = dict(width=width, depth=depth)
     model, frozen = make_model(case, method, key=key, scaling=scaling, **sizes)
+    if init is not None:
+        model = _initial(init, model, case.name, data.variant)
     build_s = time.perf_counter() - start
     grid = Grid.of(case, scaling)
     settings = dict(dist_weight=dist_weight, penalty=penalty * grid.penalty_unit)
@@ -265,6 +270,32 @@ def train_proxy(
         seed=seed, desc=f"{case.name} {method}",
     )  # fmt: skip
     return model, dict(info, build_s=build_s)
+
+
+def _initial(path: str, model, case: str, variant: str):
+    """The network saved at `path` (training mode), checked to have `model`'s
+    structure and to be of the grid `case` and `variant`."""
+    hyper: dict = {}
+
+    def make(**hyperparameters):
+        hyper.update(hyperparameters)
+        return make_proxy(**hyperparameters)
+
+    saved = pe.load(path, make)
+    if (hyper.get("case"), hyper.get("variant")) != (case, variant):
+        raise ValueError(
+            f"`init`: {path} is a proxy of {hyper.get('case')} "
+            f"({hyper.get('variant')}), not of {case} ({variant})."
+        )
+    shapes = [
+        jax.tree.map(jnp.shape, eqx.filter(m, eqx.is_array)) for m in (saved, model)
+    ]
+    if shapes[0] != shapes[1]:
+        raise ValueError(
+            f"`init`: {path} is not a network of this method's shape; train with "
+            f"its `width` ({hyper.get('width')}) and `depth` ({hyper.get('depth')})."
+        )
+    return saved
 
 
 def make_proxy(case, variant, method, width, depth, fixture=None):

@@ -25,6 +25,7 @@ from ._activsg import SCENARIO_CASES
 FIGURES = committed.ROOT / "figures" / "dcopf"
 TIME_FIGURE = "![time per instance](../figures/dcopf/proxy_time.png)"
 # Above it where rows were carried from an earlier run (`proxy_record`).
+# Written by earlier versions of the report; dropped when a record is read.
 _OLD_TIME = "The time figure is the earlier run's (it is drawn from raw records only):"
 _CASE_ORDER = ("case1354pegase", "case2869pegase", "case9241pegase")
 _CASE_ORDER += tuple(f"case_ACTIVSg{n}" for n in ("2000", "10k", "25k", "70k"))
@@ -598,9 +599,53 @@ def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | No
         title=f"{ref['case']} ({ref['variant']}), held-out week")  # fmt: skip
 
 
-def time_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
+# The column of `proxy_table`'s rows that holds the time per instance.
+_MS_COLUMN = 8
+
+
+def _buses(case: str) -> int | None:
+    """The buses an ACTIVSg grid's name gives (`case_ACTIVSg10k`: 10,000);
+    `None` for other names."""
+    match = re.fullmatch(r"case_ACTIVSg(\d+)(k?)", case)
+    return None if match is None else int(match[1]) * (1000 if match[2] else 1)
+
+
+def _row_times(head: str, rows: list[list[str]]) -> dict[str, dict[int, float]]:
+    """Time per instance by label and buses, from one section's table `rows`
+    (`case, variant` its `head`), where timed."""
+    case, variant = head.split(", ")
+    suffix = "" if variant == "real" else f" [{variant}]"
+    series: dict[str, dict[int, float]] = {}
+    n_bus = _buses(case)
+    for row in rows if n_bus is not None else []:
+        try:
+            ms = float(row[_MS_COLUMN].replace(",", ""))
+        except (IndexError, ValueError):  # not timed ("-" or empty)
+            continue
+        series.setdefault(row[0] + suffix, {})[n_bus] = ms
+    return series
+
+
+def earlier_times(old: dict[str, str], carried: dict) -> dict[str, dict[int, float]]:
+    """The times of an earlier record's sections `old` (`_previous_sections`)
+    that a run keeps: the rows it carries (`_carried`) of the grids it
+    touched, and every row of those it did not."""
+    times: dict[str, dict[int, float]] = {}
+    for head, text in old.items():
+        key = tuple(head.split(", "))
+        rows = carried[key][0] if key in carried else _carry(text, set())[0]
+        for label, points in _row_times(head, rows).items():
+            times.setdefault(label, {}).update(points)
+    return times
+
+
+def time_figure(
+    records: list[dict], path: pathlib.Path, carried: dict | None = None
+) -> pathlib.Path:
     """Time per instance against the number of buses, every method and solver
-    (runs of the `pmin0` variant labelled as such)."""
+    (runs of the `pmin0` variant labelled as such): from the raw `records`,
+    and from the `carried` rows of earlier runs (`_row_times`) where no raw
+    record gives that method on that grid."""
     import matplotlib
 
     fig, axes = plots.new(8.5, 4)
@@ -622,6 +667,9 @@ def time_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
             series.setdefault(label + suffix, {}).setdefault(
                 r["n_bus"], r["test"]["timing"]["per_instance_ms"]
             )
+    for label, points in (carried or {}).items():
+        for n_bus, ms in points.items():
+            series.setdefault(label, {}).setdefault(n_bus, ms)
     for label, points in series.items():
         n = sorted(points)
         solver = label.split(" [")[0] in SOLVERS.values()
@@ -637,7 +685,7 @@ def _command(r: dict) -> str:
     words = ["python -m benchmarks.dcopf proxy", f"--case {r['case']}",
              f"--variant {r['variant']}", f"--method {r['method']}"]  # fmt: skip
     settings = r.get("settings") or {}
-    for key in ("steps", "batch", "every", "n_test"):
+    for key in ("steps", "batch", "every", "n_test", "init"):
         if settings.get(key) is not None:
             words.append(f"--{key.replace('_', '-')} {settings[key]}")
     return " ".join(words + ([f"--tag {r['tag']}"] if r.get("tag") else []))
@@ -772,8 +820,7 @@ def proxy_record(
 ) -> dict:
     """The committed record: a table per grid and variant, figures, headline.
     Grids and methods of the `previous` record without a raw record here are
-    carried from it as they were (sections, rows, headline rows, commits), and
-    then the time figure is the earlier run's (see `proxy_report`)."""
+    carried from it as they were (sections, rows, headline rows, commits)."""
     groups = _groups(raw)
     old = _previous_sections(previous)
     carried, whole = _carried(groups, old)
@@ -820,7 +867,7 @@ def proxy_record(
         "commit": ", ".join(sorted(commits)),
         "headline": headline,
         "blocks": committed.blocks(
-            "\n\n".join([*body, *([] if whole else [_OLD_TIME]), TIME_FIGURE])
+            "\n\n".join([*body, TIME_FIGURE])
         ),
     }  # fmt: skip
 
@@ -831,13 +878,15 @@ def proxy_report(
     """Writes the figures (into `figures`), the record and the pages: their paths.
 
     Methods and grids of the committed record without a raw record in `out`
-    are carried over (`proxy_record`); figures that would then lose some of
-    their methods are not redrawn."""
+    are carried over (`proxy_record`); a grid's figures that would then lose
+    some of its methods are not redrawn, and the time figure takes their
+    times from the carried rows."""
     raw = _records(out, "proxy")
     groups = _groups(raw)
     path = committed.folder("dcopf") / "records" / "proxy.json"
     previous = json.loads(path.read_text()) if path.exists() else None
-    carried, whole = _carried(groups, _previous_sections(previous))
+    old = _previous_sections(previous)
+    carried, _ = _carried(groups, old)
     paths, names = [], {}
     figures.mkdir(parents=True, exist_ok=True)
     for (case, variant), group in sorted(groups.items()):
@@ -851,8 +900,8 @@ def proxy_report(
             names[(case, variant)] = [p.name for p in drawn]
             paths += drawn
     if raw:
-        if whole:
-            paths.append(time_figure(raw, figures / "proxy_time.png"))
+        times = earlier_times(old, carried)
+        paths.append(time_figure(raw, figures / "proxy_time.png", times))
         paths.append(committed.write(proxy_record(raw, names, previous)))
         paths += committed.render(["dcopf"])
     return paths

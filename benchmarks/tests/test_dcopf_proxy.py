@@ -217,3 +217,25 @@ def test_same_run_timing_alternates_with_clarabel(week):
     p, _ = clarabel_dcopf(week.case, week.loads[hours[0]])
     cost = week.case.cost(p)
     assert cost == pytest.approx(week.cost_opt[hours[0]], rel=1e-5)
+
+
+def test_fine_tuning_starts_from_the_checkpoint(week, tmp_path):
+    """`init`: the paper's recipe starts from a supervised proxy's checkpoint
+    (with a learning rate of zero its network stays that one, fixed scalings
+    included); a checkpoint of other sizes is refused with what to pass."""
+    checkpoint = tmp_path / "sup.eqx"
+    sup, _ = train_proxy(
+        week, "ours-sup", steps=5, batch=8, width=16, depth=1, every=5, n_val=4,
+        checkpoint=checkpoint,
+    )  # fmt: skip
+    tuned, _ = train_proxy(
+        week, "ours", steps=1, batch=8, lr=0.0, width=16, depth=1, every=1, n_val=4,
+        init=str(checkpoint),
+    )  # fmt: skip
+    for a, b in zip(jax.tree.leaves(sup), jax.tree.leaves(tuned), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="`width` \\(16\\)"):
+        train_proxy(
+            week, "ours", steps=1, batch=8, width=32, depth=1, n_val=4,
+            init=str(checkpoint),
+        )  # fmt: skip

@@ -88,7 +88,6 @@ def test_proxy_report_carries_what_it_did_not_rerun():
     assert "| 45 |" in x and "| 90 |" not in x, "the rerun's row replaces the old"
     assert "| E2ELR |" in x and "Rows carried from the earlier run (E2ELR)" in x
     assert "### case_Y, real" in text and "| 3 |" in text.split("### case_Y")[1]
-    assert "earlier run's" in text  # the time figure was not redrawn
     measures = {row["measure"].split()[0]: row for row in merged["headline"]}
     assert set(measures) == {"case_X", "case_Y"}
     assert measures["case_X"]["ours"].endswith("45 ms")
@@ -96,6 +95,36 @@ def test_proxy_report_carries_what_it_did_not_rerun():
     again = proxy_record(rerun, {}, merged)
     assert again["blocks"] == merged["blocks"]
     assert again["headline"] == merged["headline"]
+
+
+def test_proxy_time_figure_keeps_the_carried_times():
+    """The time figure is drawn from this run's raw records and from the times
+    in the rows it carries: a method not rerun on one grid, and a grid not
+    rerun at all, keep their points."""
+    from benchmarks.dcopf._report import (
+        _carried,
+        _groups,
+        _previous_sections,
+        earlier_times,
+        proxy_record,
+    )
+
+    def on(case, record):
+        return {**record, "case": case}
+
+    big, small = "case_ACTIVSg10k", "case_ACTIVSg200"
+    first = proxy_record(
+        [on(big, _proxy_raw("ours", 900.0)), on(big, _proxy_raw("e2elr", 0.5)),
+         on(big, _proxy_raw("solvers", 200.0)), on(small, _proxy_raw("ours", 3.0))],
+        {},
+    )  # fmt: skip
+    rerun = [on(big, _proxy_raw("ours", 450.0))]
+    old = _previous_sections(first)
+    carried, _ = _carried(_groups(rerun), old)
+    times = earlier_times(old, carried)
+    assert times["E2ELR"] == {10000: 0.5}
+    assert times["ours (paper's recipe)"] == {200: 3.0}, "the rerun's is not carried"
+    assert times["Clarabel (1e-8)"] == {10000: 200.0}
 
 
 def test_proxy_headline_prefers_the_same_run_ratio():
