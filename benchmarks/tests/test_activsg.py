@@ -290,3 +290,39 @@ def test_grids_without_hours_are_sampled_as_e2elr_does():
     ratio = loads.sum(axis=1) / case.p_d.sum()
     assert abs(ratio.mean() - 1) < 0.02 and abs(ratio.std() - 0.4 / 12**0.5) < 0.01
     assert 0.78 < ratio.min() and ratio.max() < 1.22
+
+
+@pytest.mark.slow
+def test_a_tie_at_a_bound_is_certified_on_activsg10k():
+    """A supervised proxy's raw output on a held-out case_ACTIVSg10k sample
+    (float32, inference mode): its projection holds a generator at its upper
+    bound with a multiplier of about zero (a tie). On the fixed pattern's
+    solves that multiplier came out at -1e-6 with the bound held and the bound
+    was crossed by 4e-8 without it, so the rounds cycled on every start and
+    the output was `max_steps_reached`. The second try solves each face on its
+    own (`_host_rounds.face_rounds` with `saddle`): `successful`, and within
+    float32's rounding of Clarabel's projection (cvxpy, tolerances 1e-12) onto
+    the set the layer sees (float32 data)."""
+    pytest.importorskip("matpowercaseframes")
+    import equinox as eqx
+    import jax.numpy as jnp
+    from test_grids import _clarabel_grid_projection
+
+    import pinet_eqx as pe
+    from benchmarks.dcopf._projection import projector
+    from benchmarks.dcopf._proxy_data import load_hours
+
+    case = load_hours("case_ACTIVSg10k")[0]
+    f = np.load(pathlib.Path(__file__).parents[2] / "tests/data/activsg10k_tie.npz")
+    q = case.q(f["loads"])
+    proj = eqx.nn.inference_mode(projector(case))
+    sol = proj.solve(jnp.asarray(f["y_raw"]), q=jnp.asarray(q, jnp.float32))
+    assert sol.result == pe.RESULTS.successful
+    y = np.asarray(sol.y, np.float64)
+    # The set the layer projects onto: its float32 matrices, bounds and loads.
+    f32 = lambda a: np.asarray(a, np.float32).astype(np.float64)  # noqa: E731
+    E, C = (M.astype(np.float32).astype(np.float64) for M in (case.E, case.C))
+    bounds = (case.lower, case.upper, case.flow_lower, case.flow_upper)
+    y_raw, q32 = f["y_raw"].astype(np.float64), f32(q)
+    nearest = _clarabel_grid_projection(E, C, y_raw, q32, tuple(map(f32, bounds)))
+    assert_close(y, nearest, 1e-7 * np.abs(nearest).max())

@@ -38,10 +38,14 @@ def face_rounds(
     With the set's `pattern`, each face is solved on that fixed factor
     pattern (`_host_kkt.face_projection`: a numeric refactorisation, where a
     Gram matrix's LU redoes its ordering and symbolic work), and by its own
-    Gram matrix (`gram_face_projection`, with `saddle` as it says) only where
-    that does not converge (inconsistent or nearly dependent rows). The
-    pattern's faces are accurate to about 1e-8, enough for float32 outputs;
-    with `exact` (float64) the settled face is checked by its Gram matrix."""
+    Gram matrix (`gram_face_projection`) only where that does not converge
+    (inconsistent or nearly dependent rows). The pattern's faces are accurate
+    to about 1e-8, enough for float32 outputs; with `exact` (float64) the
+    settled face is checked by its Gram matrix. With `saddle` (a second try)
+    every face is solved by its Gram matrix, and nearly dependent ones by the
+    saddle-point system: on a face with a weakly active bound (a tie: its
+    multiplier about zero), the pattern's 1e-8 can flip that multiplier's
+    sign, and the rounds then release and add the bound in turn."""
     d = r.shape[0]
     lb_y, ub_y, lb_w, ub_w = bounds
     hi, lo = hi.copy(), lo.copy()
@@ -54,6 +58,8 @@ def face_rounds(
     hi = (hi & np.isfinite(upper)) | fixed
     lo &= np.isfinite(lower) & ~hi
     y, mult = r, None
+    if saddle:
+        pattern = None
     seen = {(hi.tobytes(), lo.tobytes())}
     for _ in range(max_rounds + exact):
         y = None
