@@ -143,3 +143,11 @@ def test_proxy_headline_prefers_the_same_run_ratio():
     assert row["baseline"].startswith("Clarabel 88 ms (same run)")
     assert row["ratio"].startswith("0.50")
     assert "**0.50x** Clarabel" in records.section(record)
+    # A rerun of the proxy alone (the solvers carried): its row is this run's.
+    faster = {**same, "ours_ms": 22.0, "ratio": 0.25}
+    again = {**ours, "test": {**ours["test"], "timing": {"same_run": faster}}}
+    again["test"]["timing"]["per_instance_ms"] = 22.0
+    rerun = proxy_record([again], {}, record)
+    assert [row["ratio"][:4] for row in rerun["headline"]] == ["0.25"]
+    alone = {**ours, "test": {**ours["test"], "timing": {"per_instance_ms": 45.0}}}
+    assert proxy_record([alone], {})["headline"][0]["ratio"] == "-"
