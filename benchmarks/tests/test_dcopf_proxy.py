@@ -226,7 +226,7 @@ def test_fine_tuning_starts_from_the_checkpoint(week, tmp_path):
     checkpoint = tmp_path / "sup.eqx"
     sup, _ = train_proxy(
         week, "ours-sup", steps=5, batch=8, width=16, depth=1, every=5, n_val=4,
-        checkpoint=checkpoint,
+        checkpoint=checkpoint, fixture=str(FIXTURE),
     )  # fmt: skip
     tuned, _ = train_proxy(
         week, "ours", steps=1, batch=8, lr=0.0, width=16, depth=1, every=1, n_val=4,

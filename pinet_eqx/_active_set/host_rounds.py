@@ -57,9 +57,7 @@ def face_rounds(
     fixed = lower == upper
     hi = (hi & np.isfinite(upper)) | fixed
     lo &= np.isfinite(lower) & ~hi
-    y, mult = r, None
-    if saddle:
-        pattern = None
+    y, mult, pattern = r, None, None if saddle else pattern
     seen = {(hi.tobytes(), lo.tobytes())}
     for _ in range(max_rounds + exact):
         y = None

@@ -5,8 +5,8 @@ Sparse matrices inside `jit` (`sparse`), nearly exact residuals and sums
 backward pass (`krylov`), modified Ruiz equilibration (`equilibration`), and the
 host's sparse LU and saddle-point factorisations (`host_solve`), the faces'
 saddle-point systems reached through `jax.pure_callback` (`host_saddle`), and
-worker processes for the host work that holds the GIL (`host_processes`). This is the bottom layer: it imports nothing
-from `pinet_eqx`.
+worker processes for the host work that holds the GIL (`host_processes`).
+This is the bottom layer: it imports nothing from `pinet_eqx`.
 """
 
 from .equilibration import Equilibration as Equilibration, equilibrate as equilibrate
