@@ -24,9 +24,6 @@ from ._activsg import SCENARIO_CASES
 
 FIGURES = committed.ROOT / "figures" / "dcopf"
 TIME_FIGURE = "![time per instance](../figures/dcopf/proxy_time.png)"
-# Above it where rows were carried from an earlier run (`proxy_record`).
-# Written by earlier versions of the report; dropped when a record is read.
-_OLD_TIME = "The time figure is the earlier run's (it is drawn from raw records only):"
 _CASE_ORDER = ("case1354pegase", "case2869pegase", "case9241pegase")
 _CASE_ORDER += tuple(f"case_ACTIVSg{n}" for n in ("2000", "10k", "25k", "70k"))
 
@@ -750,7 +747,7 @@ def _previous_sections(previous: dict | None) -> dict[str, str]:
     if not previous:
         return {}
     body = committed.section({**previous, "title": ""})
-    body = body.replace(TIME_FIGURE, "").replace(_OLD_TIME, "")
+    body = body.replace(TIME_FIGURE, "")
     chunks = re.split(r"^### (.+)$", body, flags=re.M)
     return {head: text.strip() for head, text in zip(chunks[1::2], chunks[2::2])}
 

@@ -99,7 +99,9 @@ def _host_saddle(shape, rows, cols, values, remainder, free, scale, active, r, s
 
     # Worker processes where the batch is large enough, else threads (SuperLU
     # releases the GIL; JAX waits on this callback). Same results either way.
-    context = (_saddle_rows, (shape,) + tuple(np.asarray(a) for a in entries))
+    # As numpy arrays: the callback may pass JAX arrays, which a worker (float64
+    # off) would unpickle as such, and `_saddle_rows` would then cast to float32.
+    context = (_saddle_rows, (shape, *(np.asarray(a) for a in entries)))
     in_processes = host_processes.wanted(len(faces)) and host_processes.run(
         len(faces), key, context, task, lambda k: True, done
     )
