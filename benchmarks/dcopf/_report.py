@@ -709,10 +709,14 @@ def _proxy_headline(groups: dict[tuple, dict[str, dict]], previous=()) -> list[d
         else:
             same = [r["baseline"] for r in previous if r["measure"].split()[0] == case]
             e2elr_text = "".join(b[b.index(";") :] for b in same[:1] if ";" in b)
-        proxies: dict[str, dict] = {}
+        # One row per recipe: the paper's, the supervised one, and a fine-tune
+        # of a checkpoint (`--init`) where one was run.
+        proxies: dict[tuple, dict] = {}
         for key in sorted(group, key=_rank):
-            if group[key].get("method") in ("ours", "ours-sup"):
-                proxies.setdefault(group[key]["method"], group[key])
+            r = group[key]
+            if r.get("method") in ("ours", "ours-sup"):
+                init = bool((r.get("settings") or {}).get("init"))
+                proxies.setdefault((r["method"], init), r)
         for ours in proxies.values():
             t = ours["test"]
             ms = t["timing"]["per_instance_ms"] if "timing" in t else None

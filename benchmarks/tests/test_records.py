@@ -151,3 +151,18 @@ def test_proxy_headline_prefers_the_same_run_ratio():
     assert [row["ratio"][:4] for row in rerun["headline"]] == ["0.25"]
     alone = {**ours, "test": {**ours["test"], "timing": {"per_instance_ms": 45.0}}}
     assert proxy_record([alone], {})["headline"][0]["ratio"] == "-"
+
+
+def test_proxy_headline_has_a_row_per_recipe():
+    """The paper's recipe, the supervised one and a fine-tune of a checkpoint
+    (`--init`, the paper's loss too) each get a headline row; a second plain
+    run of the paper's recipe (another tag) does not."""
+    from benchmarks.dcopf._report import proxy_record
+
+    tuned = _proxy_raw("ours", 30.0, tag="from-sup")
+    tuned["settings"] = {"steps": 10, "init": "sup.eqx"}
+    raws = [_proxy_raw("ours", 45.0), _proxy_raw("ours", 50.0, tag="long"),
+            _proxy_raw("ours-sup", 20.0), tuned, _proxy_raw("solvers", 60.0)]  # fmt: skip
+    rows = proxy_record(raws, {})["headline"]
+    assert [row["ours"].split(", ")[1] for row in rows] == ["45 ms", "20 ms", "30 ms"]
+    assert "--init sup.eqx --tag from-sup" in rows[2]["command"]
