@@ -285,7 +285,9 @@ relative infinity norm against it. Our time is the whole jitted batch call, near
 and far outputs, after a warm-up (first call: tracing, compilation and the
 run); Clarabel's is its `solve()` per instance, setup included, in the same
 process (near: the first instances of the timed batch; far: the accuracy
-instances). The peak memory is the process's after the build."""
+instances). The peak memory is the process's after the build. `cores`: the
+cores our run used (a batch's finish runs in worker processes, one per core);
+Clarabel solves one instance on one thread."""
 
 
 def _certified_error(records: list[dict]) -> float:
@@ -332,12 +334,13 @@ def activsg_table(records: list[dict]) -> str:
             f"{r['clarabel_ms']['median']:,.0f} / "
             f"{1e3 * far['clarabel_s_median']:,.0f}",
             f"{r['ratio_to_clarabel']:.2f} / {far_t['ratio_to_clarabel']:.2f}",
+            str(r["machine"].get("cores_used", "-")),
         ])  # fmt: skip
     return _table(
         "case|dtype|n (y)|nonzeros|build s|peak GB|certified near / far|ours vs "
         "certified, max near / far|vs Clarabel's point|successful near / far|"
         "first call s|ours ms/inst. near / far (batch)|Clarabel ms near / far|"
-        "ours / Clarabel near / far",
+        "ours / Clarabel near / far|cores",
         rows,
     )
 
@@ -353,7 +356,7 @@ def activsg_record(records: list[dict]) -> dict:
         "suite": "dcopf", "name": "activsg_projection", "order": 4,
         "title": "The projection on the large ACTIVSg grids (float64)",
         "command": "python -m benchmarks.dcopf projection --case C --dtype float64 "
-        "--accuracy 4 --batch 8 --solver-instances 4 --repeats 3 --pin-core 1; "
+        "--accuracy 4 --batch 8 --solver-instances 4 --repeats 3; "
         "python -m benchmarks.dcopf report --record",
         **_provenance(records[-1]["machine"]),
         "headline": [{
