@@ -297,14 +297,21 @@ def _active_set_method(
     rounds_from = functools.partial(
         face_rounds, E, C, r, q, bounds, pattern=pattern, exact=exact
     )
-    retried = (interior, fine, from_neighbour, from_near)
-    return _first_settled(attempts, retried, near, rounds_from, named, r, hi, lo)
+    # Where the saddle-point system is tried: second, after the fixed
+    # pattern; first from the finest interior-point face, which is reached
+    # where the faces are nearly dependent (on the replayed ACTIVSg2000 proxy
+    # hours that reach it, the pattern's rounds never settled it, and cost
+    # several times the saddle-point rounds that did).
+    tries = {start: (False, True) for start in (interior, from_neighbour, from_near)}
+    tries[fine] = (True, False)
+    return _first_settled(attempts, tries, near, rounds_from, named, r, hi, lo)
 
 
-def _first_settled(attempts, retried, near, rounds_from, named, r, hi, lo):
+def _first_settled(attempts, tries, near, rounds_from, named, r, hi, lo):
     """The attempts of `_active_set_method` in turn, until one settles; its
-    result. The starts in `retried` get a second try on the saddle-point
-    system; where the rounds from `near` stop short of their cap on moves,
+    result. `tries[start]` orders a start's tries on the fixed pattern
+    (`False`) and on the saddle-point system (`True`), one try on the pattern
+    if absent; where the rounds from `near` stop short of their cap on moves,
     their last face is kept as `named["near"]`."""
     y = r
     for start, rounds, moves, one in attempts:
@@ -313,9 +320,10 @@ def _first_settled(attempts, retried, near, rounds_from, named, r, hi, lo):
             return y, EMPTY, hi, lo
         if flags is None:
             continue
-        for saddle in (False, True) if start in retried else (False,):
-            # Then, nearly dependent faces solved accurately; only as a second
-            # try, so that the attempts that follow start where they did.
+        for saddle in tries.get(start, (False,)):
+            # The saddle-point try (nearly dependent faces solved accurately)
+            # leaves the point and multipliers that the attempts that follow
+            # start from to the pattern's try.
             out = rounds_from(
                 flags[0], flags[1], _SADDLE_ROUNDS if saddle else rounds, moves,
                 release_one=one, saddle=saddle,
