@@ -393,10 +393,15 @@ def report(out: pathlib.Path, record: bool = False) -> list[pathlib.Path]:
     if distances:
         figures = FIGURES if record else out
         paths.append(distances_figure(distances, figures / "dcopf_distances.png"))
+    activsg = [r for r in records if r["case"].startswith("case_ACTIVSg")]
+    if record:
+        # Both records are rebuilt from the raw ones alone: a grid rerun by
+        # itself would silently drop the others' rows (and mix machines).
+        _keeps_every_grid("distances", distances)
+        _keeps_every_grid("activsg_projection", activsg)
     if distances and record:
         link = "![time against distance](../figures/dcopf/dcopf_distances.png)"
         paths.append(committed.write(distances_record(distances, link)))
-    activsg = [r for r in records if r["case"].startswith("case_ACTIVSg")]
     if activsg and record:
         paths.append(committed.write(activsg_record(activsg)))
     if record and (distances or activsg):
@@ -408,6 +413,26 @@ def report(out: pathlib.Path, record: bool = False) -> list[pathlib.Path]:
     if listed:
         paths.append(training_figure(listed, out / "dcopf_training.png"))
     return paths
+
+
+def _keeps_every_grid(name: str, raws: list[dict]) -> None:
+    """Raises where the committed record `name` has table rows of a grid that
+    no raw record in `raws` gives (nothing to check without raw records)."""
+    path = committed.folder("dcopf") / "records" / f"{name}.json"
+    if not raws or not path.exists():
+        return
+    old = {
+        row[0]
+        for block in json.loads(path.read_text())["blocks"]
+        for row in block.get("table", {}).get("rows", [])
+    }
+    missing = sorted(old - {r["case"] for r in raws})
+    if missing:
+        raise SystemExit(
+            f"report --record: the committed {name} record has rows of {missing}, "
+            "which have no raw record in this run's results; rerun them on this "
+            "machine too (the page describes one run), or remove their rows."
+        )
 
 
 ORDER = ("ours", "ours-dist", "ours-sup", "e2elr", "mlp")

@@ -171,3 +171,15 @@ def test_proxy_headline_has_a_row_per_recipe():
     rows = proxy_record(raws, {})["headline"]
     assert [row["ours"].split(", ")[1] for row in rows] == ["45 ms", "25 ms", "30 ms"]
     assert "--init sup.eqx --tag from-sup" in rows[2]["command"]
+
+
+def test_dcopf_report_does_not_drop_grids_it_did_not_rerun():
+    """`report --record` rebuilds the distances record from the raw records
+    alone, so a grid rerun by itself must not silently drop the others."""
+    from benchmarks.dcopf._report import _keeps_every_grid
+
+    grids = ["case1354pegase", "case2869pegase", "case9241pegase"]
+    _keeps_every_grid("distances", [{"case": c} for c in grids])
+    _keeps_every_grid("distances", [])  # no raw records: nothing rewritten
+    with pytest.raises(SystemExit, match="case2869pegase"):
+        _keeps_every_grid("distances", [{"case": "case1354pegase"}])
