@@ -18,7 +18,10 @@
 #   6. feasibility and latency on DC3 small again (measured before the polish);
 #   7. the first call of the paper-recipe training step, split into trace,
 #      lower and compile; 8. the paper-recipe DC3 training of both (met on
-#      2026-11-27).
+#      2026-11-27);
+#   9. issue 40's largest ACTIVSg grids: the projection's throughput;
+#   10. issue 40: the paper's recipe trained on case_ACTIVSg25k and 70k (past
+#      the default budget: run it alone with GPU_ONLY, below).
 #
 #   bash benchmarks/gpu.sh [OUT]
 #   PINET_WHEEL=wheels/pinet_hcnn-0.2.0-py3-none-any.whl bash benchmarks/gpu.sh OUT
