@@ -46,6 +46,7 @@ def _loss_fn(method: str, static, grid: Grid, settings: dict):
         return cost_of(grid, p) / grid.cost_scale
 
     def overload(p, q):
+        assert grid.A_g is not None and grid.M is not None  # Grid.of(flows=True)
         flow = (p @ grid.A_g.T - q[:, :-1]) @ grid.M.T
         upper, lower = grid.flow_upper[None], grid.flow_lower[None]
         over = jax.nn.relu(flow - upper) + jax.nn.relu(lower - flow)
@@ -251,7 +252,7 @@ def train_proxy(
     if init is not None:
         model = _initial(init, model, case.name, data.variant)
     build_s = time.perf_counter() - start
-    grid = Grid.of(case, scaling)
+    grid = Grid.of(case, scaling, flows=method in ("e2elr", "mlp"))
     settings = dict(dist_weight=dist_weight, penalty=penalty * grid.penalty_unit)
     params, static = eqx.partition(model, pe.trainable_filter(model, frozen))
     loss = _loss_fn(method, static, grid, settings)

@@ -183,8 +183,8 @@ class Grid(eqx.Module):
 
     c2: jax.Array
     c1: jax.Array
-    A_g: jax.Array
-    M: jax.Array
+    A_g: jax.Array | None
+    M: jax.Array | None
     flow_lower: jax.Array
     flow_upper: jax.Array
     p_min: jax.Array
@@ -193,16 +193,22 @@ class Grid(eqx.Module):
     penalty_unit: float = eqx.field(static=True)
 
     @classmethod
-    def of(cls, case: GridCase, scaling: dict) -> Grid:
+    def of(cls, case: GridCase, scaling: dict, flows: bool = True) -> Grid:
         """The arrays of `case`; the cost scale is the `center` dispatch's cost,
-        the penalty unit its largest marginal cost over that scale."""
+        the penalty unit its largest marginal cost over that scale. Without
+        `flows`, no `A_g` and `M` (dense: the PTDF of case_ACTIVSg25k is 3 GB in
+        float32), which only the losses that penalise overloads use."""
         p_c = center(case, scaling["x_mean"])[: case.n_gen]
         scale = float(case.cost(p_c))
         marginal = float(np.max(2 * case.cost_quad * p_c + case.cost_lin))
-        arrays = (case.cost_quad, case.cost_lin, injections_matrix(case), ptdf(case))
-        arrays += (case.flow_lower, case.flow_upper, case.p_min, case.p_max)
-        f32 = (jnp.asarray(a, jnp.float32) for a in arrays)
-        return cls(*f32, abs(scale), marginal / abs(scale))
+        f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
+        dense = (injections_matrix(case), ptdf(case)) if flows else (None, None)
+        arrays = (case.flow_lower, case.flow_upper, case.p_min, case.p_max)
+        return cls(
+            f32(case.cost_quad), f32(case.cost_lin),
+            *(None if a is None else f32(a) for a in dense),
+            *map(f32, arrays), abs(scale), marginal / abs(scale),
+        )  # fmt: skip
 
 
 def cost_of(grid, p):
@@ -250,8 +256,13 @@ def _run(predict, data: HourlyData, hours: np.ndarray):
 
 def _flows(case: GridCase, p: np.ndarray, loads: np.ndarray):
     """`(overload_mw, loading)`: per hour, the largest overload (MW, 0 if none)
-    and the largest |flow| / rating, from the dispatch's DC flows."""
-    flow = (p @ injections_matrix(case).T - case.q(loads)[:, :-1]) @ _M(case).T
+    and the largest |flow| / rating, from the dispatch's DC flows: the angles
+    of the injections by the reduced $B_{bus}$'s sparse LU, then $B_f$ (the
+    flows `ptdf` gives, without its dense matrix: 6 GB on case_ACTIVSg25k)."""
+    keep, B_f, lu = _flow_solver(case)
+    A_g = case.E[: case.n_bus, : case.n_gen]
+    injections = (A_g @ p.T).T - case.q(loads)[:, :-1]
+    flow = (B_f @ lu.solve(np.ascontiguousarray(injections[:, keep].T))).T
     over = np.maximum(flow - case.flow_upper, 0) + np.maximum(case.flow_lower - flow, 0)
     loading = np.abs(flow + case.f_shift) / case.f_max
     return over.max(axis=1) * case.base_mva, loading.max(axis=1)
@@ -322,15 +333,19 @@ def evaluate(
     return record
 
 
-_PTDF: dict = {}
+_FLOW_SOLVERS: dict = {}
 
 
-def _M(case: GridCase) -> np.ndarray:
-    """`ptdf(case)`, computed once per grid (by name and size) and kept."""
+def _flow_solver(case: GridCase) -> tuple:
+    """`(keep, B_f, lu)` of `_flows`: the non-reference buses, $B_f$ on them
+    and the sparse LU of the reduced $B_{bus}$ transposed (the flows are
+    $B_f B^{-\top} x$, as in `ptdf`), built once per grid (name and size)."""
     key = (case.name, case.n_bus, case.n_branch)
-    if key not in _PTDF:
-        _PTDF[key] = ptdf(case)
-    return _PTDF[key]
+    if key not in _FLOW_SOLVERS:
+        keep, B_red = _reduced(case)
+        B_f = case.C[:, case.n_gen :].tocsc()[:, keep].tocsr()
+        _FLOW_SOLVERS[key] = keep, B_f, spla.splu(sp.csc_matrix(B_red.T))
+    return _FLOW_SOLVERS[key]
 
 
 def _infeasible(predict, data: HourlyData, part: np.ndarray, most: int = 64) -> dict:
