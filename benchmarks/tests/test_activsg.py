@@ -326,3 +326,29 @@ def test_a_tie_at_a_bound_is_certified_on_activsg10k():
     y_raw, q32 = f["y_raw"].astype(np.float64), f32(q)
     nearest = _clarabel_grid_projection(E, C, y_raw, q32, tuple(map(f32, bounds)))
     assert_close(y, nearest, 1e-7 * np.abs(nearest).max())
+
+
+@pytest.mark.slow
+def test_saddle_ordering_of_case_activsg25k_rows():
+    """The training derivative orders its saddle-point systems by COLAMD on
+    all of the set's rows at once (`saddle_rank`). On case_ACTIVSg25k those
+    rows, at the tiny shift, were "exactly singular" to SuperLU, which failed
+    every training step of the paper's recipe; the ordering depends on the
+    pattern alone, so it is taken from the identity-shifted system, the same
+    ordering wherever the tiny shift factorises (case_ACTIVSg200 here)."""
+    pytest.importorskip("matpowercaseframes")
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+
+    from pinet_eqx._linalg import host_solve
+
+    def rows(case):
+        return sp.vstack([case.E, case.C]).tocsr()
+
+    big = rows(_activsg.load_activsg("case_ACTIVSg25k").case)
+    order = host_solve.saddle_rank(big)
+    assert np.array_equal(np.sort(order), np.arange(sum(big.shape)))
+    small = rows(load_fixture(FIXTURE)[0].case)
+    tiny = host_solve._saddle(host_solve.unit_rows(small)[0])
+    expected = spla.splu(sp.csc_matrix(tiny)).perm_c
+    assert_close(host_solve.saddle_rank(small), expected, 0)

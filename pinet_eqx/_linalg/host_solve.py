@@ -275,8 +275,12 @@ def saddle_rank(M: Any) -> np.ndarray:
     """The position of each unknown of `M`'s saddle-point system ($x$, then
     $\\zeta$) in SuperLU's column ordering of it (COLAMD): restricted to the
     unknowns of a face (some coordinates and rows), an elimination order for
-    that face's system, computed once for all of them."""
-    return spla.splu(sp.csc_matrix(_saddle(unit_rows(M)[0]))).perm_c
+    that face's system, computed once for all of them. COLAMD orders by the
+    pattern alone, so the system factorised for it is shifted by the identity:
+    quasi-definite, it factorises where all the rows together are dependent
+    (case_ACTIVSg25k's, at the tiny shift: "Factor is exactly singular", which
+    failed every training step)."""
+    return spla.splu(sp.csc_matrix(_saddle(unit_rows(M)[0], 1.0))).perm_c
 
 
 @functools.cache
