@@ -164,8 +164,9 @@ if [ -n "${GPU_PREPARE:-}" ]; then
   feasibility_large --prepare-only
   feasibility_new --prepare-only
   feasibility_small --prepare-only
-  grids="case1354pegase case2869pegase case9241pegase case_ACTIVSg25k"
-  for c in $(printf '%s\n' $grids case_ACTIVSg70k $proxy_cases | awk '!seen[$0]++'); do
+  grids="case1354pegase case2869pegase case9241pegase case_ACTIVSg25k case_ACTIVSg70k"
+  # shellcheck disable=SC2086  # lists of words
+  for c in $(printf '%s\n' $grids $proxy_cases | awk '!seen[$0]++'); do
     step "dcopf_save_$c" 300 python -m benchmarks.dcopf save --case "$c" \
       --to ".gpu_data/dcopf/$c.npz"
   done

@@ -98,11 +98,28 @@ def _reduced(case: GridCase) -> tuple[np.ndarray, sp.csc_matrix]:
 def ptdf(case: GridCase) -> np.ndarray:
     """The `(n_branch, n_bus)` matrix $M$ with $C y = M (A_g p_g - q)$ for every
     $y$ that balances the buses, the reference bus as slack (its column zero)."""
-    keep, B_red = _reduced(case)
-    B_f = case.C[:, case.n_gen :].tocsc()[:, keep]
+    keep, _, B_f, lu = _flow_solver(case)
     M = np.zeros((case.n_branch, case.n_bus))
-    M[:, keep] = spla.splu(B_red).solve(B_f.T.toarray()).T
+    # lu is of B_red^T: trans="T" solves with B_red.
+    M[:, keep] = lu.solve(B_f.T.toarray(), trans="T").T
     return M
+
+
+_FLOW_SOLVERS: dict = {}
+
+
+def _flow_solver(case: GridCase) -> tuple:
+    """`(keep, A_g, B_f, lu)`: the non-reference buses, the generators' buses
+    (sparse), $B_f$ on the non-reference buses and the sparse LU of the reduced
+    $B_{bus}$ transposed (the flows are $B_f B^{-\top} x$), built once per grid
+    (name and size)."""
+    key = (case.name, case.n_bus, case.n_branch)
+    if key not in _FLOW_SOLVERS:
+        keep, B_red = _reduced(case)
+        A_g = case.E[: case.n_bus, : case.n_gen].tocsr()
+        B_f = case.C[:, case.n_gen :].tocsc()[:, keep].tocsr()
+        _FLOW_SOLVERS[key] = keep, A_g, B_f, spla.splu(sp.csc_matrix(B_red.T))
+    return _FLOW_SOLVERS[key]
 
 
 def injections_matrix(case: GridCase) -> np.ndarray:
@@ -259,8 +276,7 @@ def _flows(case: GridCase, p: np.ndarray, loads: np.ndarray):
     and the largest |flow| / rating, from the dispatch's DC flows: the angles
     of the injections by the reduced $B_{bus}$'s sparse LU, then $B_f$ (the
     flows `ptdf` gives, without its dense matrix: 6 GB on case_ACTIVSg25k)."""
-    keep, B_f, lu = _flow_solver(case)
-    A_g = case.E[: case.n_bus, : case.n_gen]
+    keep, A_g, B_f, lu = _flow_solver(case)
     injections = (A_g @ p.T).T - case.q(loads)[:, :-1]
     flow = (B_f @ lu.solve(np.ascontiguousarray(injections[:, keep].T))).T
     over = np.maximum(flow - case.flow_upper, 0) + np.maximum(case.flow_lower - flow, 0)
@@ -331,21 +347,6 @@ def evaluate(
     if repeats > 0:
         record["timing"] = _timed(predict, data, hours, repeats)
     return record
-
-
-_FLOW_SOLVERS: dict = {}
-
-
-def _flow_solver(case: GridCase) -> tuple:
-    """`(keep, B_f, lu)` of `_flows`: the non-reference buses, $B_f$ on them
-    and the sparse LU of the reduced $B_{bus}$ transposed (the flows are
-    $B_f B^{-\top} x$, as in `ptdf`), built once per grid (name and size)."""
-    key = (case.name, case.n_bus, case.n_branch)
-    if key not in _FLOW_SOLVERS:
-        keep, B_red = _reduced(case)
-        B_f = case.C[:, case.n_gen :].tocsc()[:, keep].tocsr()
-        _FLOW_SOLVERS[key] = keep, B_f, spla.splu(sp.csc_matrix(B_red.T))
-    return _FLOW_SOLVERS[key]
 
 
 def _infeasible(predict, data: HourlyData, part: np.ndarray, most: int = 64) -> dict:
