@@ -521,6 +521,51 @@ def test_dual_method_finishes_from_where_the_near_rounds_stop(monkeypatch):
     _assert_projections(case, _solve(proj, Y, case.q(p_d)), Y, p_d)
 
 
+def test_near_rounds_choose_moves_without_the_gram_solves(monkeypatch):
+    """Far from the set (case30, 10 times the spread) the rounds from the
+    iterate's face meet faces that the pattern's steps do not meet; those
+    rounds take their moves from the steps' last point (`explore`) instead of
+    a Gram factorisation of each such face. Every instance is still
+    Clarabel's projection (float64), in fewer Gram factorisations than with
+    each such face solved."""
+    from pinet_eqx._active_set import host_polish, host_rounds
+
+    gram, unmet = [], []
+    face_projection = host_rounds.face_projection
+    gram_face_projection = host_rounds.gram_face_projection
+    face_rounds = host_polish.face_rounds
+
+    def pattern_counted(*args, **kwargs):
+        out = face_projection(*args, **kwargs)
+        unmet.append(not out[2])
+        return out
+
+    def gram_counted(*args, **kwargs):
+        gram.append(1)
+        return gram_face_projection(*args, **kwargs)
+
+    monkeypatch.setattr(host_rounds, "face_projection", pattern_counted)
+    monkeypatch.setattr(host_rounds, "gram_face_projection", gram_counted)
+    case = grid("case30")
+    proj = grid_projector(case, inference=True)
+    Y, p_d = _far_instances(case, 8, 10.0)
+    counts = {}
+    for explore in (True, False):
+        monkeypatch.setattr(
+            host_polish,
+            "face_rounds",
+            lambda *a, explore_=explore, **k: face_rounds(
+                *a, **{**k, "explore": k.get("explore", False) and explore_}
+            ),
+        )
+        gram.clear()
+        unmet.clear()
+        _assert_projections(case, _solve(proj, Y, case.q(p_d)), Y, p_d)
+        counts[explore] = len(gram)
+        assert any(unmet), "no face the pattern did not meet: the test needs another"
+    assert counts[True] < counts[False], counts
+
+
 def test_interior_point_stops_once_its_complementarity_settles(monkeypatch):
     """On a captured ACTIVSg2000 proxy hour, the interior-point method's
     complementarity collapses while its residual, held by the solves'

@@ -264,7 +264,7 @@ def face_projection(
     lo: np.ndarray,
     lower: np.ndarray,
     upper: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+) -> tuple[np.ndarray, np.ndarray, bool] | tuple[None, None, bool]:
     """The projection of `r` onto the face of the flags `hi`, `lo`, on the
     fixed pattern: $\\min \\frac12\\|y - r\\|^2$ subject to $E y = q$ and
     $g_i^\\top y = u_i$ ($\\ell_i$) for the rows $i$ flagged `hi` (`lo`).
@@ -276,11 +276,14 @@ def face_projection(
     costs one numeric refactorisation of the fixed pattern, where a sparse LU
     of its own Gram matrix would redo the ordering and the symbolic work.
 
-    **Returns:** `(y, mult)` as `gram_face_projection`: the point and each
-    flagged coordinate's and row's multiplier (positive pushes $y$ down), in
-    the layout of the flags and the units of the rows given; `(None, None)`
-    where the steps do not meet the face's rows to `_FACE_TOL` (a singular
-    or inconsistent face: the caller's own solve decides).
+    **Returns:** `(y, mult, met)`: the point and each flagged coordinate's
+    and row's multiplier (positive pushes $y$ down), in the layout of the
+    flags and the units of the rows given, as `gram_face_projection`; and
+    whether the steps met the face's rows to `_FACE_TOL`. Where they did not
+    (a singular or inconsistent face), `y` and `mult` are the last step's,
+    close to the face's projection but not certified by it: the caller's own
+    solve decides. `(None, None, False)` where a flagged bound is infinite or
+    the steps diverged.
     """
     P = pattern
     d = P.d
@@ -289,7 +292,7 @@ def face_projection(
     rows = np.flatnonzero(flagged)
     target = np.where(hi, upper, lower)[rows] / scale[rows]
     if not np.all(np.isfinite(target)):
-        return None, None
+        return None, None, False
     D = np.zeros(P.G.shape[0])
     D[rows] = _FACE_PENALTY
     solve = P.factorise(D)
@@ -300,6 +303,7 @@ def face_projection(
     x = np.zeros(P.n)
     size = 1.0 + np.abs(target).max(initial=0.0)
     previous = np.inf
+    y, met = x[:d], False
     for step in range(_FACE_STEPS):
         rhs = np.concatenate([r - G_A.T @ (mu - _FACE_PENALTY * target), rhs_eq])
         # In correction form: each solve's right-hand side is the residual,
@@ -310,16 +314,17 @@ def face_projection(
         gap = G_A @ y - target
         mu = mu + _FACE_PENALTY * gap
         largest = np.abs(gap).max(initial=0.0)
-        if largest <= _FACE_TOL * size:
+        met = bool(largest <= _FACE_TOL * size)
+        if met:
             break
         if step >= _FACE_STALL_AFTER and largest > _FACE_STALL * previous:
-            return None, None  # stalled: an inconsistent or singular face
+            break  # stalled: an inconsistent or singular face
         previous = largest
-    else:
-        return None, None
+    if not np.all(np.isfinite(y)):
+        return None, None, False
     mult = np.zeros(flagged.shape)
     mult[rows] = mu / scale[rows]
-    return y, mult
+    return y, mult, met
 
 
 def gram_face_projection(

@@ -312,7 +312,10 @@ def _first_settled(attempts, tries, near, rounds_from, named, r, hi, lo):
     result. `tries[start]` orders a start's tries on the fixed pattern
     (`False`) and on the saddle-point system (`True`), one try on the pattern
     if absent; where the rounds from `near` stop short of their cap on moves,
-    their last face is kept as `named["near"]`."""
+    their last face is kept as `named["near"]`. Only the rounds from `near`
+    explore (`face_rounds`): from the faces of the later starts, rounds that
+    chose their moves by the pattern's unmet solves took longer or did not
+    settle (a case2869pegase instance at 100 times the spread)."""
     y = r
     for start, rounds, moves, one in attempts:
         flags = start()
@@ -326,7 +329,7 @@ def _first_settled(attempts, tries, near, rounds_from, named, r, hi, lo):
             # start from to the pattern's try.
             out = rounds_from(
                 flags[0], flags[1], _SADDLE_ROUNDS if saddle else rounds, moves,
-                release_one=one, saddle=saddle,
+                release_one=one, saddle=saddle, explore=start is near,
             )  # fmt: skip
             if not out[1]:
                 return out[0], 0.0, out[2], out[3]

@@ -26,6 +26,7 @@ def face_rounds(
     exact=False,
     release_one=False,
     saddle=False,
+    explore=False,
 ):
     """Up to `max_rounds` active-set rounds from the flags `hi`, `lo`, where
     `bounds` is `(lb_y, ub_y, lb_w, ub_w)`, given up once a round would move
@@ -45,7 +46,15 @@ def face_rounds(
     every face is solved by its Gram matrix, and nearly dependent ones by the
     saddle-point system: on a face with a weakly active bound (a tie: its
     multiplier about zero), the pattern's 1e-8 can flip that multiplier's
-    sign, and the rounds then release and add the bound in turn."""
+    sign, and the rounds then release and add the bound in turn.
+
+    With `explore`, a face the pattern's steps do not meet (nearly dependent
+    or inconsistent rows) is not solved by its Gram matrix: the steps' last
+    point and multipliers only choose the rows that move, and a face where
+    none does is confirmed by its own solve before it counts as settled. Far
+    from the set the rounds from the iterate's face meet many such faces on
+    their way, and their Gram factorisations cost more than the pattern's
+    refactorisations."""
     d = r.shape[0]
     lb_y, ub_y, lb_w, ub_w = bounds
     hi, lo = hi.copy(), lo.copy()
@@ -57,21 +66,26 @@ def face_rounds(
     fixed = lower == upper
     hi = (hi & np.isfinite(upper)) | fixed
     lo &= np.isfinite(lower) & ~hi
-    y, mult, pattern = r, None, None if saddle else pattern
+    y, mult, met, pattern = r, None, True, None if saddle else pattern
     seen = {(hi.tobytes(), lo.tobytes())}
-    for _ in range(max_rounds + exact):
-        y = None
+    for _ in range(max_rounds + (exact or explore)):
+        y, met = None, True
         if pattern is not None:
-            y, mult = face_projection(pattern, r, q, hi, lo, lower, upper)
+            y, mult, met = face_projection(pattern, r, q, hi, lo, lower, upper)
+            if not (met or explore):
+                y = None
         if y is None:
             y, mult = gram_face_projection(E, C, r, q, hi, lo, upper, lower, d, saddle)
+            met = True
         if y is None or mult is None:
             return r, 1.0, hi, lo, None, False
         value = np.concatenate([y, C @ y])
         release, add_hi, add_lo = _misplaced(hi, lo, value, mult, lower, upper, fixed)
         moves = np.count_nonzero(release | add_hi | add_lo)
-        if not moves and exact and pattern is not None:
-            pattern = None  # settled: confirm on the face's own solve
+        if not moves and pattern is not None and (exact or not met):
+            # Settled: confirm on the face's own solve (for float64, or where
+            # the pattern's steps did not meet the face).
+            pattern = None
             continue
         if not moves:
             return y, 0.0, hi, lo, mult, False
