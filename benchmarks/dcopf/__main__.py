@@ -27,7 +27,10 @@ import argparse
 import json
 import pathlib
 
+from .._common.provenance import save
+
 DEFAULT_OUT = pathlib.Path("results") / "dcopf"
+PIN_HELP = "run on this core only, with JAX's thread pool sized for all (see _pin)"
 
 
 def _parser():
@@ -39,14 +42,12 @@ def _parser():
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
     sub = parser.add_subparsers(dest="command", required=True)
     dtypes = ("float32", "float64")
-    proj = sub.add_parser("projection", help="construction, accuracy, throughput")
-    proj.add_argument("--case", required=True)
+    what = "construction, accuracy, throughput"
+    proj = _command(sub, "projection", what, pin=True)
     proj.add_argument("--dtype", choices=dtypes, default="float64")
     proj.add_argument("--accuracy", type=int, default=8, help="instances near/far")
     _numbers(proj, batch=256, solver_instances=8, repeats=3)
-    _pin_option(proj)
-    train = sub.add_parser("train", help="self-supervised DC-OPF proxy")
-    train.add_argument("--case", required=True)
+    train = _command(sub, "train", "self-supervised DC-OPF proxy")
     _numbers(train, steps=300, batch=64, seed=0)
     train.add_argument(
         "--distance-weight",
@@ -55,27 +56,22 @@ def _parser():
         help="add this times the mean squared distance from the raw output to "
         "the layer's output, in spreads (0: the paper's recipe, the cost alone)",
     )
-    base = sub.add_parser("baselines", help="cvxpylayers or the reference, one step")
-    base.add_argument("--case", required=True)
+    base = _command(sub, "baselines", "cvxpylayers or the reference, one step")
     base.add_argument("--layer", choices=("cvxpylayers", "reference"), required=True)
     _numbers(base, batch=8)
-    thr = sub.add_parser(
-        "throughput", help="inference throughput alone, from a saved case (GPU)"
-    )
+    what = "inference throughput alone, from a saved case (GPU)"
+    thr = _command(sub, "throughput", what, case=False)
     thr.add_argument("--fixture", type=pathlib.Path, required=True)
     thr.add_argument("--dtype", choices=dtypes, default="float32")
     _numbers(thr, batch=256, repeats=5)
-    dist = sub.add_parser(
-        "distances", help="inference time against the raw outputs' distance"
-    )
-    dist.add_argument("--case", required=True)
+    what = "inference time against the raw outputs' distance"
+    dist = _command(sub, "distances", what, pin=True)
     dist.add_argument("--fixture", type=pathlib.Path, help="a saved case instead")
     _numbers(dist, batch=256, solver_instances=8, repeats=3, seed=0)
-    _pin_option(dist)
-    save = sub.add_parser("save", help="save a case (pandapower) for `throughput`")
-    save.add_argument("--case", required=True)
+    save = _command(sub, "save", "save a case (pandapower) for `throughput`")
     save.add_argument("--to", type=pathlib.Path, required=True)
-    report = sub.add_parser("report", help="Markdown table and figure from the JSON")
+    what = "Markdown table and figure from the JSON"
+    report = _command(sub, "report", what, case=False)
     report.add_argument(
         "--record",
         action="store_true",
@@ -83,6 +79,16 @@ def _parser():
     )
     _proxy_parser(sub)
     return parser
+
+
+def _command(sub, name: str, what: str, case: bool = True, pin: bool = False):
+    """The subcommand `name`, with a required `--case` and `--pin-core`."""
+    command = sub.add_parser(name, help=what)
+    if case:
+        command.add_argument("--case", required=True)
+    if pin:
+        command.add_argument("--pin-core", type=int, help=PIN_HELP)
+    return command
 
 
 def _numbers(command, **defaults) -> None:
@@ -99,10 +105,8 @@ def _proxy_parser(sub) -> None:
     proxy = sub.add_parser("proxy", help="train a DC-OPF proxy on ACTIVSg hours")
     proxy.add_argument("--case", default="case_ACTIVSg2000")
     proxy.add_argument("--variant", choices=("real", "pmin0"), default="real")
-    proxy.add_argument(
-        "--method", choices=(*METHODS, "solvers", "optima"), default="ours"
-    )
-    proxy.add_argument("--recipe", choices=("paper", "dist"), help="ours / ours-dist")
+    methods = (*METHODS, "solvers", "optima")
+    proxy.add_argument("--method", choices=methods, default="ours")
     proxy.add_argument("--fixture", help="an _activsg fixture instead of matpower")
     proxy.add_argument(
         "--saved",
@@ -124,6 +128,7 @@ def _proxy_parser(sub) -> None:
     )
     proxy.add_argument("--budget", type=float, help="solver: N s at most")
     _numbers(proxy, solver_hours=32)
+    proxy.add_argument("--pin-core", type=int, help=PIN_HELP)
     proxy.add_argument("--tag", help="appended to the record's name (a variant run)")
     proxy.add_argument("--stride", type=int, default=1, help="every N-th hour only")
     proxy.add_argument("--n-test", type=int, help="score this many test hours only")
@@ -133,16 +138,7 @@ def _proxy_parser(sub) -> None:
         action="store_true",
         help="score the earlier run's checkpoint again with the current library",
     )
-    _pin_option(proxy)
     sub.add_parser("proxy-report", help="figures of the proxy records")
-
-
-def _pin_option(command) -> None:
-    command.add_argument(
-        "--pin-core",
-        type=int,
-        help="run on this core only, with JAX's thread pool sized for all (see _pin)",
-    )
 
 
 def _pin(core: int) -> None:
@@ -170,12 +166,10 @@ TRAIN_OPTIONS += ("dist_weight", "penalty", "augment", "fixture", "init")
 
 
 def _proxy(args):
-    """Runs `proxy`: `(record, path)`, or `(None, None)` for `optima`."""
+    """Runs `proxy`: `(record, name)`, or `(None, None)` for `optima`."""
     from ._proxy_data import PARTS, hourly_data
 
     method = args.method
-    if args.recipe is not None:
-        method = {"paper": "ours", "dist": "ours-dist"}[args.recipe]
     if args.scored_only and method == "ours-sup":
         raise SystemExit(
             "--scored-only leaves the training hours unsolved, whose optima "
@@ -199,25 +193,20 @@ def _proxy(args):
         from ._proxy_data import time_solvers
 
         record = time_solvers(data, n_hours=args.solver_hours)
-    elif args.reevaluate:
-        from ._proxy import reevaluate
-
-        record = reevaluate(
-            data, method, out=args.out, tag=args.tag, repeats=args.repeats
-        )
     else:
-        from ._proxy import run
+        from ._proxy import reevaluate, run
 
-        settings = {key: getattr(args, key) for key in TRAIN_OPTIONS}
-        record = run(
-            data, method, out=args.out, tag=args.tag, n_test=args.n_test,
-            repeats=args.repeats, **settings,
-        )  # fmt: skip
+        common = dict(out=args.out, tag=args.tag, repeats=args.repeats)
+        if args.reevaluate:
+            record = reevaluate(data, method, **common)
+        else:
+            settings = {key: getattr(args, key) for key in TRAIN_OPTIONS}
+            record = run(data, method, n_test=args.n_test, **common, **settings)
     if args.tag:
         record["tag"] = args.tag
     if args.stride > 1:
         record["stride"] = args.stride
-    return record, args.out / "proxy" / f"{data.stem(method, args.tag)}.json"
+    return record, data.stem(method, args.tag)
 
 
 def _case(args):
@@ -237,9 +226,9 @@ def _case(args):
 
 
 def _run(args):
-    """Runs the subcommand: `(record, path)`, or `(None, None)` where it wrote
-    its own files."""
-    command, out = args.command, args.out
+    """Runs the subcommand: `(record, name)`, the record to be written to
+    `OUT/command/name.json`, or `(None, None)` where it wrote its own files."""
+    command = args.command
     if command in ("projection", "throughput", "baselines"):
         import jax
 
@@ -256,13 +245,13 @@ def _run(args):
             _case(args), args.dtype, n_accuracy=args.accuracy, batch=args.batch,
             n_solver=args.solver_instances, repeats=args.repeats,
         )  # fmt: skip
-        return record, out / command / f"{args.case}-{args.dtype}.json"
+        return record, f"{args.case}-{args.dtype}"
     if command == "throughput":
         from ._projection import throughput
 
         case = _case(args)
         record = throughput(case, args.dtype, batch=args.batch, repeats=args.repeats)
-        return record, out / command / f"{case.name}-{args.dtype}.json"
+        return record, f"{case.name}-{args.dtype}"
     if command == "distances":
         from ._projection import distances
 
@@ -272,9 +261,8 @@ def _run(args):
             repeats=args.repeats, seed=args.seed,
         )  # fmt: skip
         name = f"{case.name}-float32-b{args.batch}"
-        if args.seed:  # other instances: kept out of the report's table
-            return record, out / command / "seeds" / f"{name}-seed{args.seed}.json"
-        return record, out / command / f"{name}.json"
+        # Other instances than seed 0's: kept out of the report's table.
+        return record, f"seeds/{name}-seed{args.seed}" if args.seed else name
     if command == "train":
         from ._train import train
 
@@ -283,12 +271,12 @@ def _run(args):
             distance_weight=args.distance_weight,
         )  # fmt: skip
         suffix = f"-distance{args.distance_weight:g}" if args.distance_weight else ""
-        return record, out / command / f"{args.case}{suffix}.json"
+        return record, f"{args.case}{suffix}"
     if command == "baselines":
         from ._train import baseline
 
         record = baseline(_case(args), args.layer, batch=args.batch)
-        return record, out / command / f"{args.case}-{args.layer}.json"
+        return record, f"{args.case}-{args.layer}"
     if command == "proxy":
         return _proxy(args)
     if command == "save":
@@ -300,6 +288,7 @@ def _run(args):
         return None, None
     from ._report import proxy_report, report
 
+    out = args.out
     paths = proxy_report(out) if command == "proxy-report" else report(out, args.record)
     for path in paths:
         print(path)
@@ -307,10 +296,10 @@ def _run(args):
 
 
 def main(argv=None) -> int:
-    record, path = _run(_parser().parse_args(argv))
+    args = _parser().parse_args(argv)
+    record, name = _run(args)
     if record is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=1))
+        path = save(args.out / args.command / f"{name}.json", record)
         shown = ("machine", "test", "history")
         print(json.dumps({k: v for k, v in record.items() if k not in shown}, indent=1))
         print(path)

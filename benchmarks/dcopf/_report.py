@@ -3,12 +3,10 @@
 `report`: a Markdown table and figures of the `projection`, `train` and
 `distances` records; with `record`, the committed records of the distances and
 of the ACTIVSg grids. `proxy_report`, from `OUT/proxy/` (large, not committed):
-the committed record `dcopf/records/proxy.json` (per grid and variant, each
-method's and solver's gaps, overloads, residual and time) and the figures
+the committed record `dcopf/records/proxy.json` and the figures
 `figures/dcopf/proxy_gaps_{case}-{variant}.png` (the test gaps),
 `proxy_week_{case}-{variant}.png` (the held-out week with the most feasible
-hours: cost and largest line loading, hour by hour) and `proxy_time.png` (time
-per instance against the number of buses).
+hours) and `proxy_time.png` (time per instance against the number of buses).
 """
 
 from __future__ import annotations
@@ -97,22 +95,12 @@ def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
     ax = axes[0, 0]
     for dtype, marker in (("float64", "o"), ("float32", "s")):
         rs = [r for r in records if r["dtype"] == dtype]
-        ax.plot(
-            [r["dim"] for r in rs],
-            [r["per_instance_ms"] for r in rs],
-            marker=marker,
-            label=f"pinet_eqx {dtype} (batch 256)",
-        )
-    rs = [r for r in records if r["dtype"] == "float64"]
+        x, y = [r["dim"] for r in rs], [r["per_instance_ms"] for r in rs]
+        ax.plot(x, y, marker=marker, label=f"pinet_eqx {dtype} (batch 256)")
     for key, label in (("clarabel_ms", "Clarabel"), ("osqp_ms", "OSQP")):
-        rk = [r for r in rs if r[key] is not None]
-        ax.plot(
-            [r["dim"] for r in rk],
-            [r[key]["median"] for r in rk],
-            marker="^",
-            linestyle="--",
-            label=label,
-        )
+        rs = [r for r in records if r["dtype"] == "float64" and r[key] is not None]
+        x, y = [r["dim"] for r in rs], [r[key]["median"] for r in rs]
+        ax.plot(x, y, marker="^", linestyle="--", label=label)
     return plots.finish(fig, ax, path, log="xy", xlabel="variables (p_g, theta)",
         ylabel="ms per projection", title="DC-OPF projection, this CPU")  # fmt: skip
 
@@ -137,11 +125,6 @@ def training_figure(trains: list[dict], path: pathlib.Path) -> pathlib.Path:
         ylabel="")  # fmt: skip
 
 
-def _label(row: dict) -> str:
-    kind = "x spread" if row["kind"] == "spread" else "x even dispatch"
-    return f"{row['factor']:g} {kind}"
-
-
 def distances_table(records: list[dict]) -> str:
     """The `distances` records as one Markdown table: time per instance (median
     and quartiles of the batch calls), Clarabel's, successes, factorisations."""
@@ -150,8 +133,9 @@ def distances_table(records: list[dict]) -> str:
         for row in r["rows"]:
             t, n = row["batch_s"], row["batch"]
             clarabel, ratio = row.get("clarabel_ms"), row.get("ratio_to_clarabel")
+            kind = "spread" if row["kind"] == "spread" else "even dispatch"
             rows.append([
-                r["case"], n, _label(row),
+                r["case"], n, f"{row['factor']:g} x {kind}",
                 f"{row['per_instance_ms']:.1f} ({1e3 * t['lq'] / n:.1f}-"
                 f"{1e3 * t['uq'] / n:.1f})",
                 "-" if not clarabel else f"{clarabel['median']:.1f}",
@@ -173,14 +157,13 @@ def distances_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
     ax = axes[0, 0]
     for i, r in enumerate(records):
         rows = [row for row in r["rows"] if row["kind"] == "spread"]
-        x = [row["factor"] for row in rows]
-        colour = f"C{i}"
-        ax.plot(x, [row["per_instance_ms"] for row in rows], "o-", color=colour,
-                label=f"{r['case']} ours (batch {r['batch']})")  # fmt: skip
-        clarabel = [(row["factor"], row["clarabel_ms"]) for row in rows]
-        clarabel = [(f, c["median"]) for f, c in clarabel if c]
+        x, y = [row["factor"] for row in rows], [row["per_instance_ms"] for row in rows]
+        label = f"{r['case']} ours (batch {r['batch']})"
+        ax.plot(x, y, "o-", color=f"C{i}", label=label)
+        clarabel = [(row["factor"], row["clarabel_ms"]["median"])
+                    for row in rows if row["clarabel_ms"]]  # fmt: skip
         if clarabel:
-            ax.plot(*zip(*clarabel), "s--", color=colour, alpha=0.6,
+            ax.plot(*zip(*clarabel), "s--", color=f"C{i}", alpha=0.6,
                     label=f"{r['case']} Clarabel")  # fmt: skip
     return plots.finish(fig, ax, path, log="xy",
         xlabel="distance of the raw outputs (times the spread)",
@@ -209,8 +192,8 @@ _UNPINNED = (
 
 
 def _cores(distances: list[dict]) -> tuple[str, str]:
-    """`(sentence, command prefix)` for the cores the runs used (records from
-    before `cores_used` was kept ran pinned)."""
+    """`(sentence, command prefix)` for the cores the runs used (records without
+    `cores_used` ran pinned)."""
     used = {r["machine"].get("cores_used", 1) for r in distances}
     if used == {1}:
         return _PINNED, "taskset -c 1 "
@@ -250,11 +233,16 @@ def _headline(distances: list[dict]) -> list[dict]:
     return rows
 
 
+def _machine(machine: dict) -> str:
+    """A committed record's `machine`, from a run record's."""
+    return provenance.describe(machine).split(", Linux")[0]
+
+
 def _provenance(machine: dict) -> dict:
     """A committed record's provenance fields, from a run record's `machine`."""
     return {
-        "machine": provenance.describe(machine).split(", Linux")[0],
-        "date": machine["date"][:10], "commit": machine["git"], "source": "run",
+        "machine": _machine(machine), "date": machine["date"][:10],
+        "commit": machine["git"], "source": "run",
     }  # fmt: skip
 
 
@@ -378,12 +366,12 @@ def report(out: pathlib.Path, record: bool = False) -> list[pathlib.Path]:
     """Writes `out/dcopf.md` and its figures; with `record`, the distances figure
     goes to `benchmarks/figures/dcopf/` and the committed records and pages are
     written. Returns the paths."""
-    records = _records(out, "projection")
+    records, trains, distances = (
+        _records(out, kind) for kind in ("projection", "train", "distances")
+    )
     text = "# DC-OPF projection benchmark\n\n" + table(records)
-    trains = _records(out, "train")
     if trains:
         text += "\n" + training_table(trains)
-    distances = _records(out, "distances")
     if distances:
         text += "\n## Inference time against the distance\n\n"
         text += distances_table(distances)
@@ -399,13 +387,11 @@ def report(out: pathlib.Path, record: bool = False) -> list[pathlib.Path]:
         # itself would silently drop the others' rows (and mix machines).
         _keeps_every_grid("distances", distances)
         _keeps_every_grid("activsg_projection", activsg)
-    if distances and record:
         link = "![time against distance](../figures/dcopf/dcopf_distances.png)"
-        paths.append(committed.write(distances_record(distances, link)))
-    if activsg and record:
-        paths.append(committed.write(activsg_record(activsg)))
-    if record and (distances or activsg):
-        paths += committed.render(["dcopf"])
+        written = [distances_record(distances, link)] if distances else []
+        written += [activsg_record(activsg)] if activsg else []
+        paths += [committed.write(r) for r in written]
+        paths += committed.render(["dcopf"]) if written else []
     if records:
         paths.append(figure(records, out / "dcopf_time.png"))
     # Records written before they listed their instances are left out.
@@ -435,7 +421,6 @@ def _keeps_every_grid(name: str, raws: list[dict]) -> None:
         )
 
 
-ORDER = ("ours", "ours-dist", "ours-sup", "e2elr", "mlp")
 LABELS = {
     "ours": "ours (paper's recipe)",
     "ours-dist": "ours (+ distance)",
@@ -443,6 +428,7 @@ LABELS = {
     "e2elr": "E2ELR",
     "mlp": "MLP + penalties",
 }
+ORDER = tuple(LABELS)
 SOLVERS = {
     "clarabel_default": "Clarabel (default)",
     "clarabel_1e-08": "Clarabel (1e-8)",
@@ -451,12 +437,16 @@ SOLVERS = {
 }
 
 
+def _key(r: dict) -> str:
+    """A raw record's method, with its tag (`ours-s200`)."""
+    return r["method"] + (f"-{r['tag']}" if r.get("tag") else "")
+
+
 def _groups(records: list[dict]) -> dict[tuple, dict[str, dict]]:
     """`{(case, variant): {method: record}}`."""
     groups: dict[tuple, dict[str, dict]] = {}
     for r in records:
-        key = r["method"] + (f"-{r['tag']}" if r.get("tag") else "")
-        groups.setdefault((r["case"], r["variant"]), {})[key] = r
+        groups.setdefault((r["case"], r["variant"]), {})[_key(r)] = r
     return groups
 
 
@@ -577,11 +567,8 @@ def gaps_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path:
 def _week(per_hour: dict) -> np.ndarray:
     """The solved test hours of the 168-hour window holding the most of them."""
     hours = np.asarray(per_hour["hour"])
-    best, start = 0, hours[0]
-    for h in hours:
-        n = np.count_nonzero((hours >= h) & (hours < h + 168))
-        if n > best:
-            best, start = n, h
+    inside = (hours >= hours[:, None]) & (hours < hours[:, None] + 168)
+    start = hours[np.argmax(inside.sum(axis=1))]
     return np.flatnonzero((hours >= start) & (hours < start + 168))
 
 
@@ -688,7 +675,7 @@ def time_figure(
                         r["n_bus"], r[key]["ms"]["median"]
                     )
         elif "timing" in r["test"]:
-            label = _name(r["method"] + (f"-{r['tag']}" if r.get("tag") else ""))
+            label = _name(_key(r))
             series.setdefault(label + suffix, {}).setdefault(
                 r["n_bus"], r["test"]["timing"]["per_instance_ms"]
             )
@@ -717,9 +704,9 @@ def _command(r: dict) -> str:
 
 
 def _proxy_headline(groups: dict[tuple, dict[str, dict]], previous=()) -> list[dict]:
-    """The headline: each grid's proxies (the paper's recipe and the
-    supervised one, where run) against Clarabel and E2ELR; E2ELR's numbers
-    from the `previous` headline rows where this run has no record of it."""
+    """The headline: each grid's proxies (`_best_runs`) against Clarabel and
+    E2ELR; E2ELR's numbers from the `previous` headline rows where this run has
+    no record of it."""
     rows = []
     for (case, variant), group in sorted(groups.items(), reverse=True):
         solver = (group.get("solvers") or {}).get("clarabel_1e-08")
@@ -728,8 +715,7 @@ def _proxy_headline(groups: dict[tuple, dict[str, dict]], previous=()) -> list[d
         # Clarabel's time from this run's solvers, where they ran (the proxies
         # timed in the same run as Clarabel need none).
         ref = solver["ms"]["median"] if solver else None
-        e2elr = group.get("e2elr")
-        if e2elr:
+        if e2elr := group.get("e2elr"):
             e2elr_text = (
                 f"; E2ELR gap {_pct(e2elr['test']['gap_mean'])}, "
                 f"{_pct(e2elr['test']['overloaded_share'])} of hours overloaded"
@@ -737,41 +723,47 @@ def _proxy_headline(groups: dict[tuple, dict[str, dict]], previous=()) -> list[d
         else:
             same = [r["baseline"] for r in previous if r["measure"].split()[0] == case]
             e2elr_text = "".join(b[b.index(";") :] for b in same[:1] if ";" in b)
-        # One row per recipe: the paper's, the supervised one, and a fine-tune
-        # of a checkpoint (`--init`) where one was run; of a recipe's runs
-        # (tags), the one of the best validation gap, as a user would choose.
-        proxies: dict[tuple, dict] = {}
-        for key in sorted(group, key=_rank):
-            r = group[key]
-            if r.get("method") in ("ours", "ours-sup"):
-                init = bool((r.get("settings") or {}).get("init"))
-                kept = proxies.setdefault((r["method"], init), r)
-                if r.get("best_val_gap", np.inf) < kept.get("best_val_gap", np.inf):
-                    proxies[(r["method"], init)] = r
-        for ours in proxies.values():
-            t = ours["test"]
-            ms = t["timing"]["per_instance_ms"] if "timing" in t else None
-            # Timed in the same run as Clarabel, where it was (`_same_run`).
-            same = t.get("timing", {}).get("same_run")
-            base, how = (same["clarabel_ms"], "same run") if same else (ref, "")
-            timed = ms is not None and base is not None
-            ratio = same["ratio"] if same else ms / base if timed else None
-            key = ours["method"] + (f"-{ours['tag']}" if ours.get("tag") else "")
-            rows.append({
-                "label": "DC-OPF proxy",
-                "measure": f"{case} ({t['n_hours']} feasible test hours): "
-                f"{_name(key)}, mean gap (p99), ms per instance",
-                "ours": f"{_pct(t['gap_mean'])} ({_pct(t['gap']['p99'])}), "
-                + ("not timed" if ms is None else
-                   f"{same['ours_ms'] if same else ms:.3g} ms"),
-                "baseline": ("Clarabel not timed" if base is None
-                             else f"Clarabel {base:.3g} ms")
-                + (f" ({how})" if how else "") + e2elr_text,
-                "ratio": "-" if ratio is None else f"{ratio:.2f} (time vs Clarabel)",
-                "date": ours["machine"]["date"][:10],
-                "command": _command(ours),
-            })  # fmt: skip
+        rows += [_headline_row(case, r, ref, e2elr_text) for r in _best_runs(group)]
     return rows
+
+
+def _best_runs(group: dict[str, dict]) -> list[dict]:
+    """One run per recipe: the paper's, the supervised one, and a fine-tune of
+    a checkpoint (`--init`) where one was run; of a recipe's runs (tags), the
+    one of the best validation gap, as a user would choose."""
+    recipes: dict[tuple, list[dict]] = {}
+    for key in sorted(group, key=_rank):
+        r = group[key]
+        if r.get("method") in ("ours", "ours-sup"):
+            init = bool((r.get("settings") or {}).get("init"))
+            recipes.setdefault((r["method"], init), []).append(r)
+    return [min(runs, key=lambda r: r.get("best_val_gap", np.inf))
+            for runs in recipes.values()]  # fmt: skip
+
+
+def _headline_row(case: str, ours: dict, ref, e2elr_text: str) -> dict:
+    """A proxy's headline row; timed in the same run as Clarabel where it was
+    (`_same_run`), else against Clarabel's time `ref`."""
+    t = ours["test"]
+    ms = t["timing"]["per_instance_ms"] if "timing" in t else None
+    same = t.get("timing", {}).get("same_run")
+    base, how = (same["clarabel_ms"], "same run") if same else (ref, "")
+    timed = ms is not None and base is not None
+    ratio = same["ratio"] if same else ms / base if timed else None
+    return {
+        "label": "DC-OPF proxy",
+        "measure": f"{case} ({t['n_hours']} feasible test hours): "
+        f"{_name(_key(ours))}, mean gap (p99), ms per instance",
+        "ours": f"{_pct(t['gap_mean'])} ({_pct(t['gap']['p99'])}), "
+        + ("not timed" if ms is None else
+           f"{same['ours_ms'] if same else ms:.3g} ms"),
+        "baseline": ("Clarabel not timed" if base is None
+                     else f"Clarabel {base:.3g} ms")
+        + (f" ({how})" if how else "") + e2elr_text,
+        "ratio": "-" if ratio is None else f"{ratio:.2f} (time vs Clarabel)",
+        "date": ours["machine"]["date"][:10],
+        "command": _command(ours),
+    }  # fmt: skip
 
 
 _CARRIED = "Rows carried from the earlier run"
@@ -899,7 +891,7 @@ def proxy_record(
         "suite": "dcopf", "name": "proxy", "order": 5,
         "title": "DC-OPF proxies on the ACTIVSg hours",
         "command": "python -m benchmarks.dcopf proxy-report",
-        "machine": provenance.describe(raw[0]["machine"]).split(", Linux")[0],
+        "machine": _machine(raw[0]["machine"]),
         "date": max(dates, default=""), "source": "run",
         "commit": ", ".join(sorted(commits)),
         "headline": headline,
