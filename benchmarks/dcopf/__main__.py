@@ -175,16 +175,11 @@ def _proxy(args):
             "--scored-only leaves the training hours unsolved, whose optima "
             "--method ours-sup regresses on: drop --scored-only."
         )
+    scored = (args.n_val, args.n_test) if args.scored_only else None
     data = hourly_data(
-        args.case,
-        args.variant,
-        out=args.out,
-        fixture=args.fixture,
-        budget_s=args.budget,
-        stride=args.stride,
-        saved=args.saved,
-        scored=(args.n_val, args.n_test) if args.scored_only else None,
-    )
+        args.case, args.variant, out=args.out, fixture=args.fixture,
+        budget_s=args.budget, stride=args.stride, saved=args.saved, scored=scored,
+    )  # fmt: skip
     if method == "optima":
         for part in PARTS:
             print(part, data.counts(getattr(data, part)))

@@ -186,11 +186,8 @@ def apply_load_changes(
     labels, which = np.unique(chgtab[:, 0], return_inverse=True)
     loads = np.tile(p_d, (labels.size, 1))
     for i, (table, row, col, kind, value) in zip(which, chgtab[:, 2:]):
-        if (
-            table not in (CT_TLOAD, CT_TAREALOAD)
-            or abs(col) not in CT_LOAD_FIXED
-            or kind not in (CT_REP, CT_REL, CT_ADD)
-        ):
+        load = table in (CT_TLOAD, CT_TAREALOAD) and abs(col) in CT_LOAD_FIXED
+        if not load or kind not in (CT_REP, CT_REL, CT_ADD):
             raise ValueError(
                 f"apply_load_changes: (table {table:g}, col {col:g}, chgtype "
                 f"{kind:g}) is not a change of fixed loads."

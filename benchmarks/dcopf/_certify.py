@@ -55,13 +55,7 @@ def face_projection(
 
 
 def certify_projection(
-    case: GridCase,
-    y_raw: np.ndarray,
-    p_d: np.ndarray,
-    y: np.ndarray,
-    *,
-    tol: float = 1e-6,
-    rounds: int = 10,
+    case: GridCase, y_raw, p_d, y, *, tol=1e-6, rounds=10
 ) -> tuple[np.ndarray, bool]:
     """`(y_exact, certified)`: the approximate projection `y` of `y_raw` (loads
     `p_d`) sharpened from its active set (rows within `tol` of their limit) and

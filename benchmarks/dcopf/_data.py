@@ -1,13 +1,10 @@
 r"""DC-OPF grids from pandapower, and reference solvers for the DC-OPF and projection.
 
-`load_case` runs pandapower's DC power flow on one of its MATPOWER/PEGASE test
-networks and reads MATPOWER's DC model off the internal PYPOWER case
-(`net._ppc`, pandapower's bus order; `makeBdc` gives $B_{bus}$, $B_f$ and the
-phase-shifter injections): in-service generators and branches, isolated buses
-dropped, the first type-3 bus as the reference. A branch without a rating (0,
-or pandapower's placeholder above 1e6 MVA) gets 1e4 MVA, and every limit is
-raised to 1.2 times the base-case flow. Costs are `net.poly_cost`'s. The
-conventions and checks are in `NOTES_data.md`.
+`load_case` reads MATPOWER's DC model off pandapower's internal PYPOWER case
+(`net._ppc`, after its DC power flow; `makeBdc`): in-service generators and
+branches, isolated buses dropped, the first type-3 bus as the reference. A
+branch without a rating gets 1e4 MVA, and every limit is raised to 1.2 times
+the base-case flow. The conventions and checks are in `NOTES_data.md`.
 
 `project_clarabel` and `dcopf_clarabel` are the high-accuracy references
 (Clarabel at 1e-10, loosened 10x at a time up to 1e-8 where it does not report

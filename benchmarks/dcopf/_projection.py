@@ -77,16 +77,9 @@ def _solver(case: GridCase, **settings):
 
 
 def run(
-    case: GridCase,
-    dtype: str,
-    *,
-    n_accuracy: int = 8,
-    batch: int = 256,
-    n_solver: int = 8,
-    repeats: int = 3,
-    seed: int = 0,
-    affine_form: str = "auto",
-) -> dict:
+    case: GridCase, dtype: str, *, n_accuracy=8, batch=256, n_solver=8, repeats=3,
+    seed=0, affine_form="auto",
+) -> dict:  # fmt: skip
     """Benchmark one grid in one precision; returns a JSON-able record
     (`affine_form`: a test forces the sparse form on a small grid)."""
     from ._data import project_clarabel, project_osqp
@@ -248,13 +241,7 @@ def even_dispatch(case: GridCase, loads, rng, factor: float) -> np.ndarray:
 
 
 def distances(
-    case: GridCase,
-    dtype: str = "float32",
-    *,
-    batch: int = 256,
-    n_solver: int = 8,
-    repeats: int = 3,
-    seed: int = 0,
+    case: GridCase, dtype="float32", *, batch=256, n_solver=8, repeats=3, seed=0
 ) -> dict:
     """Inference time against the distance of the raw outputs from the set: for
     each of `SCALES` and `EVEN`, the batch call (`timed_batch`), the host

@@ -186,24 +186,10 @@ def _validation_hours(data: HourlyData, n: int) -> np.ndarray:
 
 
 def train_proxy(
-    data: HourlyData,
-    method: str,
-    *,
-    steps: int = 2000,
-    batch: int = 64,
-    lr: float = 1e-3,
-    width: int = 256,
-    depth: int = 3,
-    seed: int = 0,
-    every: int = 200,
-    n_val: int = 64,
-    dist_weight: float = 1e-2,
-    penalty: float = 10.0,
-    augment: float = 0.0,
-    checkpoint: pathlib.Path | None = None,
-    fixture: str | None = None,
-    init: str | None = None,
-):
+    data: HourlyData, method: str, *, steps=2000, batch=64, lr=1e-3, width=256,
+    depth=3, seed=0, every=200, n_val=64, dist_weight=1e-2, penalty=10.0,
+    augment=0.0, checkpoint: pathlib.Path | None = None, fixture=None, init=None,
+):  # fmt: skip
     """`(model, info)`: `method` trained on `data` (module docstring), validated
     on `n_val` hours; `penalty` is in units of the centre's largest marginal cost,
     `augment` the spread of per-bus noise on training loads, `fixture` recorded to
@@ -281,10 +267,8 @@ def make_proxy(case, variant, method, width, depth, fixture=None):
     """The skeleton `pe.load` fills: the network of `method` for the grid."""
     from ._proxy_data import load_hours
 
-    grid_case = load_hours(case, variant, fixture=fixture)[0]
-    return make_model(
-        grid_case, method, width=width, depth=depth, key=jax.random.key(0)
-    )[0]
+    grid_case, key = load_hours(case, variant, fixture=fixture)[0], jax.random.key(0)
+    return make_model(grid_case, method, width=width, depth=depth, key=key)[0]
 
 
 def load_proxy(path: str | pathlib.Path):
@@ -316,9 +300,7 @@ def reevaluate(data: HourlyData, method: str, *, out, tag=None, repeats=3) -> di
     return record
 
 
-def run(
-    data: HourlyData, method: str, *, out, tag=None, n_test=None, repeats=3, **settings
-):
+def run(data, method: str, *, out, tag=None, n_test=None, repeats=3, **settings):
     """Trains `method` (checkpoint `out/proxy/{data.stem(method, tag)}.eqx`) and
     scores it on `n_test` test hours (`_scored`); a JSON-able record."""
     case = data.case

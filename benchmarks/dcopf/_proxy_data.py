@@ -99,11 +99,7 @@ def fixture_split(n_hours: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def load_hours(
-    name: str,
-    variant: str = "real",
-    *,
-    fixture: str | os.PathLike | None = None,
-    saved: str | os.PathLike | None = None,
+    name: str, variant="real", *, fixture=None, saved=None
 ) -> tuple[GridCase, np.ndarray, np.ndarray, tuple]:
     """`(case, loads, hours, (train, val, test))` of an ACTIVSg grid: from a
     `fixture` (`_activsg.save_fixture`, split by `fixture_split`), the hourly

@@ -1,13 +1,7 @@
-"""The DC-OPF benchmark's reports, from the raw JSON records under OUT.
-
-`report`: a Markdown table and figures of the `projection`, `train` and
-`distances` records; with `record`, the committed records of the distances and
-of the ACTIVSg grids. `proxy_report`, from `OUT/proxy/` (large, not committed):
-the committed record `dcopf/records/proxy.json` and the figures
-`figures/dcopf/proxy_gaps_{case}-{variant}.png` (the test gaps),
-`proxy_week_{case}-{variant}.png` (the held-out week with the most feasible
-hours) and `proxy_time.png` (time per instance against the number of buses).
-"""
+"""The DC-OPF benchmark's reports, from the raw JSON records under OUT: `report`
+(the `projection`, `train` and `distances` records, and with `record` the
+committed records of the distances and of the ACTIVSg grids) and `proxy_report`
+(`OUT/proxy/`, large and not committed: the committed record `proxy.json`)."""
 
 from __future__ import annotations
 
@@ -37,13 +31,6 @@ def _fmt(x: float) -> str:
     return f"{x:.2g}" if abs(x) < 1e-2 or abs(x) >= 1e3 else f"{x:.3g}"
 
 
-def _osqp(r: dict) -> str:
-    """OSQP's median, with the solves that hit its iteration cap."""
-    text = "-" if r["osqp_ms"] is None else f"{r['osqp_ms']['median']:.1f}"
-    failed = r.get("osqp_failed", 0)
-    return text + (f" ({failed} failed)" if failed else "")
-
-
 def _table(header: str, rows: list[list]) -> str:
     """A Markdown table (`header`: the columns, `|`-separated), newline-ended."""
     return committed.table(header.split("|"), rows) + ("\n" if rows else "\n\n")
@@ -55,6 +42,9 @@ def table(records: list[dict]) -> str:
     for r in records:
         near, far = r["near"], r["far"]
         worst = lambda key: _fmt(max(near[key], far[key]))  # noqa: E731
+        # OSQP's median, with the solves that hit its iteration cap.
+        osqp = "-" if r["osqp_ms"] is None else f"{r['osqp_ms']['median']:.1f}"
+        failed = r.get("osqp_failed", 0)
         rows.append([
             r["case"], r["dtype"], r["dim"], f"{r['build_s']:.2f}",
             f"{r['peak_rss_gb_after_build']:.2f}",
@@ -63,7 +53,8 @@ def table(records: list[dict]) -> str:
             f"{_fmt(near['rel_err_max'])} / {_fmt(far['rel_err_max'])}",
             worst("objective_minus_clarabel_max"), worst("violation_max"),
             worst("normalised_residual_over_eps32"), f"{r['per_instance_ms']:.1f}",
-            f"{r['clarabel_ms']['median']:.1f}", _osqp(r),
+            f"{r['clarabel_ms']['median']:.1f}",
+            osqp + (f" ({failed} failed)" if failed else ""),
             f"{r['ratio_to_clarabel']:.2f}",
         ])  # fmt: skip
     return _table(
@@ -91,8 +82,7 @@ def training_table(trains: list[dict]) -> str:
 
 def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Time per instance against the number of variables: ours, Clarabel, OSQP."""
-    fig, axes = plots.new(5.5, 3.8)
-    ax = axes[0, 0]
+    fig, ((ax,),) = plots.new(5.5, 3.8)
     for dtype, marker in (("float64", "o"), ("float32", "s")):
         rs = [r for r in records if r["dtype"] == dtype]
         x, y = [r["dim"] for r in rs], [r["per_instance_ms"] for r in rs]
@@ -108,8 +98,7 @@ def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
 def training_figure(trains: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Histograms over the test instances of the trained proxies: the gap to
     Clarabel's optimum and the largest normalised residual (the bound is 10)."""
-    fig, axes = plots.new(9, 3.6, ncols=2)
-    ax_gap, ax_res = axes[0]
+    fig, ((ax_gap, ax_res),) = plots.new(9, 3.6, ncols=2)
     for t in trains:
         label = t["case"] + (
             f" (distance {t['distance_weight']:g})" if t["distance_weight"] else ""
@@ -153,8 +142,7 @@ def distances_table(records: list[dict]) -> str:
 def distances_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Time per instance against the raw outputs' distance (times the spread),
     ours and Clarabel's, one colour per case (batch shown in the legend)."""
-    fig, axes = plots.new(6, 4)
-    ax = axes[0, 0]
+    fig, ((ax,),) = plots.new(6, 4)
     for i, r in enumerate(records):
         rows = [row for row in r["rows"] if row["kind"] == "spread"]
         x, y = [row["factor"] for row in rows], [row["per_instance_ms"] for row in rows]
@@ -337,9 +325,7 @@ def activsg_record(records: list[dict]) -> dict:
     """The committed record of the ACTIVSg grids' `projection` runs."""
     largest = max(records, key=lambda r: r["dim"])
     errs = _certified_error(records)
-    body = "\n\n".join(
-        [ACTIVSG_SETUP, activsg_table(records), _activsg_targets(records)]
-    )
+    parts = [ACTIVSG_SETUP, activsg_table(records), _activsg_targets(records)]
     return {
         "suite": "dcopf", "name": "activsg_projection", "order": 4,
         "title": "The projection on the large ACTIVSg grids (float64)",
@@ -358,7 +344,7 @@ def activsg_record(records: list[dict]) -> dict:
             "ratio": f"{largest['ratio_to_clarabel']:.2f} (far from the set: "
             f"{largest['far_timing']['ratio_to_clarabel']:.2f})",
         }],
-        "blocks": committed.blocks(body),
+        "blocks": committed.blocks("\n\n".join(parts)),
     }  # fmt: skip
 
 
@@ -422,19 +408,14 @@ def _keeps_every_grid(name: str, raws: list[dict]) -> None:
 
 
 LABELS = {
-    "ours": "ours (paper's recipe)",
-    "ours-dist": "ours (+ distance)",
-    "ours-sup": "ours (supervised)",
-    "e2elr": "E2ELR",
-    "mlp": "MLP + penalties",
-}
+    "ours": "ours (paper's recipe)", "ours-dist": "ours (+ distance)",
+    "ours-sup": "ours (supervised)", "e2elr": "E2ELR", "mlp": "MLP + penalties",
+}  # fmt: skip
 ORDER = tuple(LABELS)
 SOLVERS = {
-    "clarabel_default": "Clarabel (default)",
-    "clarabel_1e-08": "Clarabel (1e-8)",
-    "highs_default": "HiGHS (default)",
-    "highs_1e-08": "HiGHS (1e-8)",
-}
+    "clarabel_default": "Clarabel (default)", "clarabel_1e-08": "Clarabel (1e-8)",
+    "highs_default": "HiGHS (default)", "highs_1e-08": "HiGHS (1e-8)",
+}  # fmt: skip
 
 
 def _key(r: dict) -> str:
@@ -551,8 +532,7 @@ def _infeasible_lines(group: dict[str, dict]) -> list[str]:
 def gaps_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path:
     """Histograms of the test gaps (log scale; gaps below 1e-6, including the
     negative ones of outputs that are not feasible, are drawn at 1e-6)."""
-    fig, axes = plots.new(6, 3.8)
-    ax = axes[0, 0]
+    fig, ((ax,),) = plots.new(6, 3.8)
     bins = np.logspace(-6, 0, 49)
     for method in sorted(group, key=_rank):
         gaps = np.asarray(group[method]["test"]["per_hour"]["gap"])
@@ -564,25 +544,20 @@ def gaps_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path:
         title=f"{first['case']} ({first['variant']})")  # fmt: skip
 
 
-def _week(per_hour: dict) -> np.ndarray:
-    """The solved test hours of the 168-hour window holding the most of them."""
-    hours = np.asarray(per_hour["hour"])
-    inside = (hours >= hours[:, None]) & (hours < hours[:, None] + 168)
-    start = hours[np.argmax(inside.sum(axis=1))]
-    return np.flatnonzero((hours >= start) & (hours < start + 168))
-
-
 def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | None:
     """One held-out week hour by hour: total cost and largest line loading of
     the solver, ours and E2ELR (hours the solver finds infeasible are gaps)."""
     ref = group.get("ours") or group.get("e2elr")
     if ref is None:
         return None
-    fig, axes = plots.new(8, 5, nrows=2)
-    ax_cost, ax_load = axes[0, 0], axes[1, 0]
-    rows = _week(ref["test"]["per_hour"])
-    hours = np.asarray(ref["test"]["per_hour"]["hour"])[rows]
-    first = hours[0]
+    fig, ((ax_cost,), (ax_load,)) = plots.new(8, 5, nrows=2)
+    opt = ref["test"]["per_hour"]
+    # The solved test hours of the 168-hour window holding the most of them.
+    hours = np.asarray(opt["hour"])
+    inside = (hours >= hours[:, None]) & (hours < hours[:, None] + 168)
+    first = hours[np.argmax(inside.sum(axis=1))]
+    rows = np.flatnonzero((hours >= first) & (hours < first + 168))
+    hours = hours[rows]
 
     def draw(ax, x, values, **style):
         # Break the line where hours are missing (infeasible hours).
@@ -590,7 +565,6 @@ def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | No
         v[x - first] = values
         ax.plot(np.arange(168), v, **style)
 
-    opt = ref["test"]["per_hour"]
     draw(ax_cost, hours, np.asarray(opt["opt_cost"])[rows], color="k", label="Clarabel")
     draw(ax_load, hours, np.asarray(opt["opt_loading"])[rows], color="k")
     drawn = (("ours", "C0"), ("ours-dist", "C2"), ("ours-sup", "C1"), ("e2elr", "C3"))
@@ -605,7 +579,7 @@ def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | No
         draw(ax_load, h, np.asarray(ph["loading"])[idx], color=color, ls="--")
     ax_load.axhline(1.0, color="grey", lw=0.8)
     ax_load.set_ylabel("largest |flow| / rating")
-    ax_load.set_xlabel(f"hours from {ref['test']['per_hour']['time'][rows[0]]}")
+    ax_load.set_xlabel(f"hours from {opt['time'][rows[0]]}")
     return plots.finish(fig, ax_cost, path, xlabel="",
         ylabel="cost (per-unit coefficients)",
         title=f"{ref['case']} ({ref['variant']}), held-out week")  # fmt: skip
@@ -615,21 +589,16 @@ def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | No
 _MS_COLUMN = 8
 
 
-def _buses(case: str) -> int | None:
-    """The buses an ACTIVSg grid's name gives (`case_ACTIVSg10k`: 10,000);
-    `None` for other names."""
-    match = re.fullmatch(r"case_ACTIVSg(\d+)(k?)", case)
-    return None if match is None else int(match[1]) * (1000 if match[2] else 1)
-
-
 def _row_times(head: str, rows: list[list[str]]) -> dict[str, dict[int, float]]:
     """Time per instance by label and buses, from one section's table `rows`
     (`case, variant` its `head`), where timed."""
     case, variant = head.split(", ")
     suffix = "" if variant == "real" else f" [{variant}]"
     series: dict[str, dict[int, float]] = {}
-    n_bus = _buses(case)
-    for row in rows if n_bus is not None else []:
+    # The buses an ACTIVSg grid's name gives (`case_ACTIVSg10k`: 10,000).
+    match = re.fullmatch(r"case_ACTIVSg(\d+)(k?)", case)
+    n_bus = match and int(match[1]) * (1000 if match[2] else 1)
+    for row in rows if match else []:
         try:
             ms = float(row[_MS_COLUMN].replace(",", ""))
         except (IndexError, ValueError):  # not timed ("-" or empty)
@@ -660,10 +629,9 @@ def time_figure(
     record gives that method on that grid."""
     import matplotlib
 
-    fig, axes = plots.new(8.5, 4)
-    ax = axes[0, 0]
+    fig, ((ax,),) = plots.new(8.5, 4)
     ax.set_prop_cycle(color=[matplotlib.colormaps["tab20"](i) for i in range(20)])
-    series: dict[str, dict[int, float]] = {}
+    timed = []  # (label, buses, ms): the raw records', then the carried ones
     for r in records:
         if "n_bus" not in r:  # records written before they named their size
             continue
@@ -671,17 +639,14 @@ def time_figure(
         if r["method"] == "solvers":
             for key, label in SOLVERS.items():
                 if r.get(key) and r[key]["ms"]:
-                    series.setdefault(label + suffix, {}).setdefault(
-                        r["n_bus"], r[key]["ms"]["median"]
-                    )
+                    timed.append((label + suffix, r["n_bus"], r[key]["ms"]["median"]))
         elif "timing" in r["test"]:
-            label = _name(_key(r))
-            series.setdefault(label + suffix, {}).setdefault(
-                r["n_bus"], r["test"]["timing"]["per_instance_ms"]
-            )
-    for label, points in (carried or {}).items():
-        for n_bus, ms in points.items():
-            series.setdefault(label, {}).setdefault(n_bus, ms)
+            ms = r["test"]["timing"]["per_instance_ms"]
+            timed.append((_name(_key(r)) + suffix, r["n_bus"], ms))
+    timed += [(lb, n, ms) for lb, p in (carried or {}).items() for n, ms in p.items()]
+    series: dict[str, dict[int, float]] = {}
+    for label, n_bus, ms in timed:
+        series.setdefault(label, {}).setdefault(n_bus, ms)
     for label, points in series.items():
         n = sorted(points)
         solver = label.split(" [")[0] in SOLVERS.values()
@@ -800,22 +765,17 @@ def _carry(old: str, labels: set[str]) -> tuple[list[list[str]], list[str]]:
     return rows, kept
 
 
-def _labels(group: dict[str, dict]) -> set[str]:
-    """The table rows one grid's records of this run give (solvers' only
-    where they ran)."""
-    labels = {_name(m) for m in group if m != "solvers"}
-    return labels | set(SOLVERS.values()) if "solvers" in group else labels
-
-
 def _carried(groups, old: dict[str, str]) -> tuple[dict[tuple, tuple], bool]:
     """Per grid and variant of this run, what it carries from the earlier
     record's sections `old` (`_carry`), and whether it carries nothing at all
     (no row, no grid)."""
-    carried = {
-        key: _carry(old[head], _labels(group)) if head in old else ([], [])
-        for key, group in groups.items()
-        for head in [f"{key[0]}, {key[1]}"]
-    }
+    carried = {}
+    for (case, variant), group in groups.items():
+        # The table rows this run's records give (solvers' where they ran).
+        labels = {_name(m) for m in group if m != "solvers"}
+        labels |= set(SOLVERS.values()) if "solvers" in group else set()
+        head = f"{case}, {variant}"
+        carried[case, variant] = _carry(old[head], labels) if head in old else ([], [])
     untouched = old.keys() - {f"{case}, {variant}" for case, variant in groups}
     return carried, not untouched and not any(rows for rows, _ in carried.values())
 
@@ -830,10 +790,9 @@ def _group_section(key, group, carry: tuple, figures: list[str]) -> list[str]:
     commands = sorted({_command(r) for r in group.values()})
     out = [f"### {case}, {variant}\n\n" + proxy_table(group, carried)]
     out += _infeasible_lines(group)
+    commands = "; ".join(f"`{c}`" for c in commands)
     out.append(
-        f"{provenance.describe(machine)}, {machine['date']}. Commands: "
-        + "; ".join(f"`{c}`" for c in commands)
-        + "."
+        f"{provenance.describe(machine)}, {machine['date']}. Commands: {commands}."
     )
     if carried:
         names = ", ".join(row[0] for row in carried)
@@ -895,21 +854,16 @@ def proxy_record(
         "date": max(dates, default=""), "source": "run",
         "commit": ", ".join(sorted(commits)),
         "headline": headline,
-        "blocks": committed.blocks(
-            "\n\n".join([*body, TIME_FIGURE])
-        ),
+        "blocks": committed.blocks("\n\n".join([*body, TIME_FIGURE])),
     }  # fmt: skip
 
 
-def proxy_report(
-    out: pathlib.Path, figures: pathlib.Path = FIGURES
-) -> list[pathlib.Path]:
+def proxy_report(out: pathlib.Path, figures=FIGURES) -> list[pathlib.Path]:
     """Writes the figures (into `figures`), the record and the pages: their paths.
-
-    Methods and grids of the committed record without a raw record in `out`
-    are carried over (`proxy_record`); a grid's figures that would then lose
-    some of its methods are not redrawn, and the time figure takes their
-    times from the carried rows."""
+    Methods and grids of the committed record without a raw record in `out` are
+    carried over (`proxy_record`); a grid's figures that would then lose some of
+    its methods are not redrawn, and the time figure takes their times from the
+    carried rows."""
     raw = _records(out, "proxy")
     groups = _groups(raw)
     path = committed.folder("dcopf") / "records" / "proxy.json"

@@ -13,12 +13,11 @@ projections at the suite's near raw outputs, with respect to them and the loads'
 right-hand side; the accuracy against Clarabel's projection and the violation,
 in float64; and `train`'s 300 steps at batch 64 extrapolated from one step
 (`train_300_steps_s_estimate`; the issue's budget is 10 minutes). The layers:
-
-- **cvxpylayers**: `CvxpyLayer` at its defaults (diffcp with SCS), float64.
-- **The reference** (`pip install --no-deps pinet-hcnn==0.2.0 beartype`),
-  float32, dense matrices only: the inequalities become one-sided rows
-  $[C; -C; I; -I]$ (infinite bounds dropped), Ruiz equilibration, 50 forward
-  and 25 backward iterations, $\\sigma = 10^{-3}$ (the issue's best).
+`CvxpyLayer` at its defaults (diffcp with SCS), float64; the reference
+(`pip install --no-deps pinet-hcnn==0.2.0 beartype`), float32, dense matrices
+only: the inequalities become one-sided rows $[C; -C; I; -I]$ (infinite bounds
+dropped), Ruiz equilibration, 50 forward and 25 backward iterations,
+$\\sigma = 10^{-3}$ (the issue's best).
 """
 
 from __future__ import annotations
@@ -49,15 +48,9 @@ TRAIN_STEPS, TRAIN_BATCH = 300, 64
 
 
 def train(
-    case: GridCase,
-    *,
-    steps: int = TRAIN_STEPS,
-    batch: int = TRAIN_BATCH,
-    n_test: int = 32,
-    seed: int = 0,
-    lr: float = 1e-3,
-    distance_weight: float = 0.0,
-) -> dict:
+    case: GridCase, *, steps=TRAIN_STEPS, batch=TRAIN_BATCH, n_test=32, seed=0,
+    lr=1e-3, distance_weight=0.0,
+) -> dict:  # fmt: skip
     """Train the proxy in float32 on this CPU; returns a JSON-able record.
     `distance_weight` > 0 adds that times the mean squared distance from the raw
     outputs to the layer's, in spreads (zero at the optimum)."""
