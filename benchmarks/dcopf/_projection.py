@@ -18,8 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import pinet_eqx as pe
+from pinet_eqx._linalg.host_solve import FACTORISATIONS
 
 from .._common import provenance, timing
+from ._certify import certify_projection
 from ._fixture import GridCase, sample_loads
 
 NEAR, FAR = 0.1, 1.0
@@ -138,7 +140,6 @@ def run(
 def _accuracy(case: GridCase, Y: np.ndarray, p_d: np.ndarray, sol) -> dict:
     """The outputs `sol` of the raw outputs `Y` (loads `p_d`) against Clarabel's
     projection and that point certified (`_certify`)."""
-    from ._certify import certify_projection
     from ._data import project_clarabel
 
     ys = np.asarray(sol.y, np.float64)
@@ -248,8 +249,6 @@ def distances(
     factorisations per instance, the share `successful`, the normalised residual
     and Clarabel's time on `n_solver` instances (0: none, and the centre is our
     own projection of zero)."""
-    from pinet_eqx._linalg.host_solve import FACTORISATIONS
-
     rng = np.random.default_rng(seed)
     solve = _solver(case)[1]
     loads = sample_loads(case, batch, rng)

@@ -16,6 +16,7 @@ overloads.
 
 from __future__ import annotations
 
+import json
 import pathlib
 import time
 import traceback
@@ -25,11 +26,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from tqdm.auto import tqdm
 
 import pinet_eqx as pe
 
 from .._common import provenance
-from ._proxy_data import PARTS, SOLVED, UNSOLVED, HourlyData, evenly
+from ._proxy_data import PARTS, SOLVED, UNSOLVED, HourlyData, evenly, load_hours
 from ._proxy_models import Grid, cost_of, evaluate, make_model, scalings
 
 USABLE = (SOLVED, UNSOLVED)  # training hours not found infeasible
@@ -111,8 +113,6 @@ def fit(params, static, loss, sample, validate, *, steps, lr, every, save, seed,
     every `every` steps and after the last, `save(model)` of each best so far,
     failed steps skipped (`_host_failure`). `info`: the times, the `history` of
     (step, loss, gap), `best_step` and the failed steps."""
-    from tqdm.auto import tqdm
-
     step, state = _adam(loss, params, steps, lr)
     rng = np.random.default_rng(seed)
     # The best network so far (gap, params, step), and every validation.
@@ -265,8 +265,6 @@ def _initial(path: str, model, case: str, variant: str):
 
 def make_proxy(case, variant, method, width, depth, fixture=None):
     """The skeleton `pe.load` fills: the network of `method` for the grid."""
-    from ._proxy_data import load_hours
-
     grid_case, key = load_hours(case, variant, fixture=fixture)[0], jax.random.key(0)
     return make_model(grid_case, method, width=width, depth=depth, key=key)[0]
 
@@ -286,8 +284,6 @@ def reevaluate(data: HourlyData, method: str, *, out, tag=None, repeats=3) -> di
     """The record of an earlier `run` with its checkpoint's `test` scored again
     by the library as it is now (`machine` replaced, the training's kept as
     `trained_on`, `reevaluated` set)."""
-    import json
-
     path = out / "proxy" / f"{data.stem(method, tag)}.json"
     record = json.loads(path.read_text())
     model = load_proxy(record["checkpoint"])

