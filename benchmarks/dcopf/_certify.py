@@ -54,9 +54,7 @@ def face_projection(
     return y, lam, residual
 
 
-def certify_projection(
-    case: GridCase, y_raw, p_d, y, *, tol=1e-6, rounds=10
-) -> tuple[np.ndarray, bool]:
+def certify_projection(case: GridCase, y_raw, p_d, y, *, tol=1e-6, rounds=10):
     """`(y_exact, certified)`: the approximate projection `y` of `y_raw` (loads
     `p_d`) sharpened from its active set (rows within `tol` of their limit) and
     certified, the face changing at most `rounds` times; `y` if not certified."""

@@ -83,7 +83,7 @@ class GridCase:
 
     @property
     def lower(self) -> np.ndarray:
-        """`p_min`, then `-inf` for every angle (`upper`: `p_max`, `+inf`)."""
+        """Bounds on `y`: `p_min`, then `-inf` per angle (`upper`: `p_max`, `+inf`)."""
         return np.concatenate([self.p_min, np.full(self.n_bus, -np.inf)])
 
     @property

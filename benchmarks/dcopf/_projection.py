@@ -176,9 +176,7 @@ def _own_centre(solve, Q, dim: int):
     return np.asarray(centre.y[0], np.float64), centre
 
 
-def throughput(
-    case: GridCase, dtype: str, *, batch: int = 256, repeats: int = 5, seed: int = 0
-) -> dict:
+def throughput(case: GridCase, dtype: str, *, batch=256, repeats=5, seed=0) -> dict:
     """Inference throughput alone, for a machine without Clarabel, OSQP and
     pandapower (the GPU one): near raw outputs around our own projection of
     zero, with the share `successful`, the violation and normalised residual."""

@@ -91,9 +91,7 @@ def fixture_split(n_hours: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(np.flatnonzero(part) for part in parts)  # type: ignore[return-value]
 
 
-def load_hours(
-    name: str, variant="real", *, fixture=None, saved=None
-) -> tuple[GridCase, np.ndarray, np.ndarray, tuple]:
+def load_hours(name: str, variant="real", *, fixture=None, saved=None) -> tuple:
     """`(case, loads, hours, (train, val, test))` of an ACTIVSg grid: from a
     `fixture` (`_activsg.save_fixture`, split by `fixture_split`), the hourly
     loads of the `SCENARIO_CASES` (`split_by_month`), or `N_SAMPLES` loads of

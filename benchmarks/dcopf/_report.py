@@ -555,9 +555,10 @@ def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | No
     # The solved test hours of the 168-hour window holding the most of them.
     hours = np.asarray(opt["hour"])
     inside = (hours >= hours[:, None]) & (hours < hours[:, None] + 168)
-    first = hours[np.argmax(inside.sum(axis=1))]
-    rows = np.flatnonzero((hours >= first) & (hours < first + 168))
+    start = hours[np.argmax(inside.sum(axis=1))]
+    rows = np.flatnonzero((hours >= start) & (hours < start + 168))
     hours = hours[rows]
+    first = hours[0]
 
     def draw(ax, x, values, **style):
         # Break the line where hours are missing (infeasible hours).
@@ -620,9 +621,7 @@ def earlier_times(old: dict[str, str], carried: dict) -> dict[str, dict[int, flo
     return times
 
 
-def time_figure(
-    records: list[dict], path: pathlib.Path, carried: dict | None = None
-) -> pathlib.Path:
+def time_figure(records: list[dict], path, carried: dict | None = None):
     """Time per instance against the number of buses, every method and solver
     (runs of the `pmin0` variant labelled as such): from the raw `records`,
     and from the `carried` rows of earlier runs (`_row_times`) where no raw
@@ -787,13 +786,10 @@ def _group_section(key, group, carry: tuple, figures: list[str]) -> list[str]:
     case, variant = key
     carried, kept = carry
     machine = next(iter(group.values()))["machine"]
-    commands = sorted({_command(r) for r in group.values()})
+    cmds = "; ".join(f"`{c}`" for c in sorted({_command(r) for r in group.values()}))
     out = [f"### {case}, {variant}\n\n" + proxy_table(group, carried)]
     out += _infeasible_lines(group)
-    commands = "; ".join(f"`{c}`" for c in commands)
-    out.append(
-        f"{provenance.describe(machine)}, {machine['date']}. Commands: {commands}."
-    )
+    out.append(f"{provenance.describe(machine)}, {machine['date']}. Commands: {cmds}.")
     if carried:
         names = ", ".join(row[0] for row in carried)
         out.append(f"{_CARRIED} ({names}), its notes and figures:")
@@ -803,9 +799,7 @@ def _group_section(key, group, carry: tuple, figures: list[str]) -> list[str]:
     return out
 
 
-def proxy_record(
-    raw: list[dict], figures: dict[tuple, list[str]], previous: dict | None = None
-) -> dict:
+def proxy_record(raw: list[dict], figures: dict, previous: dict | None = None):
     """The committed record: a table per grid and variant, figures, headline.
     Grids and methods of the `previous` record without a raw record here are
     carried from it as they were (sections, rows, headline rows, commits)."""
