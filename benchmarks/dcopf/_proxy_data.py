@@ -168,12 +168,11 @@ def _read_cache(path: pathlib.Path | None, n: int, dim: int) -> dict:
         if arrays["y_opt"].shape == (n, dim):
             return arrays
         raise ValueError(f"{path} holds {arrays['y_opt'].shape}, not {(n, dim)}.")
+    y_opt = np.full((n, dim), np.nan, np.float32)
     return dict(
-        status=np.full(n, UNSOLVED, np.int8),
-        y_opt=np.full((n, dim), np.nan, np.float32),
-        cost_opt=np.full(n, np.nan),
+        status=np.full(n, UNSOLVED, np.int8), y_opt=y_opt, cost_opt=np.full(n, np.nan),
         solver_s=np.full(n, np.nan),
-    )
+    )  # fmt: skip
 
 
 def _write_cache(path: pathlib.Path, arrays: dict) -> None:
@@ -311,9 +310,8 @@ def time_solvers(data: HourlyData, *, n_hours: int = 32) -> dict:
             record[f"{name}_{setting}"] = dict(
                 ms=timing.stats(seconds) if seconds else None,
                 rel_cost_diff_max=float(np.max(np.abs(gaps))) if gaps else None,
-                failed=failed,
-                n_hours=int(hours.size),
-            )
+                failed=failed, n_hours=int(hours.size),
+            )  # fmt: skip
     record["clarabel_cache_ms"] = timing.stats(1e3 * data.solver_s[solved])
     record["hours"] = dict(test=data.counts(data.test))
     record["machine"] = provenance.machine()

@@ -268,10 +268,8 @@ Clarabel solves one instance on one thread."""
 
 def _certified_error(records: list[dict]) -> float:
     """The largest error against the certified projection, near or far."""
-    return max(
-        max(r["near"]["rel_err_certified_max"], r["far"]["rel_err_certified_max"])
-        for r in records
-    )
+    key = "rel_err_certified_max"
+    return max(max(r["near"][key], r["far"][key]) for r in records)
 
 
 def _activsg_targets(records: list[dict]) -> str:
@@ -393,11 +391,8 @@ def _keeps_every_grid(name: str, raws: list[dict]) -> None:
     path = committed.folder("dcopf") / "records" / f"{name}.json"
     if not raws or not path.exists():
         return
-    old = {
-        row[0]
-        for block in json.loads(path.read_text())["blocks"]
-        for row in block.get("table", {}).get("rows", [])
-    }
+    blocks = json.loads(path.read_text())["blocks"]
+    old = {row[0] for b in blocks for row in b.get("table", {}).get("rows", [])}
     missing = sorted(old - {r["case"] for r in raws})
     if missing:
         raise SystemExit(
