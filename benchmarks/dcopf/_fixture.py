@@ -59,8 +59,7 @@ class GridCase:
     branch_to: np.ndarray
 
     def __post_init__(self) -> None:
-        """`ValueError` naming the first field whose shape does not fit `n_gen`,
-        `n_bus` and the number of rows of `C`."""
+        """`ValueError` naming the first field whose shape does not fit."""
         n_branch = self.C.shape[0]
         size = {"gen": self.n_gen, "bus": self.n_bus, "branch": n_branch}
         expected = {"E": (self.n_bus + 1, self.dim), "C": (n_branch, self.dim)}
@@ -76,37 +75,33 @@ class GridCase:
 
     @property
     def dim(self) -> int:
-        """The number of variables, `n_gen + n_bus`."""
         return self.n_gen + self.n_bus
 
     @property
     def n_branch(self) -> int:
-        """The number of (in-service) branches, i.e. of rows of `C`."""
         return self.C.shape[0]
 
     @property
     def lower(self) -> np.ndarray:
-        """The lower bounds on `y`: `p_min`, then `-inf` for every angle."""
+        """Bounds on `y`: `p_min`, then `-inf` per angle (`upper`: `p_max`, `+inf`)."""
         return np.concatenate([self.p_min, np.full(self.n_bus, -np.inf)])
 
     @property
     def upper(self) -> np.ndarray:
-        """The upper bounds on `y`: `p_max`, then `+inf` for every angle."""
         return np.concatenate([self.p_max, np.full(self.n_bus, np.inf)])
 
     @property
     def flow_lower(self) -> np.ndarray:
-        """The lower limits on `C y`: `-f_max - f_shift`."""
+        """The lower limits on `C y` (`flow_upper`: `f_max - f_shift`)."""
         return -self.f_max - self.f_shift
 
     @property
     def flow_upper(self) -> np.ndarray:
-        """The upper limits on `C y`: `f_max - f_shift`."""
         return self.f_max - self.f_shift
 
     def q(self, p_d: np.ndarray) -> np.ndarray:
-        """The right-hand side of `E y = q` for the loads `p_d` (`(..., n_bus)`):
-        `p_d + p_fixed`, then 0 for the reference-angle row."""
+        """`q` of `E y = q` for the loads `p_d` (`(..., n_bus)`): `p_d + p_fixed`,
+        then 0 for the reference-angle row."""
         p_d = np.asarray(p_d, dtype=np.float64)
         if p_d.shape[-1:] != (self.n_bus,):
             raise ValueError(
@@ -125,15 +120,10 @@ class GridCase:
         the flow limits and generator bounds (0 when they hold), per unit."""
         y = np.asarray(y, dtype=np.float64)
         eq = float(np.max(np.abs(self.E @ y - self.q(p_d))))
-        flow = self.C @ y
-        p_g = y[: self.n_gen]
-        ineq = max(
-            float(np.max(flow - self.flow_upper, initial=0.0)),
-            float(np.max(self.flow_lower - flow, initial=0.0)),
-            float(np.max(p_g - self.p_max, initial=0.0)),
-            float(np.max(self.p_min - p_g, initial=0.0)),
-        )
-        return eq, ineq
+        flow, p_g = self.C @ y, y[: self.n_gen]
+        excess = (flow - self.flow_upper, self.flow_lower - flow)
+        excess += (p_g - self.p_max, self.p_min - p_g)
+        return eq, max(float(np.max(v, initial=0.0)) for v in excess)
 
 
 def dc_case(gen_bus: np.ndarray, ref_bus: int, B_bus, B_f, **fields) -> GridCase:
@@ -159,9 +149,7 @@ def save_case(case: GridCase, path: str | os.PathLike, **extra: np.ndarray) -> N
         arrays[f"{key}_indices"] = matrix.indices.astype(np.int32)
         arrays[f"{key}_indptr"] = matrix.indptr.astype(np.int32)
         arrays[f"{key}_shape"] = np.array(matrix.shape, dtype=np.int64)
-    for key in _SCALARS:
-        arrays[key] = np.array(getattr(case, key))
-    for key in _ARRAYS:
+    for key in (*_SCALARS, *_ARRAYS):
         arrays[key] = np.asarray(getattr(case, key))
     np.savez_compressed(path, **arrays, **extra)
 
@@ -171,14 +159,9 @@ def load_saved(path: str | os.PathLike) -> GridCase:
     with np.load(path, allow_pickle=False) as data:
         fields: dict[str, object] = {"name": str(data["name"])}
         for key in _MATRICES:
-            fields[key] = sp.csr_matrix(
-                (
-                    data[f"{key}_data"].astype(np.float64),
-                    data[f"{key}_indices"],
-                    data[f"{key}_indptr"],
-                ),
-                shape=tuple(int(n) for n in data[f"{key}_shape"]),
-            )
+            csr = [data[f"{key}_{part}"] for part in ("data", "indices", "indptr")]
+            shape = tuple(int(n) for n in data[f"{key}_shape"])
+            fields[key] = sp.csr_matrix((csr[0].astype(np.float64), *csr[1:]), shape)
         for key, kind in _SCALARS.items():
             fields[key] = kind(data[key])
         for key in _ARRAYS:

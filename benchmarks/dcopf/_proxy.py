@@ -4,21 +4,19 @@ r"""DC-OPF proxies on the ACTIVSg hours: training, the checkpoint, the test reco
 `_proxy_models.METHODS` on the feasible training hours, in float32, with Adam
 (warm-up, then cosine), keeps the network with the best validation gap
 (`pe.save`) and scores the test hours in inference mode (`evaluate`). The
-losses, costs divided by the centre's cost so that they are near 1:
-
-- `ours`, the paper's recipe: the dispatch cost of the layer's output;
-  `ours-dist` adds `dist_weight` times the mean squared distance from the raw
-  output to the layer's, in the backbone's output scale (it keeps the
-  projection short);
-- `ours-sup`: the raw output regresses on Clarabel's optimum (no projection in
-  training);
-- `e2elr`: cost plus `penalty` times the line overloads, E2ELR's recipe;
-  `mlp`: cost plus `penalty` times the imbalance, bound violations and
-  overloads.
+losses, costs divided by the centre's cost so that they are near 1: `ours`, the
+paper's recipe, the dispatch cost of the layer's output (`ours-dist` adds
+`dist_weight` times the mean squared distance from the raw output to the
+layer's, in the backbone's output scale, to keep the projection short);
+`ours-sup`, the raw output regressed on Clarabel's optimum (no projection in
+training); `e2elr`, cost plus `penalty` times the line overloads, E2ELR's
+recipe; `mlp`, cost plus `penalty` times the imbalance, bound violations and
+overloads.
 """
 
 from __future__ import annotations
 
+import json
 import pathlib
 import time
 import traceback
@@ -28,11 +26,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from tqdm.auto import tqdm
 
 import pinet_eqx as pe
 
 from .._common import provenance
-from ._proxy_data import PARTS, SOLVED, UNSOLVED, HourlyData, evenly
+from ._proxy_data import PARTS, SOLVED, UNSOLVED, HourlyData, evenly, load_hours
 from ._proxy_models import Grid, cost_of, evaluate, make_model, scalings
 
 USABLE = (SOLVED, UNSOLVED)  # training hours not found infeasible
@@ -108,29 +107,12 @@ def _adam(loss, params, steps: int, lr: float):
     return step, optim.init(params)
 
 
-def fit(
-    params,
-    static,
-    loss,
-    sample,
-    *,
-    steps: int,
-    lr: float,
-    validate,
-    every: int,
-    checkpoint: pathlib.Path | None,
-    hyperparameters: dict,
-    seed: int,
-    desc: str,
-):
+def fit(params, static, loss, sample, validate, *, steps, lr, every, save, seed, desc):
     """`(best_model, info)`: `_adam` on `loss` from `params` (the model with
     `static`) over batches `sample(rng)`, `validate(model)` (lower is better)
-    every `every` steps and after the last, the best saved to `checkpoint`
-    (unless `None`), failed steps skipped (`_host_failure`). `info`: the times,
-    the `history` of (step, loss, gap), `best_step` and the failed steps.
-    """
-    from tqdm.auto import tqdm
-
+    every `every` steps and after the last, `save(model)` of each best so far,
+    failed steps skipped (`_host_failure`). `info`: the times, the `history` of
+    (step, loss, gap), `best_step` and the failed steps."""
     step, state = _adam(loss, params, steps, lr)
     rng = np.random.default_rng(seed)
     # The best network so far (gap, params, step), and every validation.
@@ -146,8 +128,7 @@ def fit(
         history.append((k, float(value), gap))
         if gap < best[0]:
             best = (gap, params, k)
-            if checkpoint is not None:
-                pe.save(checkpoint, model, hyperparameters)
+            save(model)
         return gap
 
     failed, stopped_at, last_ok, first_step_s = [], None, 0, None
@@ -172,16 +153,11 @@ def fit(
     if stopped_at is not None and (not history or history[-1][0] < last_ok):
         keep(last_ok, params, value)
     info = dict(
-        train_s=time.perf_counter() - start,
-        validate_s=validate_s,
-        first_step_s=first_step_s,
-        history=history,
-        best_step=best[2],
-        best_val_gap=best[0],
-        failed_steps=[k for k, _ in failed],
-        failed_messages=sorted({text for _, text in failed}),
-        stopped_at=stopped_at,
-    )
+        train_s=time.perf_counter() - start, validate_s=validate_s,
+        first_step_s=first_step_s, history=history, best_step=best[2],
+        best_val_gap=best[0], failed_steps=[k for k, _ in failed],
+        failed_messages=sorted({text for _, text in failed}), stopped_at=stopped_at,
+    )  # fmt: skip
     return eqx.combine(best[1], static), info
 
 
@@ -210,24 +186,10 @@ def _validation_hours(data: HourlyData, n: int) -> np.ndarray:
 
 
 def train_proxy(
-    data: HourlyData,
-    method: str,
-    *,
-    steps: int = 2000,
-    batch: int = 64,
-    lr: float = 1e-3,
-    width: int = 256,
-    depth: int = 3,
-    seed: int = 0,
-    every: int = 200,
-    n_val: int = 64,
-    dist_weight: float = 1e-2,
-    penalty: float = 10.0,
-    augment: float = 0.0,
-    checkpoint: pathlib.Path | None = None,
-    fixture: str | None = None,
-    init: str | None = None,
-):
+    data: HourlyData, method: str, *, steps=2000, batch=64, lr=1e-3, width=256,
+    depth=3, seed=0, every=200, n_val=64, dist_weight=1e-2, penalty=10.0,
+    augment=0.0, checkpoint: pathlib.Path | None = None, fixture=None, init=None,
+):  # fmt: skip
     """`(model, info)`: `method` trained on `data` (module docstring), validated
     on `n_val` hours; `penalty` is in units of the centre's largest marginal cost,
     `augment` the spread of per-bus noise on training loads, `fixture` recorded to
@@ -261,14 +223,16 @@ def train_proxy(
     def validate(model):
         return evaluate(method, model, data, val_hours)["gap_mean"]
 
-    hyperparameters = dict(
-        case=case.name, variant=data.variant, method=method, fixture=fixture, **sizes
-    )
+    hyper = dict(case=case.name, variant=data.variant, method=method, fixture=fixture)
+
+    def save(model):
+        if checkpoint is not None:
+            pe.save(checkpoint, model, dict(hyper, **sizes))
+
     sample = _sampler(data, train_hours, batch, augment)
     model, info = fit(
-        params, static, loss, sample, steps=steps, lr=lr, validate=validate,
-        every=every, checkpoint=checkpoint, hyperparameters=hyperparameters,
-        seed=seed, desc=f"{case.name} {method}",
+        params, static, loss, sample, validate, steps=steps, lr=lr, every=every,
+        save=save, seed=seed, desc=f"{case.name} {method}",
     )  # fmt: skip
     return model, dict(info, build_s=build_s)
 
@@ -301,12 +265,8 @@ def _initial(path: str, model, case: str, variant: str):
 
 def make_proxy(case, variant, method, width, depth, fixture=None):
     """The skeleton `pe.load` fills: the network of `method` for the grid."""
-    from ._proxy_data import load_hours
-
-    grid_case = load_hours(case, variant, fixture=fixture)[0]
-    return make_model(
-        grid_case, method, width=width, depth=depth, key=jax.random.key(0)
-    )[0]
+    grid_case, key = load_hours(case, variant, fixture=fixture)[0], jax.random.key(0)
+    return make_model(grid_case, method, width=width, depth=depth, key=key)[0]
 
 
 def load_proxy(path: str | pathlib.Path):
@@ -320,19 +280,10 @@ def _scored(method, model, data: HourlyData, n_test, repeats) -> dict:
     return evaluate(method, model, data, part, per_hour=True, repeats=repeats)
 
 
-def reevaluate(
-    data: HourlyData,
-    method: str,
-    *,
-    out: pathlib.Path,
-    tag: str | None = None,
-    repeats: int = 3,
-) -> dict:
+def reevaluate(data: HourlyData, method: str, *, out, tag=None, repeats=3) -> dict:
     """The record of an earlier `run` with its checkpoint's `test` scored again
     by the library as it is now (`machine` replaced, the training's kept as
     `trained_on`, `reevaluated` set)."""
-    import json
-
     path = out / "proxy" / f"{data.stem(method, tag)}.json"
     record = json.loads(path.read_text())
     model = load_proxy(record["checkpoint"])
@@ -345,16 +296,7 @@ def reevaluate(
     return record
 
 
-def run(
-    data: HourlyData,
-    method: str,
-    *,
-    out: pathlib.Path,
-    tag: str | None = None,
-    n_test: int | None = None,
-    repeats: int = 3,
-    **settings,
-) -> dict:
+def run(data, method: str, *, out, tag=None, n_test=None, repeats=3, **settings):
     """Trains `method` (checkpoint `out/proxy/{data.stem(method, tag)}.eqx`) and
     scores it on `n_test` test hours (`_scored`); a JSON-able record."""
     case = data.case
@@ -363,15 +305,8 @@ def run(
     model, info = train_proxy(data, method, checkpoint=checkpoint, **settings)
     test = _scored(method, model, data, n_test, repeats)
     return dict(
-        case=case.name,
-        variant=data.variant,
-        method=method,
-        n_bus=case.n_bus,
-        dim=case.dim,
-        settings=dict(settings, n_test=n_test),
-        hours={part: data.counts(getattr(data, part)) for part in PARTS},
-        **info,
-        test=test,
-        checkpoint=str(checkpoint),
-        machine=provenance.machine(),
-    )
+        case=case.name, variant=data.variant, method=method, n_bus=case.n_bus,
+        dim=case.dim, settings=dict(settings, n_test=n_test),
+        hours={part: data.counts(getattr(data, part)) for part in PARTS}, **info,
+        test=test, checkpoint=str(checkpoint), machine=provenance.machine(),
+    )  # fmt: skip

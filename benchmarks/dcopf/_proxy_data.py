@@ -6,14 +6,12 @@ solved (with its optimum), infeasible or failed. The variant `"real"` is the
 case as MATPOWER ships it: on case_ACTIVSg2000 every unit has a positive
 `PMIN` (32.6 GW in all), so the light hours have no feasible dispatch; they are
 kept out of training and of the gaps, and counted. `"pmin0"` sets every `PMIN`
-to 0 (any unit can be decommitted; every hour feasible). A year of hours takes
-minutes to solve, so the answers are cached in `OUT/optima/{case}-{variant}.npz`
-and the solving can stop and resume (`fill_cache`): test hours first, then
-validation, then training.
+to 0 (every hour feasible). A year of hours takes minutes to solve, so the
+answers are cached in `OUT/optima/{case}-{variant}.npz`, solved test hours
+first, then validation, then training (`fill_cache`: it can stop and resume).
 
-`time_solvers` times the solvers a proxy is measured against, Clarabel and
-HiGHS, on test hours one at a time (one thread, at their default tolerances and
-at 1e-8; only `solve()`/`run()`), each cost against the cached optimum.
+`time_solvers` times Clarabel and HiGHS on test hours one at a time (one
+thread, at their default tolerances and at 1e-8; only `solve()`/`run()`).
 """
 
 from __future__ import annotations
@@ -25,17 +23,10 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
+from tqdm.auto import tqdm
 
 from .._common import provenance, timing
-from ._activsg import (
-    SCENARIO_CASES,
-    hourly_loads,
-    load_activsg,
-    load_fixture,
-    sample_e2elr,
-    split_by_month,
-    split_indices,
-)
+from . import _activsg
 from ._fixture import GridCase, load_saved
 
 VARIANTS = ("real", "pmin0")
@@ -55,8 +46,7 @@ STATUSES = dict(solved=SOLVED, infeasible=INFEASIBLE, failed=FAILED, unsolved=UN
 class HourlyData:
     """One grid in one `variant`, its per-unit `loads` at `hours`, the `train`,
     `val`, `test` indices, and per hour the solver's `status`, optimum `y_opt`
-    (float32) and `cost_opt` (NaN unless solved) and `solver_s`.
-    """
+    (float32) and `cost_opt` (NaN unless solved) and `solver_s`."""
 
     case: GridCase
     variant: str
@@ -101,25 +91,17 @@ def fixture_split(n_hours: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(np.flatnonzero(part) for part in parts)  # type: ignore[return-value]
 
 
-def load_hours(
-    name: str,
-    variant: str = "real",
-    *,
-    fixture: str | os.PathLike | None = None,
-    saved: str | os.PathLike | None = None,
-) -> tuple[GridCase, np.ndarray, np.ndarray, tuple]:
+def load_hours(name: str, variant="real", *, fixture=None, saved=None) -> tuple:
     """`(case, loads, hours, (train, val, test))` of an ACTIVSg grid: from a
     `fixture` (`_activsg.save_fixture`, split by `fixture_split`), the hourly
     loads of the `SCENARIO_CASES` (`split_by_month`), or `N_SAMPLES` loads of
-    E2ELR's sampler, numbered (`split_indices`). `saved` is the grid as
-    `python -m benchmarks.dcopf save` wrote it, read in place of MATPOWER's
-    file (a machine without matpower; only for grids without a time series,
-    whose loads come from the grid alone)."""
+    E2ELR's sampler, numbered (`split_indices`). `saved`: the grid as `save`
+    wrote it, for a machine without matpower (grids without a time series)."""
     if fixture is not None:
-        data, loads, hours = load_fixture(fixture)
+        data, loads, hours = _activsg.load_fixture(fixture)
         return variant_case(data.case, variant), loads, hours, fixture_split(len(hours))
     if saved is not None:
-        if name in SCENARIO_CASES:
+        if name in _activsg.SCENARIO_CASES:
             raise ValueError(
                 f"--saved serves the grids without a time series; {name}'s hours "
                 "come from MATPOWER's scenario file: drop --saved."
@@ -128,14 +110,15 @@ def load_hours(
         if grid.name != name:
             raise ValueError(f"--saved {saved} holds {grid.name}, not {name}.")
     else:
-        grid = load_activsg(name).case
+        grid = _activsg.load_activsg(name).case
     case = variant_case(grid, variant)
-    if name not in SCENARIO_CASES:
+    if name not in _activsg.SCENARIO_CASES:
         # No time series: E2ELR's sampler, numbered samples, a random split.
-        loads = sample_e2elr(case, N_SAMPLES, seed=SAMPLE_SEED)
-        return case, loads, np.arange(N_SAMPLES), split_indices(N_SAMPLES, SAMPLE_SEED)
-    loads, hours = hourly_loads(name)
-    return case, loads, hours, split_by_month(hours)
+        loads = _activsg.sample_e2elr(case, N_SAMPLES, seed=SAMPLE_SEED)
+        parts = _activsg.split_indices(N_SAMPLES, SAMPLE_SEED)
+        return case, loads, np.arange(N_SAMPLES), parts
+    loads, hours = _activsg.hourly_loads(name)
+    return case, loads, hours, _activsg.split_by_month(hours)
 
 
 def _solve_hour(case: GridCase, p_d: np.ndarray):
@@ -152,33 +135,19 @@ def _solve_hour(case: GridCase, p_d: np.ndarray):
     return SOLVED, y, cost, seconds
 
 
-def fill_cache(
-    case: GridCase,
-    loads: np.ndarray,
-    parts: tuple,
-    path: pathlib.Path | None,
-    *,
-    budget_s: float | None = None,
-    progress: bool = True,
-    hours: np.ndarray | None = None,
-) -> dict:
+def fill_cache(case: GridCase, loads, parts, path, *, budget_s=None, hours=None):
     """`HourlyData`'s `status`, `y_opt`, `cost_opt` and `solver_s`: the hours not
     yet in the cache `path` (`None`: none) solved test first (`parts`), or only
     `hours` if given, saved every 200 hours and at the end, stopping after
-    about `budget_s`.
-    """
-    from tqdm.auto import tqdm
-
+    about `budget_s`."""
     n = loads.shape[0]
     arrays = _read_cache(path, n, case.dim)
     order = np.concatenate([parts[2], parts[1], parts[0]]) if hours is None else hours
     todo = order[arrays["status"][order] == UNSOLVED]
     start = time.perf_counter()
-    bar = tqdm(todo, desc=f"{case.name} optima", unit="h", disable=not progress)
-    for count, hour in enumerate(bar, 1):
+    for count, hour in enumerate(tqdm(todo, desc=f"{case.name} optima", unit="h"), 1):
         status, y, cost, seconds = _solve_hour(case, loads[hour])
-        arrays["status"][hour] = status
-        arrays["cost_opt"][hour] = cost
+        arrays["status"][hour], arrays["cost_opt"][hour] = status, cost
         arrays["solver_s"][hour] = seconds
         if y is not None:
             arrays["y_opt"][hour] = y
@@ -199,12 +168,11 @@ def _read_cache(path: pathlib.Path | None, n: int, dim: int) -> dict:
         if arrays["y_opt"].shape == (n, dim):
             return arrays
         raise ValueError(f"{path} holds {arrays['y_opt'].shape}, not {(n, dim)}.")
+    y_opt = np.full((n, dim), np.nan, np.float32)
     return dict(
-        status=np.full(n, UNSOLVED, np.int8),
-        y_opt=np.full((n, dim), np.nan, np.float32),
-        cost_opt=np.full(n, np.nan),
+        status=np.full(n, UNSOLVED, np.int8), y_opt=y_opt, cost_opt=np.full(n, np.nan),
         solver_s=np.full(n, np.nan),
-    )
+    )  # fmt: skip
 
 
 def _write_cache(path: pathlib.Path, arrays: dict) -> None:
@@ -218,16 +186,9 @@ def _write_cache(path: pathlib.Path, arrays: dict) -> None:
 
 
 def hourly_data(
-    name: str,
-    variant: str = "real",
-    *,
-    out: pathlib.Path | None = None,
-    fixture: str | os.PathLike | None = None,
-    budget_s: float | None = None,
-    stride: int = 1,
-    saved: str | os.PathLike | None = None,
-    scored: tuple[int, int | None] | None = None,
-) -> HourlyData:
+    name: str, variant: str = "real", *, out=None, fixture=None, budget_s=None,
+    stride: int = 1, saved=None, scored: tuple[int, int | None] | None = None,
+) -> HourlyData:  # fmt: skip
     """The hours of `load_hours` with Clarabel's optima cached under `out`
     (`fill_cache`); `stride` keeps every `stride`-th hour (not cached);
     `scored = (n_val, n_test)` solves only the hours a run with those counts
@@ -246,8 +207,7 @@ def hourly_data(
 
 
 def evenly(part: np.ndarray, n: int | None) -> np.ndarray:
-    """`n` evenly spaced hours of `part` (all of them where `n` is `None` or
-    not fewer)."""
+    """`n` evenly spaced hours of `part` (all where `n` is `None` or not fewer)."""
     if n is None or n >= part.size:
         return part
     return part[np.linspace(0, part.size - 1, n).astype(int)]
@@ -271,8 +231,7 @@ def clarabel_dcopf(case: GridCase, p_d: np.ndarray, tol=None):
     from ._data import clarabel_solver, dcopf_objective
 
     settings = clarabel.DefaultSettings()
-    settings.verbose = False
-    settings.max_threads = 1
+    settings.verbose, settings.max_threads = False, 1
     if tol is not None:
         settings.tol_gap_abs = settings.tol_gap_rel = settings.tol_feas = tol
     solver = clarabel_solver(case, *dcopf_objective(case), p_d, settings)
@@ -293,14 +252,12 @@ def highs_dcopf(case: GridCase, p_d: np.ndarray, tol=None):
 
     q = case.q(p_d)
     A = sp.vstack([case.E, case.C], format="csc")
-    lower = np.concatenate([q, case.flow_lower])
-    upper = np.concatenate([q, case.flow_upper])
     P, c = dcopf_objective(case)
     lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = case.dim, A.shape[0]
-    lp.col_cost_ = c
+    lp.num_col_, lp.num_row_, lp.col_cost_ = case.dim, A.shape[0], c
     lp.col_lower_, lp.col_upper_ = case.lower, case.upper
-    lp.row_lower_, lp.row_upper_ = lower, upper
+    lp.row_lower_ = np.concatenate([q, case.flow_lower])
+    lp.row_upper_ = np.concatenate([q, case.flow_upper])
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.start_, lp.a_matrix_.index_ = A.indptr, A.indices
     lp.a_matrix_.value_ = A.data
@@ -310,15 +267,16 @@ def highs_dcopf(case: GridCase, p_d: np.ndarray, tol=None):
     model.lp_ = lp
     model.hessian_.dim_ = case.dim
     model.hessian_.format_ = highspy.HessianFormat.kTriangular
-    model.hessian_.start_ = hessian.indptr
-    model.hessian_.index_ = hessian.indices
+    model.hessian_.start_, model.hessian_.index_ = hessian.indptr, hessian.indices
     model.hessian_.value_ = hessian.data
     h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
+    options = dict(output_flag=False, threads=1)
     if tol is not None:
-        h.setOptionValue("primal_feasibility_tolerance", tol)
-        h.setOptionValue("dual_feasibility_tolerance", tol)
+        options |= dict(
+            primal_feasibility_tolerance=tol, dual_feasibility_tolerance=tol
+        )
+    for key, value in options.items():
+        h.setOptionValue(key, value)
     h.passModel(model)
     start = time.perf_counter()
     h.run()
@@ -335,9 +293,8 @@ def time_solvers(data: HourlyData, *, n_hours: int = 32) -> dict:
     case = data.case
     solved = data.solved(data.test)
     hours = solved[np.linspace(0, solved.size - 1, n_hours).astype(int)]
-    record: dict = dict(
-        case=case.name, variant=data.variant, method="solvers", n_bus=case.n_bus
-    )
+    record: dict = dict(case=case.name, variant=data.variant, method="solvers")
+    record["n_bus"] = case.n_bus
     for name, solve in (("clarabel", clarabel_dcopf), ("highs", highs_dcopf)):
         for setting, tol in SETTINGS.items():
             seconds, gaps, failed = [], [], 0
@@ -353,9 +310,8 @@ def time_solvers(data: HourlyData, *, n_hours: int = 32) -> dict:
             record[f"{name}_{setting}"] = dict(
                 ms=timing.stats(seconds) if seconds else None,
                 rel_cost_diff_max=float(np.max(np.abs(gaps))) if gaps else None,
-                failed=failed,
-                n_hours=int(hours.size),
-            )
+                failed=failed, n_hours=int(hours.size),
+            )  # fmt: skip
     record["clarabel_cache_ms"] = timing.stats(1e3 * data.solver_s[solved])
     record["hours"] = dict(test=data.counts(data.test))
     record["machine"] = provenance.machine()

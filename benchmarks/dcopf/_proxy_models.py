@@ -1,23 +1,16 @@
 r"""The networks of the DC-OPF proxy benchmark, and the grid algebra their losses need.
 
 Every method shares one backbone, an `eqx.nn.MLP` from the standardised bus
-loads (`Standardised`), followed by:
-
-- **ours** (`pe.HardConstrainedNet`): the projection layer onto the set of
-  $y = (p_g, \theta)$ that balance every bus and keep every line and generator
-  within its limits;
-- **E2ELR** (Chen, Tanneau and Van Hentenryck, IEEE Trans. Power Syst. 2023,
-  Sec. III): a sigmoid into the generator bounds, then the power-balance
-  repair (`repair`); line overloads are only penalised in the loss;
-- **MLP with penalties**: the dispatch itself, the loss penalising imbalance,
-  bounds and overloads.
+loads (`Standardised`), followed by: **ours** (`pe.HardConstrainedNet`), the
+projection layer onto the DC-OPF set; **E2ELR** (Chen, Tanneau and Van
+Hentenryck, IEEE Trans. Power Syst. 2023, Sec. III), a sigmoid into the
+generator bounds, then the power-balance `repair` (line overloads only
+penalised in the loss); or an **MLP with penalties** on the dispatch itself.
 
 `evaluate` scores a proxy hour by hour: the optimality gap of a dispatch $p$ is
 $(c(p) - c^\star) / |c^\star|$, $c$ the cost without its constant terms and
 $c^\star$ Clarabel's optimum at 1e-8; line flows come from the PTDF (`ptdf`,
-the reference bus as slack: $C y = M (A_g p_g - q)$), the same for every
-method; our layer's record also has the issue's normalised residual, its
-`result` flag, and what it reports on the hours the solver finds infeasible.
+the reference bus as slack: $C y = M (A_g p_g - q)$), the same for every method.
 """
 
 from __future__ import annotations
@@ -131,24 +124,15 @@ def center(case: GridCase, mean_load: np.ndarray) -> np.ndarray:
     """A solver-free centre: the mean total load shared in proportion to each
     unit's range (`repair` of the lower bounds), and its DC power flow's angles."""
     q = case.q(mean_load)[: case.n_bus]
-    p = np.asarray(
-        repair(case.p_min, case.p_min, case.p_max, float(np.sum(q))), np.float64
-    )
+    total = float(np.sum(q))
+    p = np.asarray(repair(case.p_min, case.p_min, case.p_max, total), np.float64)
     keep, B_red = _reduced(case)
     theta = np.zeros(case.n_bus)
     theta[keep] = spla.spsolve(B_red, (injections_matrix(case) @ p - q)[keep])
     return np.concatenate([p, theta])
 
 
-def make_model(
-    case: GridCase,
-    method: str,
-    *,
-    width: int,
-    depth: int,
-    key,
-    scaling: dict | None = None,
-):
+def make_model(case: GridCase, method: str, *, width, depth, key, scaling=None):
     """`(model, frozen)`: the untrained float32 network of `method` (loads to $y$,
     or to $p_g$) and its selector for `pe.trainable_filter`; `scaling` from
     `scalings` (`None`: placeholders, for `pe.load`'s skeleton)."""
@@ -289,27 +273,16 @@ def _percentiles(values: np.ndarray) -> dict:
     if values.size == 0:
         return dict(mean=np.nan, p50=np.nan, p99=np.nan, max=np.nan)
     return dict(
-        mean=float(np.mean(values)),
-        p50=float(np.median(values)),
-        p99=float(np.percentile(values, 99)),
-        max=float(np.max(values)),
-    )
+        mean=float(np.mean(values)), p50=float(np.median(values)),
+        p99=float(np.percentile(values, 99)), max=float(np.max(values)),
+    )  # fmt: skip
 
 
-def evaluate(
-    method: str,
-    model,
-    data: HourlyData,
-    part: np.ndarray,
-    *,
-    per_hour: bool = False,
-    repeats: int = 0,
-) -> dict:
+def evaluate(method: str, model, data: HourlyData, part, *, per_hour=False, repeats=0):
     """Scores `model` of `method` on the solved hours of `part`: the gaps,
     overloads (MW), imbalance and bound violations and, for our layer, the share
     `successful`, the normalised residual over eps32 and `infeasible_hours`;
-    `repeats` > 0 adds the time at batch `CHUNK`, `per_hour` each hour's numbers.
-    """
+    `repeats` > 0 adds the time at batch `CHUNK`, `per_hour` each hour's numbers."""
     case = data.case
     hours = data.solved(part)
     predict = predictor(method, model)
@@ -320,14 +293,12 @@ def evaluate(
     demand = case.q(data.loads[hours])[:, :-1].sum(axis=1)
     bounds = np.maximum(p - case.p_max, 0) + np.maximum(case.p_min - p, 0)
     record = dict(
-        n_hours=int(hours.size),
-        gap_mean=float(np.mean(gaps)) if gaps.size else np.nan,
-        gap=_percentiles(gaps),
-        overload_mw=_percentiles(over),
+        n_hours=int(hours.size), gap_mean=float(np.mean(gaps)) if gaps.size else np.nan,
+        gap=_percentiles(gaps), overload_mw=_percentiles(over),
         overloaded_share=float(np.mean(over > 1e-3)) if over.size else np.nan,
         imbalance_mw_max=float(np.max(np.abs(p.sum(1) - demand)) * case.base_mva),
         bound_violation_mw_max=float(bounds.max() * case.base_mva),
-    )
+    )  # fmt: skip
     if y is not None:
         resid = max_residuals(case, y, data.loads[hours])
         record.update(
@@ -358,15 +329,14 @@ def _infeasible(predict, data: HourlyData, part: np.ndarray, most: int = 64) -> 
     hours = every[np.linspace(0, every.size - 1, min(most, every.size)).astype(int)]
     _, y, result = _run(predict, data, hours)
     total = data.loads[every].sum(1) + data.case.p_fixed.sum()
+    share = lambda flag: float(np.mean(result == flag._value))  # noqa: E731
     return dict(
-        n_hours=int(every.size),
-        n_run=int(hours.size),
+        n_hours=int(every.size), n_run=int(hours.size),
         below_total_pmin=int(np.sum(total < np.sum(data.case.p_min))),
-        flagged_infeasible=float(np.mean(result == pe.RESULTS.infeasible._value)),
-        flagged_max_steps=float(np.mean(result == pe.RESULTS.max_steps_reached._value)),
-        successful=float(np.mean(result == pe.RESULTS.successful._value)),
-        finite=bool(np.all(np.isfinite(y))),
-    )
+        flagged_infeasible=share(pe.RESULTS.infeasible),
+        flagged_max_steps=share(pe.RESULTS.max_steps_reached),
+        successful=share(pe.RESULTS.successful), finite=bool(np.all(np.isfinite(y))),
+    )  # fmt: skip
 
 
 def _timed(predict, data: HourlyData, hours: np.ndarray, repeats: int) -> dict:
@@ -378,11 +348,10 @@ def _timed(predict, data: HourlyData, hours: np.ndarray, repeats: int) -> dict:
     _, timed = timed_batch(lambda: predict(x, q), CHUNK, repeats, warmup=0)
     t = timed["batch_s"]
     return dict(
-        timed,
-        per_instance_ms_lq=1e3 * t["lq"] / CHUNK,
+        timed, per_instance_ms_lq=1e3 * t["lq"] / CHUNK,
         per_instance_ms_uq=1e3 * t["uq"] / CHUNK,
         same_run=_same_run(lambda: predict(x, q), data, hours, repeats),
-    )
+    )  # fmt: skip
 
 
 # Clarabel's hours per turn of `_same_run`.

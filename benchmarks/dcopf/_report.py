@@ -1,15 +1,7 @@
-"""The DC-OPF benchmark's reports, from the raw JSON records under OUT.
-
-`report`: a Markdown table and figures of the `projection`, `train` and
-`distances` records; with `record`, the committed records of the distances and
-of the ACTIVSg grids. `proxy_report`, from `OUT/proxy/` (large, not committed):
-the committed record `dcopf/records/proxy.json` (per grid and variant, each
-method's and solver's gaps, overloads, residual and time) and the figures
-`figures/dcopf/proxy_gaps_{case}-{variant}.png` (the test gaps),
-`proxy_week_{case}-{variant}.png` (the held-out week with the most feasible
-hours: cost and largest line loading, hour by hour) and `proxy_time.png` (time
-per instance against the number of buses).
-"""
+"""The DC-OPF benchmark's reports, from the raw JSON records under OUT: `report`
+(the `projection`, `train` and `distances` records, and with `record` the
+committed records of the distances and of the ACTIVSg grids) and `proxy_report`
+(`OUT/proxy/`, large and not committed: the committed record `proxy.json`)."""
 
 from __future__ import annotations
 
@@ -39,13 +31,6 @@ def _fmt(x: float) -> str:
     return f"{x:.2g}" if abs(x) < 1e-2 or abs(x) >= 1e3 else f"{x:.3g}"
 
 
-def _osqp(r: dict) -> str:
-    """OSQP's median, with the solves that hit its iteration cap."""
-    text = "-" if r["osqp_ms"] is None else f"{r['osqp_ms']['median']:.1f}"
-    failed = r.get("osqp_failed", 0)
-    return text + (f" ({failed} failed)" if failed else "")
-
-
 def _table(header: str, rows: list[list]) -> str:
     """A Markdown table (`header`: the columns, `|`-separated), newline-ended."""
     return committed.table(header.split("|"), rows) + ("\n" if rows else "\n\n")
@@ -57,6 +42,9 @@ def table(records: list[dict]) -> str:
     for r in records:
         near, far = r["near"], r["far"]
         worst = lambda key: _fmt(max(near[key], far[key]))  # noqa: E731
+        # OSQP's median, with the solves that hit its iteration cap.
+        osqp = "-" if r["osqp_ms"] is None else f"{r['osqp_ms']['median']:.1f}"
+        failed = r.get("osqp_failed", 0)
         rows.append([
             r["case"], r["dtype"], r["dim"], f"{r['build_s']:.2f}",
             f"{r['peak_rss_gb_after_build']:.2f}",
@@ -65,7 +53,8 @@ def table(records: list[dict]) -> str:
             f"{_fmt(near['rel_err_max'])} / {_fmt(far['rel_err_max'])}",
             worst("objective_minus_clarabel_max"), worst("violation_max"),
             worst("normalised_residual_over_eps32"), f"{r['per_instance_ms']:.1f}",
-            f"{r['clarabel_ms']['median']:.1f}", _osqp(r),
+            f"{r['clarabel_ms']['median']:.1f}",
+            osqp + (f" ({failed} failed)" if failed else ""),
             f"{r['ratio_to_clarabel']:.2f}",
         ])  # fmt: skip
     return _table(
@@ -93,26 +82,15 @@ def training_table(trains: list[dict]) -> str:
 
 def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Time per instance against the number of variables: ours, Clarabel, OSQP."""
-    fig, axes = plots.new(5.5, 3.8)
-    ax = axes[0, 0]
+    fig, ((ax,),) = plots.new(5.5, 3.8)
     for dtype, marker in (("float64", "o"), ("float32", "s")):
         rs = [r for r in records if r["dtype"] == dtype]
-        ax.plot(
-            [r["dim"] for r in rs],
-            [r["per_instance_ms"] for r in rs],
-            marker=marker,
-            label=f"pinet_eqx {dtype} (batch 256)",
-        )
-    rs = [r for r in records if r["dtype"] == "float64"]
+        x, y = [r["dim"] for r in rs], [r["per_instance_ms"] for r in rs]
+        ax.plot(x, y, marker=marker, label=f"pinet_eqx {dtype} (batch 256)")
     for key, label in (("clarabel_ms", "Clarabel"), ("osqp_ms", "OSQP")):
-        rk = [r for r in rs if r[key] is not None]
-        ax.plot(
-            [r["dim"] for r in rk],
-            [r[key]["median"] for r in rk],
-            marker="^",
-            linestyle="--",
-            label=label,
-        )
+        rs = [r for r in records if r["dtype"] == "float64" and r[key] is not None]
+        x, y = [r["dim"] for r in rs], [r[key]["median"] for r in rs]
+        ax.plot(x, y, marker="^", linestyle="--", label=label)
     return plots.finish(fig, ax, path, log="xy", xlabel="variables (p_g, theta)",
         ylabel="ms per projection", title="DC-OPF projection, this CPU")  # fmt: skip
 
@@ -120,8 +98,7 @@ def figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
 def training_figure(trains: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Histograms over the test instances of the trained proxies: the gap to
     Clarabel's optimum and the largest normalised residual (the bound is 10)."""
-    fig, axes = plots.new(9, 3.6, ncols=2)
-    ax_gap, ax_res = axes[0]
+    fig, ((ax_gap, ax_res),) = plots.new(9, 3.6, ncols=2)
     for t in trains:
         label = t["case"] + (
             f" (distance {t['distance_weight']:g})" if t["distance_weight"] else ""
@@ -137,11 +114,6 @@ def training_figure(trains: list[dict], path: pathlib.Path) -> pathlib.Path:
         ylabel="")  # fmt: skip
 
 
-def _label(row: dict) -> str:
-    kind = "x spread" if row["kind"] == "spread" else "x even dispatch"
-    return f"{row['factor']:g} {kind}"
-
-
 def distances_table(records: list[dict]) -> str:
     """The `distances` records as one Markdown table: time per instance (median
     and quartiles of the batch calls), Clarabel's, successes, factorisations."""
@@ -150,8 +122,9 @@ def distances_table(records: list[dict]) -> str:
         for row in r["rows"]:
             t, n = row["batch_s"], row["batch"]
             clarabel, ratio = row.get("clarabel_ms"), row.get("ratio_to_clarabel")
+            kind = "spread" if row["kind"] == "spread" else "even dispatch"
             rows.append([
-                r["case"], n, _label(row),
+                r["case"], n, f"{row['factor']:g} x {kind}",
                 f"{row['per_instance_ms']:.1f} ({1e3 * t['lq'] / n:.1f}-"
                 f"{1e3 * t['uq'] / n:.1f})",
                 "-" if not clarabel else f"{clarabel['median']:.1f}",
@@ -169,18 +142,16 @@ def distances_table(records: list[dict]) -> str:
 def distances_figure(records: list[dict], path: pathlib.Path) -> pathlib.Path:
     """Time per instance against the raw outputs' distance (times the spread),
     ours and Clarabel's, one colour per case (batch shown in the legend)."""
-    fig, axes = plots.new(6, 4)
-    ax = axes[0, 0]
+    fig, ((ax,),) = plots.new(6, 4)
     for i, r in enumerate(records):
         rows = [row for row in r["rows"] if row["kind"] == "spread"]
-        x = [row["factor"] for row in rows]
-        colour = f"C{i}"
-        ax.plot(x, [row["per_instance_ms"] for row in rows], "o-", color=colour,
-                label=f"{r['case']} ours (batch {r['batch']})")  # fmt: skip
-        clarabel = [(row["factor"], row["clarabel_ms"]) for row in rows]
-        clarabel = [(f, c["median"]) for f, c in clarabel if c]
+        x, y = [row["factor"] for row in rows], [row["per_instance_ms"] for row in rows]
+        label = f"{r['case']} ours (batch {r['batch']})"
+        ax.plot(x, y, "o-", color=f"C{i}", label=label)
+        clarabel = [(row["factor"], row["clarabel_ms"]["median"])
+                    for row in rows if row["clarabel_ms"]]  # fmt: skip
         if clarabel:
-            ax.plot(*zip(*clarabel), "s--", color=colour, alpha=0.6,
+            ax.plot(*zip(*clarabel), "s--", color=f"C{i}", alpha=0.6,
                     label=f"{r['case']} Clarabel")  # fmt: skip
     return plots.finish(fig, ax, path, log="xy",
         xlabel="distance of the raw outputs (times the spread)",
@@ -209,8 +180,8 @@ _UNPINNED = (
 
 
 def _cores(distances: list[dict]) -> tuple[str, str]:
-    """`(sentence, command prefix)` for the cores the runs used (records from
-    before `cores_used` was kept ran pinned)."""
+    """`(sentence, command prefix)` for the cores the runs used (records without
+    `cores_used` ran pinned)."""
     used = {r["machine"].get("cores_used", 1) for r in distances}
     if used == {1}:
         return _PINNED, "taskset -c 1 "
@@ -250,11 +221,16 @@ def _headline(distances: list[dict]) -> list[dict]:
     return rows
 
 
+def _machine(machine: dict) -> str:
+    """A committed record's `machine`, from a run record's."""
+    return provenance.describe(machine).split(", Linux")[0]
+
+
 def _provenance(machine: dict) -> dict:
     """A committed record's provenance fields, from a run record's `machine`."""
     return {
-        "machine": provenance.describe(machine).split(", Linux")[0],
-        "date": machine["date"][:10], "commit": machine["git"], "source": "run",
+        "machine": _machine(machine), "date": machine["date"][:10],
+        "commit": machine["git"], "source": "run",
     }  # fmt: skip
 
 
@@ -292,10 +268,8 @@ Clarabel solves one instance on one thread."""
 
 def _certified_error(records: list[dict]) -> float:
     """The largest error against the certified projection, near or far."""
-    return max(
-        max(r["near"]["rel_err_certified_max"], r["far"]["rel_err_certified_max"])
-        for r in records
-    )
+    key = "rel_err_certified_max"
+    return max(max(r["near"][key], r["far"][key]) for r in records)
 
 
 def _activsg_targets(records: list[dict]) -> str:
@@ -349,9 +323,7 @@ def activsg_record(records: list[dict]) -> dict:
     """The committed record of the ACTIVSg grids' `projection` runs."""
     largest = max(records, key=lambda r: r["dim"])
     errs = _certified_error(records)
-    body = "\n\n".join(
-        [ACTIVSG_SETUP, activsg_table(records), _activsg_targets(records)]
-    )
+    parts = [ACTIVSG_SETUP, activsg_table(records), _activsg_targets(records)]
     return {
         "suite": "dcopf", "name": "activsg_projection", "order": 4,
         "title": "The projection on the large ACTIVSg grids (float64)",
@@ -370,7 +342,7 @@ def activsg_record(records: list[dict]) -> dict:
             "ratio": f"{largest['ratio_to_clarabel']:.2f} (far from the set: "
             f"{largest['far_timing']['ratio_to_clarabel']:.2f})",
         }],
-        "blocks": committed.blocks(body),
+        "blocks": committed.blocks("\n\n".join(parts)),
     }  # fmt: skip
 
 
@@ -378,12 +350,12 @@ def report(out: pathlib.Path, record: bool = False) -> list[pathlib.Path]:
     """Writes `out/dcopf.md` and its figures; with `record`, the distances figure
     goes to `benchmarks/figures/dcopf/` and the committed records and pages are
     written. Returns the paths."""
-    records = _records(out, "projection")
+    records, trains, distances = (
+        _records(out, kind) for kind in ("projection", "train", "distances")
+    )
     text = "# DC-OPF projection benchmark\n\n" + table(records)
-    trains = _records(out, "train")
     if trains:
         text += "\n" + training_table(trains)
-    distances = _records(out, "distances")
     if distances:
         text += "\n## Inference time against the distance\n\n"
         text += distances_table(distances)
@@ -399,13 +371,11 @@ def report(out: pathlib.Path, record: bool = False) -> list[pathlib.Path]:
         # itself would silently drop the others' rows (and mix machines).
         _keeps_every_grid("distances", distances)
         _keeps_every_grid("activsg_projection", activsg)
-    if distances and record:
         link = "![time against distance](../figures/dcopf/dcopf_distances.png)"
-        paths.append(committed.write(distances_record(distances, link)))
-    if activsg and record:
-        paths.append(committed.write(activsg_record(activsg)))
-    if record and (distances or activsg):
-        paths += committed.render(["dcopf"])
+        written = [distances_record(distances, link)] if distances else []
+        written += [activsg_record(activsg)] if activsg else []
+        paths += [committed.write(r) for r in written]
+        paths += committed.render(["dcopf"]) if written else []
     if records:
         paths.append(figure(records, out / "dcopf_time.png"))
     # Records written before they listed their instances are left out.
@@ -421,11 +391,8 @@ def _keeps_every_grid(name: str, raws: list[dict]) -> None:
     path = committed.folder("dcopf") / "records" / f"{name}.json"
     if not raws or not path.exists():
         return
-    old = {
-        row[0]
-        for block in json.loads(path.read_text())["blocks"]
-        for row in block.get("table", {}).get("rows", [])
-    }
+    blocks = json.loads(path.read_text())["blocks"]
+    old = {row[0] for b in blocks for row in b.get("table", {}).get("rows", [])}
     missing = sorted(old - {r["case"] for r in raws})
     if missing:
         raise SystemExit(
@@ -435,28 +402,27 @@ def _keeps_every_grid(name: str, raws: list[dict]) -> None:
         )
 
 
-ORDER = ("ours", "ours-dist", "ours-sup", "e2elr", "mlp")
 LABELS = {
-    "ours": "ours (paper's recipe)",
-    "ours-dist": "ours (+ distance)",
-    "ours-sup": "ours (supervised)",
-    "e2elr": "E2ELR",
-    "mlp": "MLP + penalties",
-}
+    "ours": "ours (paper's recipe)", "ours-dist": "ours (+ distance)",
+    "ours-sup": "ours (supervised)", "e2elr": "E2ELR", "mlp": "MLP + penalties",
+}  # fmt: skip
+ORDER = tuple(LABELS)
 SOLVERS = {
-    "clarabel_default": "Clarabel (default)",
-    "clarabel_1e-08": "Clarabel (1e-8)",
-    "highs_default": "HiGHS (default)",
-    "highs_1e-08": "HiGHS (1e-8)",
-}
+    "clarabel_default": "Clarabel (default)", "clarabel_1e-08": "Clarabel (1e-8)",
+    "highs_default": "HiGHS (default)", "highs_1e-08": "HiGHS (1e-8)",
+}  # fmt: skip
+
+
+def _key(r: dict) -> str:
+    """A raw record's method, with its tag (`ours-s200`)."""
+    return r["method"] + (f"-{r['tag']}" if r.get("tag") else "")
 
 
 def _groups(records: list[dict]) -> dict[tuple, dict[str, dict]]:
     """`{(case, variant): {method: record}}`."""
     groups: dict[tuple, dict[str, dict]] = {}
     for r in records:
-        key = r["method"] + (f"-{r['tag']}" if r.get("tag") else "")
-        groups.setdefault((r["case"], r["variant"]), {})[key] = r
+        groups.setdefault((r["case"], r["variant"]), {})[_key(r)] = r
     return groups
 
 
@@ -561,8 +527,7 @@ def _infeasible_lines(group: dict[str, dict]) -> list[str]:
 def gaps_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path:
     """Histograms of the test gaps (log scale; gaps below 1e-6, including the
     negative ones of outputs that are not feasible, are drawn at 1e-6)."""
-    fig, axes = plots.new(6, 3.8)
-    ax = axes[0, 0]
+    fig, ((ax,),) = plots.new(6, 3.8)
     bins = np.logspace(-6, 0, 49)
     for method in sorted(group, key=_rank):
         gaps = np.asarray(group[method]["test"]["per_hour"]["gap"])
@@ -574,27 +539,20 @@ def gaps_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path:
         title=f"{first['case']} ({first['variant']})")  # fmt: skip
 
 
-def _week(per_hour: dict) -> np.ndarray:
-    """The solved test hours of the 168-hour window holding the most of them."""
-    hours = np.asarray(per_hour["hour"])
-    best, start = 0, hours[0]
-    for h in hours:
-        n = np.count_nonzero((hours >= h) & (hours < h + 168))
-        if n > best:
-            best, start = n, h
-    return np.flatnonzero((hours >= start) & (hours < start + 168))
-
-
 def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | None:
     """One held-out week hour by hour: total cost and largest line loading of
     the solver, ours and E2ELR (hours the solver finds infeasible are gaps)."""
     ref = group.get("ours") or group.get("e2elr")
     if ref is None:
         return None
-    fig, axes = plots.new(8, 5, nrows=2)
-    ax_cost, ax_load = axes[0, 0], axes[1, 0]
-    rows = _week(ref["test"]["per_hour"])
-    hours = np.asarray(ref["test"]["per_hour"]["hour"])[rows]
+    fig, ((ax_cost,), (ax_load,)) = plots.new(8, 5, nrows=2)
+    opt = ref["test"]["per_hour"]
+    # The solved test hours of the 168-hour window holding the most of them.
+    hours = np.asarray(opt["hour"])
+    inside = (hours >= hours[:, None]) & (hours < hours[:, None] + 168)
+    start = hours[np.argmax(inside.sum(axis=1))]
+    rows = np.flatnonzero((hours >= start) & (hours < start + 168))
+    hours = hours[rows]
     first = hours[0]
 
     def draw(ax, x, values, **style):
@@ -603,7 +561,6 @@ def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | No
         v[x - first] = values
         ax.plot(np.arange(168), v, **style)
 
-    opt = ref["test"]["per_hour"]
     draw(ax_cost, hours, np.asarray(opt["opt_cost"])[rows], color="k", label="Clarabel")
     draw(ax_load, hours, np.asarray(opt["opt_loading"])[rows], color="k")
     drawn = (("ours", "C0"), ("ours-dist", "C2"), ("ours-sup", "C1"), ("e2elr", "C3"))
@@ -618,7 +575,7 @@ def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | No
         draw(ax_load, h, np.asarray(ph["loading"])[idx], color=color, ls="--")
     ax_load.axhline(1.0, color="grey", lw=0.8)
     ax_load.set_ylabel("largest |flow| / rating")
-    ax_load.set_xlabel(f"hours from {ref['test']['per_hour']['time'][rows[0]]}")
+    ax_load.set_xlabel(f"hours from {opt['time'][rows[0]]}")
     return plots.finish(fig, ax_cost, path, xlabel="",
         ylabel="cost (per-unit coefficients)",
         title=f"{ref['case']} ({ref['variant']}), held-out week")  # fmt: skip
@@ -628,21 +585,16 @@ def week_figure(group: dict[str, dict], path: pathlib.Path) -> pathlib.Path | No
 _MS_COLUMN = 8
 
 
-def _buses(case: str) -> int | None:
-    """The buses an ACTIVSg grid's name gives (`case_ACTIVSg10k`: 10,000);
-    `None` for other names."""
-    match = re.fullmatch(r"case_ACTIVSg(\d+)(k?)", case)
-    return None if match is None else int(match[1]) * (1000 if match[2] else 1)
-
-
 def _row_times(head: str, rows: list[list[str]]) -> dict[str, dict[int, float]]:
     """Time per instance by label and buses, from one section's table `rows`
     (`case, variant` its `head`), where timed."""
     case, variant = head.split(", ")
     suffix = "" if variant == "real" else f" [{variant}]"
     series: dict[str, dict[int, float]] = {}
-    n_bus = _buses(case)
-    for row in rows if n_bus is not None else []:
+    # The buses an ACTIVSg grid's name gives (`case_ACTIVSg10k`: 10,000).
+    match = re.fullmatch(r"case_ACTIVSg(\d+)(k?)", case)
+    n_bus = match and int(match[1]) * (1000 if match[2] else 1)
+    for row in rows if match else []:
         try:
             ms = float(row[_MS_COLUMN].replace(",", ""))
         except (IndexError, ValueError):  # not timed ("-" or empty)
@@ -664,19 +616,16 @@ def earlier_times(old: dict[str, str], carried: dict) -> dict[str, dict[int, flo
     return times
 
 
-def time_figure(
-    records: list[dict], path: pathlib.Path, carried: dict | None = None
-) -> pathlib.Path:
+def time_figure(records: list[dict], path, carried: dict | None = None):
     """Time per instance against the number of buses, every method and solver
     (runs of the `pmin0` variant labelled as such): from the raw `records`,
     and from the `carried` rows of earlier runs (`_row_times`) where no raw
     record gives that method on that grid."""
     import matplotlib
 
-    fig, axes = plots.new(8.5, 4)
-    ax = axes[0, 0]
+    fig, ((ax,),) = plots.new(8.5, 4)
     ax.set_prop_cycle(color=[matplotlib.colormaps["tab20"](i) for i in range(20)])
-    series: dict[str, dict[int, float]] = {}
+    timed = []  # (label, buses, ms): the raw records', then the carried ones
     for r in records:
         if "n_bus" not in r:  # records written before they named their size
             continue
@@ -684,17 +633,14 @@ def time_figure(
         if r["method"] == "solvers":
             for key, label in SOLVERS.items():
                 if r.get(key) and r[key]["ms"]:
-                    series.setdefault(label + suffix, {}).setdefault(
-                        r["n_bus"], r[key]["ms"]["median"]
-                    )
+                    timed.append((label + suffix, r["n_bus"], r[key]["ms"]["median"]))
         elif "timing" in r["test"]:
-            label = _name(r["method"] + (f"-{r['tag']}" if r.get("tag") else ""))
-            series.setdefault(label + suffix, {}).setdefault(
-                r["n_bus"], r["test"]["timing"]["per_instance_ms"]
-            )
-    for label, points in (carried or {}).items():
-        for n_bus, ms in points.items():
-            series.setdefault(label, {}).setdefault(n_bus, ms)
+            ms = r["test"]["timing"]["per_instance_ms"]
+            timed.append((_name(_key(r)) + suffix, r["n_bus"], ms))
+    timed += [(lb, n, ms) for lb, p in (carried or {}).items() for n, ms in p.items()]
+    series: dict[str, dict[int, float]] = {}
+    for label, n_bus, ms in timed:
+        series.setdefault(label, {}).setdefault(n_bus, ms)
     for label, points in series.items():
         n = sorted(points)
         solver = label.split(" [")[0] in SOLVERS.values()
@@ -717,9 +663,9 @@ def _command(r: dict) -> str:
 
 
 def _proxy_headline(groups: dict[tuple, dict[str, dict]], previous=()) -> list[dict]:
-    """The headline: each grid's proxies (the paper's recipe and the
-    supervised one, where run) against Clarabel and E2ELR; E2ELR's numbers
-    from the `previous` headline rows where this run has no record of it."""
+    """The headline: each grid's proxies (`_best_runs`) against Clarabel and
+    E2ELR; E2ELR's numbers from the `previous` headline rows where this run has
+    no record of it."""
     rows = []
     for (case, variant), group in sorted(groups.items(), reverse=True):
         solver = (group.get("solvers") or {}).get("clarabel_1e-08")
@@ -728,8 +674,7 @@ def _proxy_headline(groups: dict[tuple, dict[str, dict]], previous=()) -> list[d
         # Clarabel's time from this run's solvers, where they ran (the proxies
         # timed in the same run as Clarabel need none).
         ref = solver["ms"]["median"] if solver else None
-        e2elr = group.get("e2elr")
-        if e2elr:
+        if e2elr := group.get("e2elr"):
             e2elr_text = (
                 f"; E2ELR gap {_pct(e2elr['test']['gap_mean'])}, "
                 f"{_pct(e2elr['test']['overloaded_share'])} of hours overloaded"
@@ -737,41 +682,47 @@ def _proxy_headline(groups: dict[tuple, dict[str, dict]], previous=()) -> list[d
         else:
             same = [r["baseline"] for r in previous if r["measure"].split()[0] == case]
             e2elr_text = "".join(b[b.index(";") :] for b in same[:1] if ";" in b)
-        # One row per recipe: the paper's, the supervised one, and a fine-tune
-        # of a checkpoint (`--init`) where one was run; of a recipe's runs
-        # (tags), the one of the best validation gap, as a user would choose.
-        proxies: dict[tuple, dict] = {}
-        for key in sorted(group, key=_rank):
-            r = group[key]
-            if r.get("method") in ("ours", "ours-sup"):
-                init = bool((r.get("settings") or {}).get("init"))
-                kept = proxies.setdefault((r["method"], init), r)
-                if r.get("best_val_gap", np.inf) < kept.get("best_val_gap", np.inf):
-                    proxies[(r["method"], init)] = r
-        for ours in proxies.values():
-            t = ours["test"]
-            ms = t["timing"]["per_instance_ms"] if "timing" in t else None
-            # Timed in the same run as Clarabel, where it was (`_same_run`).
-            same = t.get("timing", {}).get("same_run")
-            base, how = (same["clarabel_ms"], "same run") if same else (ref, "")
-            timed = ms is not None and base is not None
-            ratio = same["ratio"] if same else ms / base if timed else None
-            key = ours["method"] + (f"-{ours['tag']}" if ours.get("tag") else "")
-            rows.append({
-                "label": "DC-OPF proxy",
-                "measure": f"{case} ({t['n_hours']} feasible test hours): "
-                f"{_name(key)}, mean gap (p99), ms per instance",
-                "ours": f"{_pct(t['gap_mean'])} ({_pct(t['gap']['p99'])}), "
-                + ("not timed" if ms is None else
-                   f"{same['ours_ms'] if same else ms:.3g} ms"),
-                "baseline": ("Clarabel not timed" if base is None
-                             else f"Clarabel {base:.3g} ms")
-                + (f" ({how})" if how else "") + e2elr_text,
-                "ratio": "-" if ratio is None else f"{ratio:.2f} (time vs Clarabel)",
-                "date": ours["machine"]["date"][:10],
-                "command": _command(ours),
-            })  # fmt: skip
+        rows += [_headline_row(case, r, ref, e2elr_text) for r in _best_runs(group)]
     return rows
+
+
+def _best_runs(group: dict[str, dict]) -> list[dict]:
+    """One run per recipe: the paper's, the supervised one, and a fine-tune of
+    a checkpoint (`--init`) where one was run; of a recipe's runs (tags), the
+    one of the best validation gap, as a user would choose."""
+    recipes: dict[tuple, list[dict]] = {}
+    for key in sorted(group, key=_rank):
+        r = group[key]
+        if r.get("method") in ("ours", "ours-sup"):
+            init = bool((r.get("settings") or {}).get("init"))
+            recipes.setdefault((r["method"], init), []).append(r)
+    return [min(runs, key=lambda r: r.get("best_val_gap", np.inf))
+            for runs in recipes.values()]  # fmt: skip
+
+
+def _headline_row(case: str, ours: dict, ref, e2elr_text: str) -> dict:
+    """A proxy's headline row; timed in the same run as Clarabel where it was
+    (`_same_run`), else against Clarabel's time `ref`."""
+    t = ours["test"]
+    ms = t["timing"]["per_instance_ms"] if "timing" in t else None
+    same = t.get("timing", {}).get("same_run")
+    base, how = (same["clarabel_ms"], "same run") if same else (ref, "")
+    timed = ms is not None and base is not None
+    ratio = same["ratio"] if same else ms / base if timed else None
+    return {
+        "label": "DC-OPF proxy",
+        "measure": f"{case} ({t['n_hours']} feasible test hours): "
+        f"{_name(_key(ours))}, mean gap (p99), ms per instance",
+        "ours": f"{_pct(t['gap_mean'])} ({_pct(t['gap']['p99'])}), "
+        + ("not timed" if ms is None else
+           f"{same['ours_ms'] if same else ms:.3g} ms"),
+        "baseline": ("Clarabel not timed" if base is None
+                     else f"Clarabel {base:.3g} ms")
+        + (f" ({how})" if how else "") + e2elr_text,
+        "ratio": "-" if ratio is None else f"{ratio:.2f} (time vs Clarabel)",
+        "date": ours["machine"]["date"][:10],
+        "command": _command(ours),
+    }  # fmt: skip
 
 
 _CARRIED = "Rows carried from the earlier run"
@@ -808,22 +759,17 @@ def _carry(old: str, labels: set[str]) -> tuple[list[list[str]], list[str]]:
     return rows, kept
 
 
-def _labels(group: dict[str, dict]) -> set[str]:
-    """The table rows one grid's records of this run give (solvers' only
-    where they ran)."""
-    labels = {_name(m) for m in group if m != "solvers"}
-    return labels | set(SOLVERS.values()) if "solvers" in group else labels
-
-
 def _carried(groups, old: dict[str, str]) -> tuple[dict[tuple, tuple], bool]:
     """Per grid and variant of this run, what it carries from the earlier
     record's sections `old` (`_carry`), and whether it carries nothing at all
     (no row, no grid)."""
-    carried = {
-        key: _carry(old[head], _labels(group)) if head in old else ([], [])
-        for key, group in groups.items()
-        for head in [f"{key[0]}, {key[1]}"]
-    }
+    carried = {}
+    for (case, variant), group in groups.items():
+        # The table rows this run's records give (solvers' where they ran).
+        labels = {_name(m) for m in group if m != "solvers"}
+        labels |= set(SOLVERS.values()) if "solvers" in group else set()
+        head = f"{case}, {variant}"
+        carried[case, variant] = _carry(old[head], labels) if head in old else ([], [])
     untouched = old.keys() - {f"{case}, {variant}" for case, variant in groups}
     return carried, not untouched and not any(rows for rows, _ in carried.values())
 
@@ -835,14 +781,10 @@ def _group_section(key, group, carry: tuple, figures: list[str]) -> list[str]:
     case, variant = key
     carried, kept = carry
     machine = next(iter(group.values()))["machine"]
-    commands = sorted({_command(r) for r in group.values()})
+    cmds = "; ".join(f"`{c}`" for c in sorted({_command(r) for r in group.values()}))
     out = [f"### {case}, {variant}\n\n" + proxy_table(group, carried)]
     out += _infeasible_lines(group)
-    out.append(
-        f"{provenance.describe(machine)}, {machine['date']}. Commands: "
-        + "; ".join(f"`{c}`" for c in commands)
-        + "."
-    )
+    out.append(f"{provenance.describe(machine)}, {machine['date']}. Commands: {cmds}.")
     if carried:
         names = ", ".join(row[0] for row in carried)
         out.append(f"{_CARRIED} ({names}), its notes and figures:")
@@ -852,9 +794,7 @@ def _group_section(key, group, carry: tuple, figures: list[str]) -> list[str]:
     return out
 
 
-def proxy_record(
-    raw: list[dict], figures: dict[tuple, list[str]], previous: dict | None = None
-) -> dict:
+def proxy_record(raw: list[dict], figures: dict, previous: dict | None = None):
     """The committed record: a table per grid and variant, figures, headline.
     Grids and methods of the `previous` record without a raw record here are
     carried from it as they were (sections, rows, headline rows, commits)."""
@@ -899,25 +839,20 @@ def proxy_record(
         "suite": "dcopf", "name": "proxy", "order": 5,
         "title": "DC-OPF proxies on the ACTIVSg hours",
         "command": "python -m benchmarks.dcopf proxy-report",
-        "machine": provenance.describe(raw[0]["machine"]).split(", Linux")[0],
+        "machine": _machine(raw[0]["machine"]),
         "date": max(dates, default=""), "source": "run",
         "commit": ", ".join(sorted(commits)),
         "headline": headline,
-        "blocks": committed.blocks(
-            "\n\n".join([*body, TIME_FIGURE])
-        ),
+        "blocks": committed.blocks("\n\n".join([*body, TIME_FIGURE])),
     }  # fmt: skip
 
 
-def proxy_report(
-    out: pathlib.Path, figures: pathlib.Path = FIGURES
-) -> list[pathlib.Path]:
+def proxy_report(out: pathlib.Path, figures=FIGURES) -> list[pathlib.Path]:
     """Writes the figures (into `figures`), the record and the pages: their paths.
-
-    Methods and grids of the committed record without a raw record in `out`
-    are carried over (`proxy_record`); a grid's figures that would then lose
-    some of its methods are not redrawn, and the time figure takes their
-    times from the carried rows."""
+    Methods and grids of the committed record without a raw record in `out` are
+    carried over (`proxy_record`); a grid's figures that would then lose some of
+    its methods are not redrawn, and the time figure takes their times from the
+    carried rows."""
     raw = _records(out, "proxy")
     groups = _groups(raw)
     path = committed.folder("dcopf") / "records" / "proxy.json"

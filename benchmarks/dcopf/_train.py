@@ -13,12 +13,11 @@ projections at the suite's near raw outputs, with respect to them and the loads'
 right-hand side; the accuracy against Clarabel's projection and the violation,
 in float64; and `train`'s 300 steps at batch 64 extrapolated from one step
 (`train_300_steps_s_estimate`; the issue's budget is 10 minutes). The layers:
-
-- **cvxpylayers**: `CvxpyLayer` at its defaults (diffcp with SCS), float64.
-- **The reference** (`pip install --no-deps pinet-hcnn==0.2.0 beartype`),
-  float32, dense matrices only: the inequalities become one-sided rows
-  $[C; -C; I; -I]$ (infinite bounds dropped), Ruiz equilibration, 50 forward
-  and 25 backward iterations, $\\sigma = 10^{-3}$ (the issue's best).
+`CvxpyLayer` at its defaults (diffcp with SCS), float64; the reference
+(`pip install --no-deps pinet-hcnn==0.2.0 beartype`), float32, dense matrices
+only: the inequalities become one-sided rows $[C; -C; I; -I]$ (infinite bounds
+dropped), Ruiz equilibration, 50 forward and 25 backward iterations,
+$\\sigma = 10^{-3}$ (the issue's best).
 """
 
 from __future__ import annotations
@@ -30,54 +29,32 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from tqdm.auto import tqdm
 
 import pinet_eqx as pe
 
 from .._common import provenance, timing
+from . import _projection
 from ._data import _inequalities, dcopf_clarabel, project_clarabel
 from ._fixture import GridCase, sample_loads
-from ._projection import (
-    EPS32,
-    NEAR,
-    max_residuals,
-    projector,
-    raw_outputs,
-    share_successful,
-)
 
 TRAIN_STEPS, TRAIN_BATCH = 300, 64
 
 
 def train(
-    case: GridCase,
-    *,
-    steps: int = TRAIN_STEPS,
-    batch: int = TRAIN_BATCH,
-    n_test: int = 32,
-    seed: int = 0,
-    lr: float = 1e-3,
-    distance_weight: float = 0.0,
-) -> dict:
+    case: GridCase, *, steps=TRAIN_STEPS, batch=TRAIN_BATCH, n_test=32, seed=0,
+    lr=1e-3, distance_weight=0.0,
+) -> dict:  # fmt: skip
     """Train the proxy in float32 on this CPU; returns a JSON-able record.
     `distance_weight` > 0 adds that times the mean squared distance from the raw
     outputs to the layer's, in spreads (zero at the optimum)."""
-    from tqdm.auto import tqdm
-
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
-    proj = projector(case)
+    proj = _projection.projector(case)
     build_s = time.perf_counter() - start
     y_base = dcopf_clarabel(case, case.p_d)[0]
     spread = float(np.std(y_base))
     scale_in = np.where(np.abs(case.p_d) > 0, np.abs(case.p_d), 1.0)
-    c2 = jnp.asarray(case.cost_quad, jnp.float32)
-    c1 = jnp.asarray(case.cost_lin, jnp.float32)
-    n_gen = case.n_gen
-
-    def cost(y):
-        p = y[:n_gen]
-        return jnp.sum(c2 * p * p + c1 * p)
-
     backbone = eqx.nn.MLP(
         case.n_bus, case.dim, 256, 2, key=jax.random.key(seed), activation=jax.nn.gelu
     )
@@ -93,9 +70,47 @@ def train(
     params, static = eqx.partition(net, pe.trainable_filter(net))
     opt = optax.adam(lr)
     state = opt.init(params)
+    step = _step(case, static, opt, spread, distance_weight)
 
     def features(p_d):
         return jnp.asarray(p_d / scale_in, jnp.float32)
+
+    losses, first_step_s = [], None
+    t0 = time.perf_counter()
+    bar = tqdm(range(steps), desc=f"{case.name} training", unit="step")
+    for _ in bar:
+        p_d = sample_loads(case, batch, rng)
+        params, state, value = step(
+            params, state, features(p_d), jnp.asarray(case.q(p_d), jnp.float32)
+        )
+        losses.append(float(value))
+        bar.set_postfix(loss=f"{losses[-1]:.6g}", refresh=False)
+        if first_step_s is None:
+            first_step_s = time.perf_counter() - t0
+    train_s = time.perf_counter() - t0
+    model = eqx.nn.inference_mode(eqx.combine(params, static))
+    p_test = sample_loads(case, n_test, rng)
+    return dict(
+        case=case.name, steps=steps, batch=batch, distance_weight=distance_weight,
+        build_s=build_s, first_step_s=first_step_s, train_s=train_s,
+        total_s=build_s + train_s, loss_first=losses[0], loss_last=losses[-1],
+        **_tested(case, model, features(p_test), p_test, spread),
+        cost_constant_on_set=bool(
+            np.all(case.cost_quad == 0) and np.ptp(case.cost_lin) == 0
+        ),
+        machine=provenance.machine(),
+    )  # fmt: skip
+
+
+def _step(case: GridCase, static, opt, spread: float, distance_weight: float):
+    """The jitted training step `(params, state, x, q) -> (params, state, loss)`:
+    the mean cost of the layer's outputs, plus the distance term."""
+    c2 = jnp.asarray(case.cost_quad, jnp.float32)
+    c1 = jnp.asarray(case.cost_lin, jnp.float32)
+
+    def cost(y):
+        p = y[: case.n_gen]
+        return jnp.sum(c2 * p * p + c1 * p)
 
     @eqx.filter_jit
     def step(params, state, x, q):
@@ -113,24 +128,13 @@ def train(
         updates, state = opt.update(grads, state, params)
         return eqx.apply_updates(params, updates), state, value
 
-    losses = []
-    t0 = time.perf_counter()
-    first_step_s = None
-    bar = tqdm(range(steps), desc=f"{case.name} training", unit="step")
-    for _ in bar:
-        p_d = sample_loads(case, batch, rng)
-        params, state, value = step(
-            params, state, features(p_d), jnp.asarray(case.q(p_d), jnp.float32)
-        )
-        losses.append(float(value))
-        bar.set_postfix(loss=f"{losses[-1]:.6g}", refresh=False)
-        if first_step_s is None:
-            first_step_s = time.perf_counter() - t0
-    train_s = time.perf_counter() - t0
+    return step
 
-    model = eqx.nn.inference_mode(eqx.combine(params, static))
-    p_test = sample_loads(case, n_test, rng)
-    raw = jax.jit(jax.vmap(model.backbone))(features(p_test))
+
+def _tested(case: GridCase, model, x, p_test, spread: float) -> dict:
+    """The trained `model`'s test outputs (features `x`, loads `p_test`) against
+    Clarabel's DC-OPF optima: gaps, normalised residuals, raw distances."""
+    raw = jax.jit(jax.vmap(model.backbone))(x)
     sol = jax.jit(jax.vmap(lambda y, q: model.projector.solve(y, q=q)))(
         raw, jnp.asarray(case.q(p_test), jnp.float32)
     )
@@ -141,32 +145,16 @@ def train(
         spread * np.sqrt(case.dim)
     )
     optima = [dcopf_clarabel(case, p_d)[1] for p_d in p_test]
-    gaps = [(case.cost(y[:n_gen]) - c) / abs(c) for y, c in zip(ys, optima)]
-    resid = max_residuals(case, ys, p_test) / EPS32
+    gaps = [(case.cost(y[: case.n_gen]) - c) / abs(c) for y, c in zip(ys, optima)]
+    resid = _projection.max_residuals(case, ys, p_test) / _projection.EPS32
     return dict(
-        case=case.name,
-        steps=steps,
-        batch=batch,
-        distance_weight=distance_weight,
-        build_s=build_s,
-        first_step_s=first_step_s,
-        train_s=train_s,
-        total_s=build_s + train_s,
-        loss_first=losses[0],
-        loss_last=losses[-1],
-        gap_mean=float(np.mean(gaps)),
-        gap_max=float(np.max(gaps)),
+        gap_mean=float(np.mean(gaps)), gap_max=float(np.max(gaps)),
         normalised_residual_over_eps32_max=float(np.max(resid)),
-        gaps=[float(g) for g in gaps],
-        normalised_residuals_over_eps32=resid.tolist(),
+        gaps=[float(g) for g in gaps], normalised_residuals_over_eps32=resid.tolist(),
         raw_distance_in_spreads_median=float(np.median(distance)),
         raw_distance_in_spreads_max=float(np.max(distance)),
-        test_successful=share_successful(sol),
-        cost_constant_on_set=bool(
-            np.all(case.cost_quad == 0) and np.ptp(case.cost_lin) == 0
-        ),
-        machine=provenance.machine(),
-    )
+        test_successful=_projection.share_successful(sol),
+    )  # fmt: skip
 
 
 def baseline(case: GridCase, layer: str, *, batch: int = 8, repeats: int = 2) -> dict:
@@ -174,7 +162,7 @@ def baseline(case: GridCase, layer: str, *, batch: int = 8, repeats: int = 2) ->
     rng = np.random.default_rng(0)
     loads = sample_loads(case, batch, rng)
     y_center = project_clarabel(case, np.zeros(case.dim), loads[0])[0]
-    Y = raw_outputs(case, loads, rng, NEAR, y_center)
+    Y = _projection.raw_outputs(case, loads, rng, _projection.NEAR, y_center)
     Q = case.q(loads)
     W = rng.normal(size=Y.shape)
     rss0 = provenance.peak_rss_gb()
@@ -206,21 +194,13 @@ def baseline(case: GridCase, layer: str, *, batch: int = 8, repeats: int = 2) ->
         viols.append(max(case.residuals(ys[i], loads[i])))
     per_instance = t["median"] / batch
     return dict(
-        case=case.name,
-        layer=layer,
-        dtype=jnp.dtype(dtype).name,
-        batch=batch,
-        build_s=build_s,
-        peak_rss_gb_after_build=provenance.peak_rss_gb(),
-        peak_rss_gb_before=rss0,
-        first_step_s=first_s,
-        step_s=t,
+        case=case.name, layer=layer, dtype=jnp.dtype(dtype).name, batch=batch,
+        build_s=build_s, peak_rss_gb_after_build=provenance.peak_rss_gb(),
+        peak_rss_gb_before=rss0, first_step_s=first_s, step_s=t,
         train_300_steps_s_estimate=TRAIN_STEPS * TRAIN_BATCH * per_instance,
-        rel_err_max=float(np.max(errors)),
-        rel_err_median=float(np.median(errors)),
-        violation_max=float(np.max(viols)),
-        machine=provenance.machine(),
-    )
+        rel_err_max=float(np.max(errors)), rel_err_median=float(np.median(errors)),
+        violation_max=float(np.max(viols)), machine=provenance.machine(),
+    )  # fmt: skip
 
 
 def _cvxpylayers(case: GridCase):
