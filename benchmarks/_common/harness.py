@@ -76,19 +76,10 @@ class Run:
         self.steps = 0
         self._paused = 0.0
         self._start = time.perf_counter()
-        self._bar = tqdm(
-            total=total_steps,
-            desc=description,
-            unit="step",
-            disable=disable,
-            dynamic_ncols=True,
-        )
+        bar = dict(unit="step", disable=disable, dynamic_ncols=True)
+        self._bar = tqdm(total=total_steps, desc=description, **bar)
         self._last_loss = None
         self.first_step_s = None  # the first optimiser step, compilation included
-
-    def first_step(self, seconds: float) -> None:
-        """Record the duration of the first optimiser step (its compilation)."""
-        self.first_step_s = seconds
 
     def set_total(self, total_steps: int) -> None:
         """Set the number of optimiser steps once the method knows it."""
@@ -148,17 +139,10 @@ class Run:
 def write_results(folder: pathlib.Path, record: dict, rs, cv) -> pathlib.Path:
     """Write `results.json` and `per_instance.csv` (test RS and CV) to `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "results.json", "w") as f:
-        json.dump(record, f, indent=2)
+    (folder / "results.json").write_text(json.dumps(record, indent=2))
     table = np.column_stack([np.arange(len(rs)), rs, cv])
-    np.savetxt(
-        folder / "per_instance.csv",
-        table,
-        delimiter=",",
-        header="index,rs,cv",
-        comments="",
-        fmt=["%d", "%.6e", "%.6e"],
-    )
+    csv = dict(delimiter=",", header="index,rs,cv", comments="")
+    np.savetxt(folder / "per_instance.csv", table, fmt=["%d", "%.6e", "%.6e"], **csv)
     return folder
 
 
@@ -181,10 +165,8 @@ def train_and_save(
 ):
     """Configure (`overrides`; an unknown key is an error), train, score in
     float64 and time `method` on `data`, and write its results to
-    `out/{data.name}/{label}/seed{seed}` (`label` defaults to the method).
-    `extra(trained) -> dict` is added to the record. Returns the record, its
-    folder and the `Trained`.
-    """
+    `out/{data.name}/{label or method}/seed{seed}`, with `extra(trained)` added
+    to the record. Returns the record, its folder and the `Trained`."""
     import jax
 
     start = time.perf_counter() if start is None else start

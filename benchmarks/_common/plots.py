@@ -41,6 +41,11 @@ def finish(
         ax.set_title(title, fontsize=9)
     if legend:
         ax.legend(fontsize=legend)
+    return save(fig, path, dpi)
+
+
+def save(fig, path: pathlib.Path, dpi: int = 120) -> pathlib.Path:
+    """Lays `fig` out and saves it to `path`."""
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     return pathlib.Path(path)

@@ -128,39 +128,25 @@ class ReferenceDC3Projector(_ReferenceLayer):
     ):
         self._setup(sigma, omega, dtype)
         pinet, dtype = self._pinet, self.dtype
-        A = jnp.asarray(A, dtype=dtype)
-        G = jnp.asarray(G, dtype=dtype)
-        h = jnp.asarray(h, dtype=dtype)
-        if A.ndim != 2 or G.ndim != 2 or h.shape != (G.shape[0],):
+        A, G, h = (jnp.asarray(a, dtype=dtype) for a in (A, G, h))
+        if h.ndim != 1 or A.ndim != 2 or G.shape != (len(h), A.shape[1]):
             raise ValueError(
                 "`ReferenceDC3Projector(A, G, h, ...)` expects A of shape "
                 "(n_eq, n_var), G of shape (n_ineq, n_var) and h of shape "
                 f"(n_ineq,), but got {A.shape}, {G.shape} and {h.shape}."
             )
-        if G.shape[1] != A.shape[1]:
-            raise ValueError(
-                f"`ReferenceDC3Projector` got A with {A.shape[1]} columns and G "
-                f"with {G.shape[1]}; both must have n_var columns."
-            )
-        n_eq = A.shape[0]
         # Every vector is (batch, n, 1) and every matrix (batch or 1, m, n) in the
         # reference. The placeholder b is replaced per call (`var_b=True`).
-        eq = pinet.EqualityConstraint(
-            a_mat=A[None],
-            b=jnp.zeros((1, n_eq, 1), dtype),
-            method=None,
-            var_b=True,
-        )
+        b = jnp.zeros((1, A.shape[0], 1), dtype)
+        eq = pinet.EqualityConstraint(a_mat=A[None], b=b, method=None, var_b=True)
         ineq = pinet.AffineInequalityConstraint(
             c_mat=G[None],
             lb=jnp.full((1, G.shape[0], 1), -jnp.inf, dtype),
             ub=h[None, :, None],
         )
         # The reference's default, max_iter=0, switches equilibration off.
-        params = pinet.EquilibrationParams(
-            max_iter=equilibration_max_iter if equilibrate else 0,
-            tol=equilibration_tol,
-        )
+        max_iter = equilibration_max_iter if equilibrate else 0
+        params = pinet.EquilibrationParams(max_iter=max_iter, tol=equilibration_tol)
         self._project = pinet.Project(
             eq_constraint=eq, ineq_constraint=ineq, equilibration_params=params
         )
@@ -195,10 +181,8 @@ class ReferenceSOCProjector(_ReferenceLayer):
             f=jnp.asarray(e[None], dtype),
             b=jnp.zeros((1, 1, 1), dtype),
         )
-        self._project = pinet.Project(
-            eq_constraint=eq,
-            nl_constraints=[pinet.NonLinearConstraint(spec=spec)],
-        )
+        nl = [pinet.NonLinearConstraint(spec=spec)]
+        self._project = pinet.Project(eq_constraint=eq, nl_constraints=nl)
         self._nl = [spec]
 
 

@@ -21,19 +21,11 @@ def stats(seconds) -> dict:
     """Median, quartiles (`lq`, `uq`), `min`, `max` and `repeats` of `seconds`."""
     t = np.asarray(seconds, np.float64)
     lq, median, uq = np.percentile(t, [25, 50, 75])
-    return {
-        "median": float(median),
-        "lq": float(lq),
-        "uq": float(uq),
-        "min": float(t.min()),
-        "max": float(t.max()),
-        "repeats": int(t.size),
-    }
+    values = map(float, (median, lq, uq, t.min(), t.max()))
+    return {**dict(zip(TIMING_STATS, values)), "repeats": int(t.size)}
 
 
-def fmt(
-    s: dict, spec: str = ".3g", form: str = "{median} [{lq}, {uq}]", scale=1.0
-) -> str:
+def fmt(s: dict, spec=".3g", form="{median} [{lq}, {uq}]", scale=1.0) -> str:
     """Timing `stats` as text: `form` with each statistic (`median`, `lq`, `uq`,
     `min`, `max`) times `scale` (1e3: milliseconds) in the format `spec`."""
     keys = [k for k in TIMING_STATS[:5] if k in s]

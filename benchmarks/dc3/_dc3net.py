@@ -306,8 +306,7 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
         penalty = weight * ((1 - frac) * ineq + frac * eq)
         return jnp.mean(objective(Y) + penalty), stats
 
-    schedule = plan(data, config)
-    optim = optimiser(config, schedule.epochs * schedule.per_epoch)
+    optim = optimiser(config, data)
 
     # Everything is an argument, not a closed-over constant, so that no array is
     # folded into the compiled program.
@@ -341,7 +340,7 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     state, epochs_done, _ = train_loop(state, step, data, config, rng, run, predictor)
     net = state[0]
     info["epochs_run"] = epochs_done
-    info["steps_per_epoch"] = schedule.per_epoch
+    info["steps_per_epoch"] = plan(data, config).per_epoch
     info["n_parameters"] = int(
         sum(math.prod(a.shape) for a in jax.tree.leaves(eqx.filter(net, eqx.is_array)))
     )
