@@ -19,12 +19,11 @@ a JSON record (default `benchmarks/_out/scaling.json`).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import pathlib
 
-from ._common.provenance import command_line, describe, log, run_worker, save
+from ._common.provenance import command_line, describe, log, now, run_worker, save
 from ._common.records import table as markdown_table
 from ._common.timing import fmt
 
@@ -155,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             "platform": args.platform,
         },
         "records": records,
-        "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "finished": now(),
     }
     m = records[0]["machine"]
     print(f"{command}\n{describe(m)}, {m['device_kind']}\n")

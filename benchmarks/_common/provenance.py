@@ -95,7 +95,7 @@ def machine(devices: bool = False) -> dict:
         "jax": jax.__version__,
         "jax_backend": jax.default_backend(),
         "git": git_commit(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": now(),
         "load_avg": list(os.getloadavg()),
     }
     if devices:
@@ -105,6 +105,11 @@ def machine(devices: bool = False) -> dict:
             matmul_precision=str(jax.config.jax_default_matmul_precision),
         )
     return record
+
+
+def now() -> str:
+    """The UTC time now, to the second, in ISO format."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def describe(m: dict) -> str:

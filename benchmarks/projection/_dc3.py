@@ -7,7 +7,6 @@ import numpy as np
 
 from pinet_eqx.problems import dc3_violation
 
-from .._common import records
 from .._common.problems import PAPER_SIGMA, dc3_projector
 from . import _families, _measure
 from ._measure import N_ITER, N_ITER_BWD, OMEGA
@@ -17,7 +16,8 @@ SIZES = {
     "small": (100, 50, 50, PAPER_SIGMA["small"]),
     "large": (1000, 500, 500, PAPER_SIGMA["large"]),
 }
-TITLE = "Projection layer vs reference (pinet-hcnn 0.2.0), DC3 polytopes"
+# The record's title and place on the page.
+TITLES = {"dc3": ("Projection layer vs reference (pinet-hcnn 0.2.0), DC3 polytopes", 1)}
 
 
 class DC3Family:
@@ -69,7 +69,6 @@ def _search_cell(search: dict, stats: dict | None, tol: float, missed: str) -> s
 
 def tables(results: list[dict]) -> str:
     """The Markdown tables of `results`."""
-    rtol, atol = results[0]["bwd_tols"]
     lines = [
         "Times in ms: median [lower quartile, upper quartile] (min–max) over the "
         "timed repeats (n). Ratio = reference median / ours median. CV = largest "
@@ -91,7 +90,12 @@ def tables(results: list[dict]) -> str:
             f"{t['acc']['ours']['cv']:.1e} | {t['acc']['ref']['cv']:.1e} | "
             f"{t['load']:.1f} |"
         )
-    lines += [
+    return "\n".join(lines + _tol_table(results) + _backward_tables(results))
+
+
+def _tol_table(results: list[dict]) -> list[str]:
+    """Table b), the time to the tolerance."""
+    lines = [
         "",
         "**b) Time to CV ≤ tol** (1e-4 in f32, 1e-6 in f64). Reference: smallest "
         "fixed n_iter reaching tol (searched to within 5%). Ours: in-jit stopping "
@@ -134,7 +138,13 @@ def tables(results: list[dict]) -> str:
             f"| {r['size']} | {r['precision']} | {r['tolerance']:g} | {ref_cell} | "
             f"{ours_cell} | {tol_cell} | {ratio} | {t['load']:.1f} |"
         )
-    lines += [
+    return lines
+
+
+def _backward_tables(results: list[dict]) -> list[str]:
+    """Table c), the backward pass, and the set-up times."""
+    rtol, atol = results[0]["bwd_tols"]
+    lines = [
         "",
         f"**c) Forward + implicit VJP, n_iter = {N_ITER}, at most {N_ITER_BWD} "
         "BiCGStab steps on the fixed point** (ours: "
@@ -158,7 +168,7 @@ def tables(results: list[dict]) -> str:
             f"| {r['size']} | {r['precision']} | {s['ours']:.2f} ({s['form']}) | "
             f"{s['ref']:.2f} |"
         )
-    return "\n".join(lines)
+    return lines
 
 
 def measure(size: str, args) -> dict:
@@ -176,8 +186,3 @@ def details(args, results: list[dict]) -> str:
         f"Batch {args.batch}, DC3 data `make_dc3(..., seed=17)`, y_raw ~ N(0, I) "
         f"(seed 0), ω = {OMEGA}, Ruiz equilibration (25 iterations) on both sides."
     )
-
-
-def write(args, body: str) -> None:
-    """Write this benchmark's record (`benchmarks/projection/records/dc3.json`)."""
-    records.write_run("projection", "dc3", TITLE, 1, body)

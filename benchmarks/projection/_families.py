@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from .._common import records
 from .._common.problems import soc_batch, soc_projector
+from .._common.provenance import log
 from .._common.solvers import clarabel
 from ._measure import (
     N_ITER,
@@ -33,7 +33,6 @@ from ._measure import (
     backward_stats,
     bwd_table,
     fmt_t,
-    log,
     matched_adjoint,
     ms,
     n_steps,
@@ -305,150 +304,169 @@ def _ground_truth(fam) -> dict:
 def _run(fam, precision: str, repeats: int, sigma: float) -> dict:
     """All measurements for one family, size and precision at the reference's
     `sigma` (also `ours_same`'s); a family with a `truth` is checked against it."""
-    import jax.numpy as jnp
+    run = _Measurement(fam, precision, repeats, sigma)
+    run.fixed()
+    run.to_tolerance()
+    run.backward()
+    if run.gt is not None:
+        run.converged()
+    return run.res
 
-    import pinet_eqx as pe
 
-    tol = TOLERANCE[precision]
-    search_cap = 2000 if fam.size == "small" else 1000
-    dtype = jnp.float64 if precision == "f64" else jnp.float32
-    tag = f"[{fam.name} {fam.size} {precision}]"
-    res = dict(
-        family=fam.name,
-        size=fam.size,
-        dims=fam.dims,
-        precision=precision,
-        batch=fam.batch,
-        tolerance=tol,
-        sigma=sigma,
-    )
-    gt = None
-    if hasattr(fam, "truth"):
-        log(f"{tag} ground truth (cvxpy + Clarabel + Newton polish, {N_TRUTH})")
-        gt = _ground_truth(fam)
-        res.update(truth_kkt=float(gt["kkt"].max()), truth_seconds=float(gt["seconds"]))
+class _Measurement:
+    """One family, size and precision: its batch `(Y, P, V)` on the device, our
+    projectors (`ours` at its defaults and, for a family with `same`, `ours_same`
+    at the reference's iteration), the reference, and the record `res` that each
+    step (a to d) adds to."""
 
-    def err(Yp, truth=None):
-        truth = gt["T"] if truth is None else truth
-        Yp = np.asarray(Yp, np.float64)[: len(truth)]
-        return float(np.abs(Yp - truth).max())
+    def __init__(self, fam, precision: str, repeats: int, sigma: float):
+        import jax.numpy as jnp
 
-    def accuracy(y):
-        return dict(cv=fam.cv(y)) if gt is None else dict(cv=fam.cv(y), err=err(y))
+        import pinet_eqx as pe
 
-    def cv_err(Yp):
-        return max(accuracy(Yp).values())
+        self.fam, self.repeats, self.tol = fam, repeats, TOLERANCE[precision]
+        self.search_cap = 2000 if fam.size == "small" else 1000
+        dtype = jnp.float64 if precision == "f64" else jnp.float32
+        self.tag = tag = f"[{fam.name} {fam.size} {precision}]"
+        res = dict(family=fam.name, size=fam.size, dims=fam.dims, precision=precision)
+        self.res = res = dict(res, batch=fam.batch, tolerance=self.tol, sigma=sigma)
+        self.gt = None
+        if hasattr(fam, "truth"):
+            log(f"{tag} ground truth (cvxpy + Clarabel + Newton polish, {N_TRUTH})")
+            self.gt = gt = _ground_truth(fam)
+            res.update(truth_kkt=float(gt["kkt"].max()))
+            res.update(truth_seconds=float(gt["seconds"]))
+        P = {k: jnp.asarray(v, dtype) for k, v in fam.P.items()}
+        self.Y, self.P, self.V = jnp.asarray(fam.Y, dtype), P, jnp.asarray(fam.V, dtype)
+        log(f"{tag} building projectors")
+        settings = dict(omega=OMEGA, n_iter=N_ITER, adjoint=matched_adjoint(pe))
+        t0 = time.perf_counter()
+        self.proj = fam.ours(**settings)  # its defaults: sigma="auto", equilibrated
+        setup_ours = time.perf_counter() - t0
+        self.variants = {"ours": self.proj}
+        if fam.same:
+            # The reference's own iteration: its sigma, no equilibration.
+            same = fam.ours(sigma=sigma, equilibrate=False, **settings)
+            self.variants["ours_same"] = same
+        t0 = time.perf_counter()
+        self.ref = fam.reference(sigma, OMEGA, dtype)
+        setup_ref = time.perf_counter() - t0
+        # With per-instance matrices the affine projection is factorised in each call.
+        form = "per call" if self.proj.op is None else type(self.proj.op).__name__
+        res["setup"] = dict(ours=setup_ours, ref=setup_ref, form=form)
+        res["bwd_tols"] = (self.proj.adjoint.rtol, self.proj.adjoint.atol or 0.0)
 
-    Yj, Vj = jnp.asarray(fam.Y, dtype), jnp.asarray(fam.V, dtype)
-    Pj = {k: jnp.asarray(v, dtype) for k, v in fam.P.items()}
-    sub = slice(0, N_TRUTH)
-    Ys, Ps = Yj[sub], {k: v[sub] for k, v in Pj.items()}
+    def err(self, Yp, truth=None) -> float:
+        """The largest error of `Yp` from the truth (its first rows)."""
+        truth = self.gt["T"] if truth is None else truth
+        return float(np.abs(np.asarray(Yp, np.float64)[: len(truth)] - truth).max())
 
-    log(f"{tag} building projectors")
-    settings = dict(omega=OMEGA, n_iter=N_ITER, adjoint=matched_adjoint(pe))
-    t0 = time.perf_counter()
-    proj = fam.ours(**settings)  # its defaults: sigma="auto", equilibrated
-    setup_ours = time.perf_counter() - t0
-    variants = {"ours": proj}
-    if fam.same:
-        # The reference's own iteration: its sigma, no equilibration.
-        variants["ours_same"] = fam.ours(sigma=sigma, equilibrate=False, **settings)
-    t0 = time.perf_counter()
-    ref = fam.reference(sigma, OMEGA, dtype)
-    setup_ref = time.perf_counter() - t0
-    # With per-instance matrices the affine projection is factorised in each call.
-    form = "per call" if proj.op is None else type(proj.op).__name__
-    res["setup"] = dict(ours=setup_ours, ref=setup_ref, form=form)
-    res["bwd_tols"] = (proj.adjoint.rtol, proj.adjoint.atol or 0.0)
+    def accuracy(self, y) -> dict:
+        cv = self.fam.cv(y)
+        return dict(cv=cv) if self.gt is None else dict(cv=cv, err=self.err(y))
 
-    # a) Fixed iteration count, with the accuracy of the very calls timed.
-    log(f"{tag} a) forward, n_iter={N_ITER}, {repeats} interleaved repeats")
-    fns = {k: ours_forward(p) for k, p in variants.items()}
-    fns["ref"] = ref.make_forward(N_ITER)
-    t = timed({k: (f, (Yj, Pj)) for k, f in fns.items()}, repeats)
-    t["acc"] = {k: accuracy(f(Yj, Pj)) for k, f in fns.items()}
-    res["fixed"] = t
-    times = ", ".join(f"{k} {ms(t[k]):.1f} ms {t['acc'][k]}" for k in fns)
-    log(f"{tag}    {times}, load {t['load']:.2f}")
+    def timed(self, fns: dict) -> dict:
+        """`timed` of the batched forward passes `fns`, interleaved."""
+        return timed({k: (f, (self.Y, self.P)) for k, f in fns.items()}, self.repeats)
 
-    # b) Time to CV <= tol (and error <= tol, with a truth).
-    log(f"{tag} b) searching the smallest n_iter with CV (and error) <= {tol:g}")
-    state = ref.initial_state(Yj, Pj)
-    searches = {
-        "ref": search(ref_advancer(ref, Yj, Pj), state, cv_err, tol, search_cap)
-    }
-    for k, base in variants.items():
-        advance = ours_advancer(base, Yj, Pj)
-        searches[k] = search(advance, None, cv_err, tol, search_cap)
-    for k, v in searches.items():
-        log(f"{tag}    {k}: {v}")
+    def fixed(self) -> None:
+        """a) Fixed iteration count, with the accuracy of the very calls timed."""
+        tag, repeats = self.tag, self.repeats
+        log(f"{tag} a) forward, n_iter={N_ITER}, {repeats} interleaved repeats")
+        fns = {k: ours_forward(p) for k, p in self.variants.items()}
+        fns["ref"] = self.ref.make_forward(N_ITER)
+        t = self.res["fixed"] = self.timed(fns)
+        t["acc"] = {k: self.accuracy(f(self.Y, self.P)) for k, f in fns.items()}
+        times = ", ".join(f"{k} {ms(t[k]):.1f} ms {t['acc'][k]}" for k in fns)
+        log(f"{tag}    {times}, load {t['load']:.2f}")
 
-    so = searches["ours"]
-    # The tol-stopping version, capped well above what the fixed search needed.
-    cap = max(200, 4 * so["n_iter"]) if so["reached"] else search_cap
-    p_tol = proj.with_settings(tol=tol, n_iter=cap)
-    steps = np.asarray(n_steps(p_tol, Yj, Pj))
-    tolres = dict(cap=cap, steps_max=int(steps.max()), steps_mean=float(steps.mean()))
-    fns = {"ours_tol": ours_forward(p_tol)}
-    for k, base in variants.items():
-        if searches[k]["reached"]:
-            fns[k] = ours_forward(base.with_settings(n_iter=searches[k]["n_iter"]))
-    if searches["ref"]["reached"]:
-        fns["ref"] = ref.make_forward(searches["ref"]["n_iter"])
-    log(f"{tag}    timing {', '.join(fns)}, {repeats} interleaved repeats")
-    t = timed({k: (f, (Yj, Pj)) for k, f in fns.items()}, repeats)
-    # The accuracy of the very calls timed (a one-shot run can round differently
-    # from the resumed runs of the search).
-    tolres.update(accuracy(fns["ours_tol"](Yj, Pj)))
-    for k in fns:
-        if k in searches:
-            searches[k].update(accuracy(fns[k](Yj, Pj)))
-    t.update(searches=searches, ours_tol_info=tolres)
-    res["tol"] = t
-    times = ", ".join(f"{k} {ms(t[k]):.1f} ms" for k in fns)
-    log(f"{tag}    {times}; ours tol-stop {tolres}")
+    def to_tolerance(self) -> None:
+        """b) Time to CV <= tol (and error <= tol, with a truth)."""
+        tag, tol, Y, P = self.tag, self.tol, self.Y, self.P
+        log(f"{tag} b) searching the smallest n_iter with CV (and error) <= {tol:g}")
 
-    # c) Forward plus implicit VJP.
-    log(f"{tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
-    gr = ref.make_vjp(N_ITER, N_ITER_BWD)
-    t, go, go_default = backward_stats(proj, gr, (Yj, Pj, Vj), repeats)
-    if gt is not None:
-        # And against the exact Jacobian of the true projection (first N_TRUTH).
-        for k, g in (("ours", go), ("ref", gr), ("ours_default", go_default)):
-            t[f"grad_exact_{k}"] = rel_err(np.asarray(g(Yj, Pj, Vj))[sub], gt["G"])
-    res["bwd"] = t
-    log(
-        f"{tag}    ours {ms(t['ours']):.1f} ms, ref {ms(t['ref']):.1f} "
-        f"ms, ours backward converged: {t['bwd_converged']}, gradient errors "
-        f"ours/ref {t['grad_err_ours']:.1e}/{t['grad_err_ref']:.1e}, "
-        f"load {t['load']:.2f}"
-    )
-    if gt is None:
-        return res
+        def find(advance, state):
+            cv_err = lambda Yp: max(self.accuracy(Yp).values())  # noqa: E731
+            return search(advance, state, cv_err, tol, self.search_cap)
 
-    # d) Converged accuracy on the ground-truth subset, and the sign check.
-    log(f"{tag} d) accuracy at n_iter={N_ITER_CONVERGED} on {N_TRUTH} instances")
-    yo = ours_forward(proj.with_settings(n_iter=N_ITER_CONVERGED))(Ys, Ps)
-    yr = ref.make_forward(N_ITER_CONVERGED)(Ys, Ps)
-    vs = Vj[sub]
-    go_c = ours_grad(
-        proj.with_settings(n_iter=N_ITER_CONVERGED, adjoint=matched_adjoint(pe, 200))
-    )
-    gr_c = ref.make_vjp(N_ITER_CONVERGED, 200)
-    nn = N_TRUTH_NEG
-    res["converged"] = dict(
-        grad_ours=rel_err(go_c(Ys, Ps, vs), gt["G"]),
-        grad_ref=rel_err(gr_c(Ys, Ps, vs), gt["G"]),
-        err_ours=err(yo),
-        err_ref=err(yr),
-        cv_ours=fam.cv(yo),
-        cv_ref=fam.cv(yr),
-        ref_vs_neg=err(np.asarray(yr)[:nn], gt["Tneg"]),
-        ref_vs_pos=err(np.asarray(yr)[:nn], gt["T"][:nn]),
-        ours_vs_neg=err(np.asarray(yo)[:nn], gt["Tneg"]),
-    )
-    log(f"{tag}    {res['converged']}")
-    return res
+        searches = {
+            "ref": find(ref_advancer(self.ref, Y, P), self.ref.initial_state(Y, P))
+        }
+        for k, base in self.variants.items():
+            searches[k] = find(ours_advancer(base, Y, P), None)
+        for k, v in searches.items():
+            log(f"{tag}    {k}: {v}")
+        so = searches["ours"]
+        # The tol-stopping version, capped well above what the fixed search needed.
+        cap = max(200, 4 * so["n_iter"]) if so["reached"] else self.search_cap
+        p_tol = self.proj.with_settings(tol=tol, n_iter=cap)
+        steps = np.asarray(n_steps(p_tol, Y, P))
+        tolres = dict(
+            cap=cap, steps_max=int(steps.max()), steps_mean=float(steps.mean())
+        )
+        fns = {"ours_tol": ours_forward(p_tol)}
+        for k, base in self.variants.items():
+            if searches[k]["reached"]:
+                fns[k] = ours_forward(base.with_settings(n_iter=searches[k]["n_iter"]))
+        if searches["ref"]["reached"]:
+            fns["ref"] = self.ref.make_forward(searches["ref"]["n_iter"])
+        log(f"{tag}    timing {', '.join(fns)}, {self.repeats} interleaved repeats")
+        t = self.timed(fns)
+        # The accuracy of the very calls timed (a one-shot run can round differently
+        # from the resumed runs of the search).
+        tolres.update(self.accuracy(fns["ours_tol"](Y, P)))
+        for k in fns:
+            if k in searches:
+                searches[k].update(self.accuracy(fns[k](Y, P)))
+        t.update(searches=searches, ours_tol_info=tolres)
+        self.res["tol"] = t
+        times = ", ".join(f"{k} {ms(t[k]):.1f} ms" for k in fns)
+        log(f"{tag}    {times}; ours tol-stop {tolres}")
+
+    def backward(self) -> None:
+        """c) Forward plus implicit VJP."""
+        log(f"{self.tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
+        args = (self.Y, self.P, self.V)
+        gr = self.ref.make_vjp(N_ITER, N_ITER_BWD)
+        t, go, go_default = backward_stats(self.proj, gr, args, self.repeats)
+        if self.gt is not None:
+            # And against the exact Jacobian of the true projection (first N_TRUTH).
+            for k, g in (("ours", go), ("ref", gr), ("ours_default", go_default)):
+                G = np.asarray(g(*args))[:N_TRUTH]
+                t[f"grad_exact_{k}"] = rel_err(G, self.gt["G"])
+        self.res["bwd"] = t
+        log(
+            f"{self.tag}    ours {ms(t['ours']):.1f} ms, ref {ms(t['ref']):.1f} "
+            f"ms, ours backward converged: {t['bwd_converged']}, gradient errors "
+            f"ours/ref {t['grad_err_ours']:.1e}/{t['grad_err_ref']:.1e}, "
+            f"load {t['load']:.2f}"
+        )
+
+    def converged(self) -> None:
+        """d) Converged accuracy on the ground-truth subset, and the sign check."""
+        import pinet_eqx as pe
+
+        n, nn, gt, proj = N_ITER_CONVERGED, N_TRUTH_NEG, self.gt, self.proj
+        log(f"{self.tag} d) accuracy at n_iter={n} on {N_TRUTH} instances")
+        Ys, vs = self.Y[:N_TRUTH], self.V[:N_TRUTH]
+        Ps = {k: v[:N_TRUTH] for k, v in self.P.items()}
+        yo = ours_forward(proj.with_settings(n_iter=n))(Ys, Ps)
+        yr = self.ref.make_forward(n)(Ys, Ps)
+        adjoint = matched_adjoint(pe, 200)
+        go_c = ours_grad(proj.with_settings(n_iter=n, adjoint=adjoint))
+        gr_c = self.ref.make_vjp(n, 200)
+        self.res["converged"] = dict(
+            grad_ours=rel_err(go_c(Ys, Ps, vs), gt["G"]),
+            grad_ref=rel_err(gr_c(Ys, Ps, vs), gt["G"]),
+            err_ours=self.err(yo),
+            err_ref=self.err(yr),
+            cv_ours=self.fam.cv(yo),
+            cv_ref=self.fam.cv(yr),
+            ref_vs_neg=self.err(np.asarray(yr)[:nn], gt["Tneg"]),
+            ref_vs_pos=self.err(np.asarray(yr)[:nn], gt["T"][:nn]),
+            ours_vs_neg=self.err(np.asarray(yo)[:nn], gt["Tneg"]),
+        )
+        log(f"{self.tag}    {self.res['converged']}")
 
 
 # ---------------------------------------------------------------- reporting
@@ -456,7 +474,6 @@ def _run(fam, precision: str, repeats: int, sigma: float) -> dict:
 
 def tables(results: list[dict]) -> str:
     """The Markdown tables of `results`."""
-    rtol, atol = results[0]["bwd_tols"]
     sigma = results[0]["sigma"]
     lines = [
         "Times in ms: median [lower quartile, upper quartile] (min–max) over the "
@@ -493,7 +510,12 @@ def tables(results: list[dict]) -> str:
             )
             + f" | {t['load']:.1f} |"
         )
-    lines += [
+    return "\n".join(lines + _tol_table(results) + _backward_tables(results))
+
+
+def _tol_table(results: list[dict]) -> list[str]:
+    """Table b), the time to the tolerance."""
+    lines = [
         "",
         "**b) Time to CV ≤ tol and err ≤ tol** (1e-4 in f32, 1e-6 in f64): the "
         "smallest fixed n_iter that reaches both (searched to within 5%), for each "
@@ -542,7 +564,13 @@ def tables(results: list[dict]) -> str:
             f"{cell('ours')} | {tol_cell} | {cell('ours_same')} | {ratio} | "
             f"{ratio_same} | {t['load']:.1f} |"
         )
-    lines += [
+    return lines
+
+
+def _backward_tables(results: list[dict]) -> list[str]:
+    """Tables c), the backward pass, and d), the accuracy of the converged runs."""
+    rtol, atol = results[0]["bwd_tols"]
+    lines = [
         "",
         f"**c) Forward + implicit VJP, n_iter = {N_ITER}, at most {N_ITER_BWD} "
         "BiCGStab steps on the fixed point** (ours: "
@@ -579,10 +607,10 @@ def tables(results: list[dict]) -> str:
             f"{c['ref_vs_neg']:.2f} | {c['ref_vs_pos']:.1e} | {r['truth_kkt']:.0e} | "
             f"{s['ours']:.2f} ({s['form']}) / {s['ref']:.2f} |"
         )
-    return "\n".join(lines)
+    return lines
 
 
-TITLES = {  # the family's record: title and place on the page
+TITLES = {  # each family's record: title and place on the page
     "soc": ("Second-order cone (paper App. B.4), `--family soc`", 3),
     "ax": ("Per-instance equality matrix E(x) with a box, `--family ax`", 4),
 }
@@ -610,9 +638,3 @@ def details(args, results: list[dict]) -> str:
         f"Sizes: {dims}. Data seed {DATA_SEED}, y_raw ~ N(0, I) (seed 0), "
         f"ω = {OMEGA} everywhere."
     )
-
-
-def write(args, body: str) -> None:
-    """Write this family's record (`benchmarks/projection/records/{family}.json`)."""
-    title, order = TITLES[args.family]
-    records.write_run("projection", args.family, title, order, body)

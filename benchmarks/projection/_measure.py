@@ -19,7 +19,7 @@ import numpy as np
 
 from .._common import records
 from .._common.problems import PAPER_N_ITER, PAPER_N_ITER_BWD, PAPER_OMEGA
-from .._common.provenance import command_line, describe, machine
+from .._common.provenance import command_line, describe, log, machine
 from .._common.timing import fmt, time_interleaved
 
 PROG = "python -m benchmarks.projection"
@@ -30,11 +30,6 @@ N_ITER_BWD = PAPER_N_ITER_BWD
 BWD_RTOL = 1e-5
 OMEGA = PAPER_OMEGA
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
-
-
-def log(message: str) -> None:
-    """Progress, flushed at once (the runs take minutes)."""
-    print(message, flush=True)
 
 
 def ms(stats: dict) -> float:
@@ -99,21 +94,15 @@ def ours_advancer(base, Y, P):
     steps = {}
 
     def advance(state, k):
-        key = (k, state is None)
-        if key not in steps:
+        if k not in steps:
             p = base.with_settings(n_iter=k)
 
             def one(y, P, s=None):
                 sol = p.solve(y, **P) if s is None else p.solve(y, s0=s, **P)
                 return sol.y, sol.s
 
-            if state is None:
-                steps[key] = jax.jit(jax.vmap(lambda y, P: one(y, P)))
-            else:
-                steps[key] = jax.jit(jax.vmap(one))
-        if state is None:
-            return steps[key](Y, P)
-        return steps[key](Y, P, state)
+            steps[k] = jax.jit(jax.vmap(one))
+        return steps[k](Y, P) if state is None else steps[k](Y, P, state)
 
     return advance
 
@@ -198,14 +187,8 @@ def backward_stats(proj, ref_grad, args, repeats: int):
     # Also our default adjoint: the exact active-set derivative for polyhedral
     # sets, BiCGStab on the fixed point (dtype tolerance, 100 steps) otherwise.
     go_default = ours_grad(proj.with_settings(adjoint=pe.ImplicitAdjoint()))
-    t = timed(
-        {
-            "ours": (go, args),
-            "ref": (ref_grad, args),
-            "ours_default": (go_default, args),
-        },
-        repeats,
-    )
+    grads = {"ours": go, "ref": ref_grad, "ours_default": go_default}
+    t = timed({name: (g, args) for name, g in grads.items()}, repeats)
     # Did every instance's BiCGStab converge within its step limit? Our "warn"
     # mode warns once per call if any instance did not.
     warn = dataclasses.replace(proj.adjoint, on_failure="warn")
@@ -266,12 +249,7 @@ def run_workers(precisions, worker_args: list[str], sizes: list[str]) -> list[di
                 log(f"worker for {precision} failed with code {proc.returncode}")
     if not results:
         raise SystemExit("no results")
-    order = {
-        (s, p): i
-        for i, (s, p) in enumerate((s, p) for s in sizes for p in ("f32", "f64"))
-    }
-    results.sort(key=lambda r: order[(r["size"], r["precision"])])
-    return results
+    return sorted(results, key=lambda r: (sizes.index(r["size"]), r["precision"]))
 
 
 def worker_setup(args) -> None:
