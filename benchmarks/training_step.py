@@ -111,16 +111,12 @@ def _f32_grid(a: np.ndarray) -> np.ndarray:
     return np.asarray(a, np.float32).astype(np.float64)
 
 
-# ------------------------------------------------------------ ground truth
-
-
 class ExactProjection:
     r"""The exact projection onto $\{z : A z = x,\ G z \le h\}$ in float64 NumPy.
 
     With $N$ a basis of null($A$) and $z_0$ the projection onto $\{A z = x\}$,
     the projection onto $\{A z = x,\ G_S z = h_S\}$ is $z_0 - N K^\top \lambda_S$,
-    $K = G_S N$, $K K^\top \lambda_S = G_S z_0 - h_S$ (a QR of $K^\top$).
-    """
+    $K = G_S N$, $K K^\top \lambda_S = G_S z_0 - h_S$ (a QR of $K^\top$)."""
 
     def __init__(self, A, G, h):
         self.A, self.G, self.h = (np.asarray(a, np.float64) for a in (A, G, h))
@@ -250,9 +246,6 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
     return dict(y=Z, vjp=VJP, well_defined=well_defined, summary=summary)
 
 
-# ------------------------------------------------------------ the two layers
-
-
 def _cholesky() -> dict:
     import lineax as lx
 
@@ -357,9 +350,6 @@ def accuracy(y, grad, case: Case, truth: dict) -> dict:
         "y_err_max": float(np.abs(y[:n][ok] - truth["y"][ok]).max()),
         "cv_max": float(cv.max()),
     }
-
-
-# ------------------------------------------------------------ the benchmark
 
 
 def run_case(case: Case, truth: dict, dtype_name: str, repeats, with_ref, variants=()):

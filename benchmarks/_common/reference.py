@@ -39,8 +39,7 @@ class _ReferenceLayer:
 
     Subclasses call `_setup` and build `self._project` (a reference `Project`).
     `P` is the per-instance data: the contexts `X` (DC3), or a dict of `(B, ...)`
-    arrays `b` and, where the matrix changes too, `E`.
-    """
+    arrays `b` and, where the matrix changes too, `E`."""
 
     _nl = None
 
@@ -66,16 +65,10 @@ class _ReferenceLayer:
         )
 
     def _call(self, Y, P, n_iter: int, n_iter_bwd: int, s0=None):
-        y_instance, s_next = self._project.call(
-            y_raw=self._instance(Y, P),
-            s0=s0,
-            sigma=self.sigma,
-            omega=self.omega,
-            n_iter=n_iter,
-            n_iter_bwd=n_iter_bwd,
-            fpi=False,
-        )
-        return y_instance.x[..., 0], s_next
+        steps = dict(sigma=self.sigma, omega=self.omega, n_iter=n_iter, fpi=False)
+        y_raw, steps["n_iter_bwd"] = self._instance(Y, P), n_iter_bwd
+        out, s_next = self._project.call(y_raw=y_raw, s0=s0, **steps)
+        return out.x[..., 0], s_next
 
     def projection(self, n_iter: int, n_iter_bwd: int = 25):
         """`(Y, P) -> Y_proj`, differentiable, not jitted: `n_iter` forward
@@ -111,8 +104,7 @@ class ReferenceDC3Projector(_ReferenceLayer):
     r"""The reference's Douglas-Rachford projection onto $\{y : A y = x,\ G y \le h\}$
     (Grontas et al., 2025; we give it $-\infty$ as the lower bound), with its step
     `sigma`, relaxation `omega` and optional Ruiz equilibration; `dtype` defaults to
-    JAX's default float.
-    """
+    JAX's default float."""
 
     def __init__(
         self,
@@ -156,8 +148,7 @@ class ReferenceSOCProjector(_ReferenceLayer):
     r"""The reference's projection onto the App. B.4 set
     $\{y = (y_1, y_2) : A y_1 + y_2 = b,\ \|y_{2,:-1}\|_2 \le y_{2,-1}\}$, $A$
     `(d2, d1)` fixed, `P = {"b": (B, d2)}`: its non-linear `SOCType` path
-    ($\|S y\|_2 \le e^\top y$, $S$ selecting $y_{2,:-1}$), which never equilibrates.
-    """
+    ($\|S y\|_2 \le e^\top y$, $S$ selecting $y_{2,:-1}$), which never equilibrates."""
 
     def __init__(self, A, sigma: float, omega: float = 1.7, dtype=None):
         self._setup(sigma, omega, dtype)
@@ -168,12 +159,9 @@ class ReferenceSOCProjector(_ReferenceLayer):
         E = np.hstack([A, np.eye(d2)])
         S = np.eye(d)[d1 : d - 1]
         e = np.eye(d)[d - 1 :]
-        eq = pinet.EqualityConstraint(
-            a_mat=jnp.asarray(E[None], dtype),
-            b=jnp.zeros((1, d2, 1), dtype),
-            method=None,
-            var_b=True,
-        )
+        b = jnp.zeros((1, d2, 1), dtype)
+        E = jnp.asarray(E[None], dtype)
+        eq = pinet.EqualityConstraint(a_mat=E, b=b, method=None, var_b=True)
         spec = pinet.NonLinearSpecification(
             nl_type=pinet.SOCType,
             a_mat=jnp.asarray(S[None], dtype),
@@ -189,26 +177,21 @@ class ReferenceSOCProjector(_ReferenceLayer):
 class ReferenceAxProjector(_ReferenceLayer):
     r"""The reference's projection onto $\{y : E y = b,\ \ell \le y \le u\}$,
     `P = {"E": (B, m, d), "b": (B, m)}`: its `var_a_mat=True` path, a batched
-    pseudo-inverse in every call and no equilibration.
-    """
+    pseudo-inverse in every call and no equilibration."""
 
     def __init__(self, m: int, d: int, lower, upper, sigma, omega=1.7, dtype=None):
         self._setup(sigma, omega, dtype)
         pinet, dtype = self._pinet, self.dtype
         # The matrix given here is only a shape placeholder: with var_a_mat=True
         # the reference takes the matrix of every call from the instance.
+        E = jnp.zeros((1, m, d), dtype).at[0, :, :m].set(jnp.eye(m, dtype=dtype))
+        b = jnp.zeros((1, m, 1), dtype)
         eq = pinet.EqualityConstraint(
-            a_mat=jnp.zeros((1, m, d), dtype).at[0, :, :m].set(jnp.eye(m, dtype=dtype)),
-            b=jnp.zeros((1, m, 1), dtype),
-            method=None,
-            var_b=True,
-            var_a_mat=True,
+            a_mat=E, b=b, method=None, var_b=True, var_a_mat=True
         )
-        lower = jnp.broadcast_to(jnp.asarray(lower, dtype), (d,))
-        upper = jnp.broadcast_to(jnp.asarray(upper, dtype), (d,))
-        box = pinet.BoxConstraint(
-            pinet.BoxConstraintSpecification(
-                lb=lower[None, :, None], ub=upper[None, :, None]
-            )
+        lb, ub = (jnp.broadcast_to(jnp.asarray(a, dtype), (d,)) for a in (lower, upper))
+        box = pinet.BoxConstraintSpecification(
+            lb=lb[None, :, None], ub=ub[None, :, None]
         )
+        box = pinet.BoxConstraint(box)
         self._project = pinet.Project(eq_constraint=eq, box_constraint=box)

@@ -58,12 +58,7 @@ class _Run:
         return (self.label, self.precision)
 
 
-def report(
-    results_dir: str | pathlib.Path,
-    out_dir: str | pathlib.Path | None,
-    suite: Suite,
-    record: bool = False,
-) -> list[pathlib.Path]:
+def report(results_dir, out_dir, suite: Suite, record=False) -> list[pathlib.Path]:
     """Write the figures and tables of every run below `results_dir` to `out_dir`
     (default `results_dir`), with `record` also the suite's record `tables` and
     its page; returns the paths written (see `load_runs` for errors)."""
@@ -94,21 +89,12 @@ def write_record(text: str, suite: Suite, results_dir) -> list[pathlib.Path]:
     from . import provenance
 
     body = re.sub(r"^#", "##", text.split("\n", 1)[1], flags=re.M)
-    return records.write_run(
-        suite.folder,
-        "tables",
-        "Full tables",
-        2,
-        body,
-        command=f"{suite.prog} report {results_dir} --record",
-        machine="per run, in the tables",
-        date=datetime.date.today().isoformat(),
-        commit=provenance.git_commit(),
+    fields = dict(command=f"{suite.prog} report {results_dir} --record")
+    fields.update(
+        machine="per run, in the tables", date=datetime.date.today().isoformat()
     )
-
-
-# ----------------------------------------------------------------------------------
-# Reading
+    fields["commit"] = provenance.git_commit()
+    return records.write_run(suite.folder, "tables", "Full tables", 2, body, **fields)
 
 
 def load_runs(results_dir: pathlib.Path, prog: str) -> list[_Run]:
@@ -216,10 +202,6 @@ def _display(key: tuple[str, int | None], series: dict[tuple, list[_Run]]) -> st
 def _file_stem(name: str) -> str:
     """`name` made safe for a file name."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
-
-
-# ----------------------------------------------------------------------------------
-# Figures
 
 
 def _styles(runs: list[_Run], methods: tuple[str, ...]) -> dict:
@@ -344,10 +326,6 @@ def _curves(name, series, styles, path: pathlib.Path) -> pathlib.Path | None:
     )
     fig.savefig(path)
     return path
-
-
-# ----------------------------------------------------------------------------------
-# Tables
 
 
 def _fmt(x) -> str:

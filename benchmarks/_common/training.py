@@ -44,8 +44,7 @@ class Plan(NamedTuple):
 
 def plan(data, config: TrainingConfig) -> Plan:
     """The `Plan` for `data` and `config`: `data.X_train` shuffled each epoch, or,
-    where it is `None`, one batch `data.sample_train(rng, n)` per epoch (App. B.4).
-    """
+    where it is `None`, one batch `data.sample_train(rng, n)` per epoch (App. B.4)."""
     if getattr(data, "X_train", None) is None:
         return Plan(None, config.batch_size, config.batch_size, 1)
     X_train = jnp.asarray(data.X_train, jnp.result_type(float))
@@ -87,8 +86,7 @@ def train_loop(
     """Run the epochs of `plan(data, config)` with `step(state, X) -> (state,
     loss)`, validating with `predictor(state)(X)`; `stop_in_epoch` checks the time
     budget after every step. Returns the state, the epochs done and whether the
-    time budget stopped training.
-    """
+    time budget stopped training."""
     schedule, epochs, max_time = plan(data, config), config.epochs, config.max_time_s
     every = config.validate_every or max(1, epochs // 50)
     run.set_total(epochs * schedule.per_epoch)
@@ -136,8 +134,7 @@ def fit_model(
     """Train an Equinox model with jitted Adam steps on `loss(model, X)` over the
     leaves `filter_spec` selects (default `pe.trainable_filter(model)`). Returns a
     `Trained` in inference mode predicting with `apply(model, X)` (and
-    `apply_single`), jitted with the model as an argument.
-    """
+    `apply_single`), jitted with the model as an argument."""
     dtype = jnp.result_type(float)
     batch_predict = eqx.filter_jit(apply)
 
@@ -236,22 +233,19 @@ def fit_eager(
         state, step, data, config, rng, run, predictor, stop_in_epoch=True
     )
     predict = predictor(state)
-    return Trained(
-        predict=predict,
-        predict_single=lambda x: predict(np.asarray(x)[None])[0],
-        info={
-            **(info or {}),
-            "inference": "jitted MLP, then one CPU cone solve per instance "
-            "(diffcp thread pool, no derivative set-up)",
-            "epochs_done": epochs_done,
-            "stopped_by_max_time": stopped,
-        },
-        model=eqx.combine(state[0], static),
-        # Each batch takes tens of seconds of CPU solves: fewer repeats, one
-        # warm-up (which compiles the layer's eager JAX glue for the batch shape).
-        timing=InferenceTiming(
-            max_repeats=config.timing_repeats,
-            warmup=1,
-            batch_rows=getattr(config, "timing_batch_rows", None),
-        ),
-    )
+    info = {
+        **(info or {}),
+        "inference": "jitted MLP, then one CPU cone solve per instance "
+        "(diffcp thread pool, no derivative set-up)",
+        "epochs_done": epochs_done,
+        "stopped_by_max_time": stopped,
+    }
+    # Each batch takes tens of seconds of CPU solves: fewer repeats, one warm-up
+    # (which compiles the layer's eager JAX glue for the batch shape).
+    rows = getattr(config, "timing_batch_rows", None)
+    timing = InferenceTiming(config.timing_repeats, 1, rows)
+
+    def single(x):
+        return predict(np.asarray(x)[None])[0]
+
+    return Trained(predict, single, info, eqx.combine(state[0], static), timing)

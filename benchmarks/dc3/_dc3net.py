@@ -125,16 +125,10 @@ def make_completion(
             "`completion_max_tries`, or lower `corr_lr`."
         )
     order = np.argsort(np.concatenate([part, dep]))
-    cast = lambda a: jnp.asarray(a, dtype)  # noqa: E731
-    completion = Completion(
-        A_part=cast(A_part),
-        D=cast(D),
-        order=jnp.asarray(order),
-        A=cast(A),
-        G_z=cast(G_z),
-        G_x=cast(G_x),
-        h=cast(h),
+    A_part, D, A, G_z, G_x, h = (
+        jnp.asarray(a, dtype) for a in (A_part, D, A, G_z, G_x, h)
     )
+    completion = Completion(A_part, D, jnp.asarray(order), A, G_z, G_x, h)
     info = {
         "completion_cond": float(cond),
         "correction_stability": float(ratio),
@@ -278,15 +272,9 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     P = data.problem
     rng = np.random.default_rng(seed)  # draws the completion, then the shuffles
     start = time.perf_counter()
-    comp, info = make_completion(
-        P,
-        rng,
-        dtype,
-        config.completion_max_cond,
-        config.completion_max_tries,
-        config.corr_lr if config.completion_stable_correction else None,
-        config.corr_momentum,
-    )
+    stable = config.corr_lr if config.completion_stable_correction else None
+    draws = (config.completion_max_cond, config.completion_max_tries, stable)
+    comp, info = make_completion(P, rng, dtype, *draws, config.corr_momentum)
     info["setup_s"] = time.perf_counter() - start
     net, stats = init_network(
         P.n_eq, P.n_var - P.n_eq, config, jax.random.key(seed), dtype

@@ -8,7 +8,7 @@ import numpy as np
 from pinet_eqx.problems import dc3_violation
 
 from .._common.problems import PAPER_SIGMA, dc3_projector
-from . import _families, _measure
+from . import _measure
 from ._measure import N_ITER, N_ITER_BWD, OMEGA
 
 SIZES = {
@@ -107,20 +107,12 @@ def _tol_table(results: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        t = r["tol"]
+        t, tol = r["tol"], r["tolerance"]
         sr, so, ti = t["searches"]["ref"], t["searches"]["ours"], t["ours_tol_info"]
-        ref_cell = _search_cell(
-            sr,
-            t.get("ref"),
-            r["tolerance"],
-            f"not reached by n_iter {sr['n_iter']}: plateau {sr['best_cv']:.1e}",
-        )
-        ours_cell = _search_cell(
-            so,
-            t.get("ours"),
-            r["tolerance"],
-            f"not reached by {so['n_iter']}: best {so['best_cv']:.1e}",
-        )
+        missed = f"not reached by n_iter {sr['n_iter']}: plateau {sr['best_cv']:.1e}"
+        ref_cell = _search_cell(sr, t.get("ref"), tol, missed)
+        missed = f"not reached by {so['n_iter']}: best {so['best_cv']:.1e}"
+        ours_cell = _search_cell(so, t.get("ours"), tol, missed)
         over = " (> tol)" if ti["cv"] > r["tolerance"] else ""
         tol_cell = (
             f"{ti['steps_max']}/{ti['steps_mean']:.0f} (cap {ti['cap']}), "
@@ -177,7 +169,7 @@ def measure(size: str, args) -> dict:
     if size == "large" and args.precision[0] == "f64":
         repeats = min(repeats, args.repeats_large_f64)
     fam = DC3Family(size, args.batch)
-    return _families._run(fam, args.precision[0], repeats, fam.sigma)
+    return _measure.run(fam, args.precision[0], repeats, fam.sigma)
 
 
 def details(args, results: list[dict]) -> str:

@@ -23,31 +23,19 @@ import time
 import numpy as np
 
 from .._common.problems import soc_batch, soc_projector
-from .._common.provenance import log
 from .._common.solvers import clarabel
 from ._measure import (
     N_ITER,
     N_ITER_BWD,
+    N_ITER_CONVERGED,
+    N_TRUTH,
+    N_TRUTH_NEG,
     OMEGA,
-    TOLERANCE,
-    backward_stats,
     bwd_table,
     fmt_t,
-    matched_adjoint,
-    ms,
-    n_steps,
-    ours_advancer,
-    ours_forward,
-    ours_grad,
-    ref_advancer,
-    rel_err,
-    search,
-    timed,
+    run,
 )
 
-N_TRUTH = 8  # instances with a ground truth (the first of the batch)
-N_TRUTH_NEG = 4  # of which, instances also solved for -y_raw (sign check)
-N_ITER_CONVERGED = 1000  # the "converged" accuracy check, on the truth subset only
 DATA_SEED = 17
 CACHE_DIR = pathlib.Path(__file__).resolve().parent.parent / "_out"
 
@@ -64,9 +52,6 @@ DEFAULT_SIZES = {"soc": ["small", "large"], "ax": ["small"]}
 SIGMA = {"soc": 0.5, "ax": 0.3}
 
 
-# ---------------------------------------------------------------- data
-
-
 def soc_truth(E, b, y, d1: int):
     """The projection of `y` onto $\\{z : E z = b,\\ \\|z_{d_1:-1}\\| \\le z_{-1}\\}$
     by Clarabel and Newton's method: the point, its KKT residual and its VJP."""
@@ -80,6 +65,33 @@ def soc_truth(E, b, y, d1: int):
     )
     clarabel(prob, 1e-10, quiet=True)  # inaccurate: polished below
     return _polish_soc(E, b, y, z.value, d1)
+
+
+def _ground_truth(fam) -> dict:
+    """Truths for the first N_TRUTH instances (and -y_raw for N_TRUTH_NEG)."""
+    CACHE_DIR.mkdir(exist_ok=True)
+    path = CACHE_DIR / f"truth_v4_{fam.name}_{fam.size}_{DATA_SEED}_{N_TRUTH}.npz"
+    if path.exists():
+        f = np.load(path)
+        return {k: f[k] for k in f.files}
+    start = time.perf_counter()
+    T, kkt, G, Tneg = [], [], [], []
+    for i in range(N_TRUTH):
+        z, r, vjp = fam.truth(fam.Y[i], i)
+        T.append(z)
+        kkt.append(r)
+        G.append(vjp(fam.V[i]))
+    for i in range(N_TRUTH_NEG):
+        Tneg.append(fam.truth(-fam.Y[i], i)[0])
+    out = dict(
+        T=np.stack(T),
+        kkt=np.asarray(kkt),
+        G=np.stack(G),
+        Tneg=np.stack(Tneg),
+        seconds=np.asarray(time.perf_counter() - start),
+    )
+    np.savez(path, **out)
+    return out
 
 
 class SocFamily:
@@ -115,6 +127,8 @@ class SocFamily:
         from .._common.reference import ReferenceSOCProjector
 
         return ReferenceSOCProjector(self.A, sigma=sigma, omega=omega, dtype=dtype)
+
+    ground_truth = _ground_truth
 
     def truth(self, y, i):
         """The projection of `y` for instance `i`: Clarabel, then Newton polish."""
@@ -166,6 +180,8 @@ class AxFamily:
         return ReferenceAxProjector(
             self.m, self.d, -1.0, 1.0, sigma=sigma, omega=omega, dtype=dtype
         )
+
+    ground_truth = _ground_truth
 
     def truth(self, y, i):
         import cvxpy as cp
@@ -271,207 +287,6 @@ def _polish_soc(E, b, y, z, d1):
     return z, kkt, vjp
 
 
-def _ground_truth(fam) -> dict:
-    """Truths for the first N_TRUTH instances (and -y_raw for N_TRUTH_NEG)."""
-    CACHE_DIR.mkdir(exist_ok=True)
-    path = CACHE_DIR / f"truth_v4_{fam.name}_{fam.size}_{DATA_SEED}_{N_TRUTH}.npz"
-    if path.exists():
-        f = np.load(path)
-        return {k: f[k] for k in f.files}
-    start = time.perf_counter()
-    T, kkt, G, Tneg = [], [], [], []
-    for i in range(N_TRUTH):
-        z, r, vjp = fam.truth(fam.Y[i], i)
-        T.append(z)
-        kkt.append(r)
-        G.append(vjp(fam.V[i]))
-    for i in range(N_TRUTH_NEG):
-        Tneg.append(fam.truth(-fam.Y[i], i)[0])
-    out = dict(
-        T=np.stack(T),
-        kkt=np.asarray(kkt),
-        G=np.stack(G),
-        Tneg=np.stack(Tneg),
-        seconds=np.asarray(time.perf_counter() - start),
-    )
-    np.savez(path, **out)
-    return out
-
-
-# ---------------------------------------------------------------- measurement
-
-
-def _run(fam, precision: str, repeats: int, sigma: float) -> dict:
-    """All measurements for one family, size and precision at the reference's
-    `sigma` (also `ours_same`'s); a family with a `truth` is checked against it."""
-    run = _Measurement(fam, precision, repeats, sigma)
-    run.fixed()
-    run.to_tolerance()
-    run.backward()
-    if run.gt is not None:
-        run.converged()
-    return run.res
-
-
-class _Measurement:
-    """One family, size and precision: its batch `(Y, P, V)` on the device, our
-    projectors (`ours` at its defaults and, for a family with `same`, `ours_same`
-    at the reference's iteration), the reference, and the record `res` that each
-    step (a to d) adds to."""
-
-    def __init__(self, fam, precision: str, repeats: int, sigma: float):
-        import jax.numpy as jnp
-
-        import pinet_eqx as pe
-
-        self.fam, self.repeats, self.tol = fam, repeats, TOLERANCE[precision]
-        self.search_cap = 2000 if fam.size == "small" else 1000
-        dtype = jnp.float64 if precision == "f64" else jnp.float32
-        self.tag = tag = f"[{fam.name} {fam.size} {precision}]"
-        res = dict(family=fam.name, size=fam.size, dims=fam.dims, precision=precision)
-        self.res = res = dict(res, batch=fam.batch, tolerance=self.tol, sigma=sigma)
-        self.gt = None
-        if hasattr(fam, "truth"):
-            log(f"{tag} ground truth (cvxpy + Clarabel + Newton polish, {N_TRUTH})")
-            self.gt = gt = _ground_truth(fam)
-            res.update(truth_kkt=float(gt["kkt"].max()))
-            res.update(truth_seconds=float(gt["seconds"]))
-        P = {k: jnp.asarray(v, dtype) for k, v in fam.P.items()}
-        self.Y, self.P, self.V = jnp.asarray(fam.Y, dtype), P, jnp.asarray(fam.V, dtype)
-        log(f"{tag} building projectors")
-        settings = dict(omega=OMEGA, n_iter=N_ITER, adjoint=matched_adjoint(pe))
-        t0 = time.perf_counter()
-        self.proj = fam.ours(**settings)  # its defaults: sigma="auto", equilibrated
-        setup_ours = time.perf_counter() - t0
-        self.variants = {"ours": self.proj}
-        if fam.same:
-            # The reference's own iteration: its sigma, no equilibration.
-            same = fam.ours(sigma=sigma, equilibrate=False, **settings)
-            self.variants["ours_same"] = same
-        t0 = time.perf_counter()
-        self.ref = fam.reference(sigma, OMEGA, dtype)
-        setup_ref = time.perf_counter() - t0
-        # With per-instance matrices the affine projection is factorised in each call.
-        form = "per call" if self.proj.op is None else type(self.proj.op).__name__
-        res["setup"] = dict(ours=setup_ours, ref=setup_ref, form=form)
-        res["bwd_tols"] = (self.proj.adjoint.rtol, self.proj.adjoint.atol or 0.0)
-
-    def err(self, Yp, truth=None) -> float:
-        """The largest error of `Yp` from the truth (its first rows)."""
-        truth = self.gt["T"] if truth is None else truth
-        return float(np.abs(np.asarray(Yp, np.float64)[: len(truth)] - truth).max())
-
-    def accuracy(self, y) -> dict:
-        cv = self.fam.cv(y)
-        return dict(cv=cv) if self.gt is None else dict(cv=cv, err=self.err(y))
-
-    def timed(self, fns: dict) -> dict:
-        """`timed` of the batched forward passes `fns`, interleaved."""
-        return timed({k: (f, (self.Y, self.P)) for k, f in fns.items()}, self.repeats)
-
-    def fixed(self) -> None:
-        """a) Fixed iteration count, with the accuracy of the very calls timed."""
-        tag, repeats = self.tag, self.repeats
-        log(f"{tag} a) forward, n_iter={N_ITER}, {repeats} interleaved repeats")
-        fns = {k: ours_forward(p) for k, p in self.variants.items()}
-        fns["ref"] = self.ref.make_forward(N_ITER)
-        t = self.res["fixed"] = self.timed(fns)
-        t["acc"] = {k: self.accuracy(f(self.Y, self.P)) for k, f in fns.items()}
-        times = ", ".join(f"{k} {ms(t[k]):.1f} ms {t['acc'][k]}" for k in fns)
-        log(f"{tag}    {times}, load {t['load']:.2f}")
-
-    def to_tolerance(self) -> None:
-        """b) Time to CV <= tol (and error <= tol, with a truth)."""
-        tag, tol, Y, P = self.tag, self.tol, self.Y, self.P
-        log(f"{tag} b) searching the smallest n_iter with CV (and error) <= {tol:g}")
-
-        def find(advance, state):
-            cv_err = lambda Yp: max(self.accuracy(Yp).values())  # noqa: E731
-            return search(advance, state, cv_err, tol, self.search_cap)
-
-        searches = {
-            "ref": find(ref_advancer(self.ref, Y, P), self.ref.initial_state(Y, P))
-        }
-        for k, base in self.variants.items():
-            searches[k] = find(ours_advancer(base, Y, P), None)
-        for k, v in searches.items():
-            log(f"{tag}    {k}: {v}")
-        so = searches["ours"]
-        # The tol-stopping version, capped well above what the fixed search needed.
-        cap = max(200, 4 * so["n_iter"]) if so["reached"] else self.search_cap
-        p_tol = self.proj.with_settings(tol=tol, n_iter=cap)
-        steps = np.asarray(n_steps(p_tol, Y, P))
-        tolres = dict(
-            cap=cap, steps_max=int(steps.max()), steps_mean=float(steps.mean())
-        )
-        fns = {"ours_tol": ours_forward(p_tol)}
-        for k, base in self.variants.items():
-            if searches[k]["reached"]:
-                fns[k] = ours_forward(base.with_settings(n_iter=searches[k]["n_iter"]))
-        if searches["ref"]["reached"]:
-            fns["ref"] = self.ref.make_forward(searches["ref"]["n_iter"])
-        log(f"{tag}    timing {', '.join(fns)}, {self.repeats} interleaved repeats")
-        t = self.timed(fns)
-        # The accuracy of the very calls timed (a one-shot run can round differently
-        # from the resumed runs of the search).
-        tolres.update(self.accuracy(fns["ours_tol"](Y, P)))
-        for k in fns:
-            if k in searches:
-                searches[k].update(self.accuracy(fns[k](Y, P)))
-        t.update(searches=searches, ours_tol_info=tolres)
-        self.res["tol"] = t
-        times = ", ".join(f"{k} {ms(t[k]):.1f} ms" for k in fns)
-        log(f"{tag}    {times}; ours tol-stop {tolres}")
-
-    def backward(self) -> None:
-        """c) Forward plus implicit VJP."""
-        log(f"{self.tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
-        args = (self.Y, self.P, self.V)
-        gr = self.ref.make_vjp(N_ITER, N_ITER_BWD)
-        t, go, go_default = backward_stats(self.proj, gr, args, self.repeats)
-        if self.gt is not None:
-            # And against the exact Jacobian of the true projection (first N_TRUTH).
-            for k, g in (("ours", go), ("ref", gr), ("ours_default", go_default)):
-                G = np.asarray(g(*args))[:N_TRUTH]
-                t[f"grad_exact_{k}"] = rel_err(G, self.gt["G"])
-        self.res["bwd"] = t
-        log(
-            f"{self.tag}    ours {ms(t['ours']):.1f} ms, ref {ms(t['ref']):.1f} "
-            f"ms, ours backward converged: {t['bwd_converged']}, gradient errors "
-            f"ours/ref {t['grad_err_ours']:.1e}/{t['grad_err_ref']:.1e}, "
-            f"load {t['load']:.2f}"
-        )
-
-    def converged(self) -> None:
-        """d) Converged accuracy on the ground-truth subset, and the sign check."""
-        import pinet_eqx as pe
-
-        n, nn, gt, proj = N_ITER_CONVERGED, N_TRUTH_NEG, self.gt, self.proj
-        log(f"{self.tag} d) accuracy at n_iter={n} on {N_TRUTH} instances")
-        Ys, vs = self.Y[:N_TRUTH], self.V[:N_TRUTH]
-        Ps = {k: v[:N_TRUTH] for k, v in self.P.items()}
-        yo = ours_forward(proj.with_settings(n_iter=n))(Ys, Ps)
-        yr = self.ref.make_forward(n)(Ys, Ps)
-        adjoint = matched_adjoint(pe, 200)
-        go_c = ours_grad(proj.with_settings(n_iter=n, adjoint=adjoint))
-        gr_c = self.ref.make_vjp(n, 200)
-        self.res["converged"] = dict(
-            grad_ours=rel_err(go_c(Ys, Ps, vs), gt["G"]),
-            grad_ref=rel_err(gr_c(Ys, Ps, vs), gt["G"]),
-            err_ours=self.err(yo),
-            err_ref=self.err(yr),
-            cv_ours=self.fam.cv(yo),
-            cv_ref=self.fam.cv(yr),
-            ref_vs_neg=self.err(np.asarray(yr)[:nn], gt["Tneg"]),
-            ref_vs_pos=self.err(np.asarray(yr)[:nn], gt["T"][:nn]),
-            ours_vs_neg=self.err(np.asarray(yo)[:nn], gt["Tneg"]),
-        )
-        log(f"{self.tag}    {self.res['converged']}")
-
-
-# ---------------------------------------------------------------- reporting
-
-
 def tables(results: list[dict]) -> str:
     """The Markdown tables of `results`."""
     sigma = results[0]["sigma"]
@@ -495,20 +310,18 @@ def tables(results: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        t = r["fixed"]
-        acc = t["acc"]
-        ref = t["ref"]["median"]
+        t, variants = r["fixed"], ("ours", "ours_same", "ref")
+        acc = " | ".join(
+            f"{t['acc'][k]['cv']:.1e}, {t['acc'][k]['err']:.1e}" for k in variants
+        )
+        ref, n = t["ref"]["median"], t["ours"]["repeats"]
+        ratios = (
+            f"{ref / t['ours']['median']:.2f}x, {ref / t['ours_same']['median']:.2f}x"
+        )
         lines.append(
-            f"| {r['size']} | {r['precision']} | {r['batch']} | "
-            f"{t['ours']['repeats']} | "
+            f"| {r['size']} | {r['precision']} | {r['batch']} | {n} | "
             f"{fmt_t(t['ours'])} | {fmt_t(t['ours_same'])} | {fmt_t(t['ref'])} | "
-            f"{ref / t['ours']['median']:.2f}x, {ref / t['ours_same']['median']:.2f}x "
-            "| "
-            + " | ".join(
-                f"{acc[k]['cv']:.1e}, {acc[k]['err']:.1e}"
-                for k in ("ours", "ours_same", "ref")
-            )
-            + f" | {t['load']:.1f} |"
+            f"{ratios} | {acc} | {t['load']:.1f} |"
         )
     return "\n".join(lines + _tol_table(results) + _backward_tables(results))
 
@@ -541,14 +354,13 @@ def _tol_table(results: list[dict]) -> list[str]:
             s = sr[k]
             if not s["reached"]:
                 return f"not reached by n_iter {s['n_iter']}: best {s['best_cv']:.1e}"
-            return f"{s['n_iter']}, {fmt_t(t[k])}, {s['cv']:.1e}, {s['err']:.1e}" + (
-                "" if ok(s) else " (> tol)"
-            )
+            flag = "" if ok(s) else " (> tol)"
+            return f"{s['n_iter']}, {fmt_t(t[k])}, {s['cv']:.1e}, {s['err']:.1e}{flag}"
 
+        flag = "" if ok(ti) else " (> tol)"
         tol_cell = (
             f"{ti['steps_max']}/{ti['steps_mean']:.0f} (cap {ti['cap']}), "
-            f"{fmt_t(t['ours_tol'])}, {ti['cv']:.1e}, {ti['err']:.1e}"
-            + ("" if ok(ti) else " (> tol)")
+            f"{fmt_t(t['ours_tol'])}, {ti['cv']:.1e}, {ti['err']:.1e}{flag}"
         )
         ours_ok = [t["ours_tol"]["median"]] if ok(ti) else []
         if "ours" in t and ok(sr["ours"]):
@@ -624,7 +436,7 @@ def measure(size: str, args) -> dict:
     repeats = args.repeats
     if size == "large":
         repeats = min(repeats, args.repeats_large_f64)
-    return _run(fam, args.precision[0], repeats, args.sigma)
+    return run(fam, args.precision[0], repeats, args.sigma)
 
 
 def details(args, results: list[dict]) -> str:
