@@ -161,17 +161,10 @@ def _read_run(path: pathlib.Path) -> _Run:
         )
     method = record.get("method") or record["label"]
     precision = record.get("precision")
-    return _Run(
-        path=path,
-        record=record,
-        dataset=str(record["dataset"]["name"]),
-        label=str(record.get("label") or method),
-        method=str(method),
-        precision=None if precision is None else int(precision),
-        seed=int(record["seed"]),
-        rs=table[:, 1],
-        cv=table[:, 2],
-    )
+    precision = None if precision is None else int(precision)
+    names = str(record["dataset"]["name"]), str(record.get("label") or method)
+    seed, rs, cv = int(record["seed"]), table[:, 1], table[:, 2]
+    return _Run(path, record, *names, str(method), precision, seed, rs, cv)
 
 
 def _group(

@@ -101,18 +101,10 @@ def _pairs(builders: dict, inst, repeats: int) -> dict:
         difference[mode] = max_abs(X[base], X[cand])
     for name, proj in projectors.items():
         iters[name] = iterations(inference_solve(proj, args))
-    return {
-        "batch": inst.batch,
-        "repeats": repeats,
-        "baseline": base,
-        "candidate": cand,
-        "structure": {name: structure(p) for name, p in projectors.items()},
-        "setup_s": setup,
-        "timing": timing,
-        "ratio": ratio,
-        "max_abs_difference": difference,
-        "inference_iterations": iters,
-    }
+    out = dict(batch=inst.batch, repeats=repeats, baseline=base, candidate=cand)
+    out["structure"] = {name: structure(p) for name, p in projectors.items()}
+    out.update(setup_s=setup, timing=timing, ratio=ratio, max_abs_difference=difference)
+    return {**out, "inference_iterations": iters}
 
 
 def measure_partial_sums(batch: int) -> dict:

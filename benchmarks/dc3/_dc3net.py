@@ -251,15 +251,11 @@ def init_network(n_in: int, n_out: int, config: Config, key, dtype):
         at += out * fan_in
         biases.append(bound * u[at : at + out])
         at += out
-    net = Network(
-        weights=tuple(weights),
-        biases=tuple(biases),
-        scales=tuple(jnp.ones(width, dtype) for _ in range(depth)),
-        shifts=tuple(jnp.zeros(width, dtype) for _ in range(depth)),
-        dropout=float(config.dropout),
-        momentum=float(config.batch_norm_momentum),
-        eps=float(config.batch_norm_eps),
+    scales, shifts = (
+        tuple(f(width, dtype) for _ in range(depth)) for f in (jnp.ones, jnp.zeros)
     )
+    norm = (config.dropout, config.batch_norm_momentum, config.batch_norm_eps)
+    net = Network(tuple(weights), tuple(biases), scales, shifts, *map(float, norm))
     stats = tuple(
         (jnp.zeros(width, dtype), jnp.ones(width, dtype)) for _ in range(depth)
     )
