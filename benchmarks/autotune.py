@@ -77,18 +77,12 @@ def main(argv=None) -> None:
             f"{proj.sigma:.3g} ({steps(proj)}) |"
         )
         print(rows[-1], flush=True)
-
-    print()
+    command = command_line("python -m benchmarks.autotune", argv)
     print(
-        f"Command: `{command_line('python -m benchmarks.autotune', argv)}`. "
-        f"Machine: {describe(machine())}. Tolerance {tol:g}."
+        f"\nCommand: `{command}`. Machine: {describe(machine())}. Tolerance {tol:g}.\n"
+        "\n| problem | tuned σ | tuned n_iter | autotune s | steps to tol, tuned σ "
+        "| auto σ (steps to tol) |\n|---|---|---|---|---|---|"
     )
-    print()
-    print(
-        "| problem | tuned σ | tuned n_iter | autotune s | steps to tol, tuned σ "
-        "| auto σ (steps to tol) |"
-    )
-    print("|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

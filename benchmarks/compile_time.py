@@ -62,14 +62,9 @@ def _step(layer: str, size: str, batch: int):
     else:
         from ._common.reference import ReferenceDC3Projector
 
-        project = ReferenceDC3Projector(
-            prob.A,
-            prob.G,
-            prob.h,
-            sigma=PAPER_SIGMA.get(size, PAPER_SIGMA["small"]),
-            dtype=dtype,
-        ).projection(50, 25)
-        model = mlp
+        sigma = PAPER_SIGMA.get(size, PAPER_SIGMA["small"])
+        layer = ReferenceDC3Projector(prob.A, prob.G, prob.h, sigma=sigma, dtype=dtype)
+        project, model = layer.projection(50, 25), mlp
 
         def loss(model, X):
             return jnp.mean(objective(project(jax.vmap(model)(X), X)))
@@ -142,28 +137,21 @@ def run(args, argv) -> dict:
 
 
 def markdown(record: dict) -> str:
+    rows = [
+        [layer, *(fmt(parts[p], ".2f", SPREAD) for p in PARTS)]
+        for layer, parts in record["stats"].items()
+    ]
     lines = [
         f"Command: `{record['command']}`. Machine: {describe(record['machine'])}; "
         f"load average {record['machine']['load_avg'][0]:.1f} at the start. "
         f"DC3 {record['size']}, batch {record['batch']}, float32; seconds, median "
         "[min, max] over fresh processes.",
         "",
-        records.table(
-            ["layer", *PARTS],
-            [
-                [layer, *(fmt(parts[p], ".2f", SPREAD) for p in PARTS)]
-                for layer, parts in record["stats"].items()
-            ],
-        ),
+        records.table(["layer", *PARTS], rows),
     ]
     if "total_ratio" in record:
-        r = record["total_ratio"]
-        lines += [
-            "",
-            "First call, ours / reference (paired by turn): median "
-            + fmt(r, ".2f", SPREAD)
-            + ".",
-        ]
+        ratio = fmt(record["total_ratio"], ".2f", SPREAD)
+        lines += ["", f"First call, ours / reference (paired by turn): median {ratio}."]
     return "\n".join(lines)
 
 

@@ -53,7 +53,7 @@ def _worker(args) -> dict:
 
     dtype = jnp.dtype(args.worker)
     assert jnp.zeros((), dtype).dtype == dtype, "x64 must be set for float64"
-    failed, iterations, worst, worst_ok, per_set = 0, 0, 0.0, 0.0, []
+    worst, worst_ok, per_set = 0.0, 0.0, []
     for poly, poly_seed in polytopes(args.sets, args.seed):
         rng = np.random.default_rng([poly_seed, 1])
         raw = poly.y_feas + args.scale * rng.normal(size=(args.per_set, poly.d))
@@ -61,18 +61,16 @@ def _worker(args) -> dict:
         sol = jax.vmap(proj.solve)(jnp.asarray(raw, dtype))
         ok = np.asarray(sol.result == pe.RESULTS.successful)
         cv = poly.violation(sol.y)
-        n_iter = int(np.sum(np.asarray(sol.n_iter)))
-        failed += int((~ok).sum())
-        iterations += n_iter
         worst = max(worst, float(cv.max()))
         worst_ok = max(worst_ok, float(cv[ok].max(initial=0.0)))
+        n_iter = int(np.sum(np.asarray(sol.n_iter)))
         per_set.append(
             {"seed": poly_seed, "failed": int((~ok).sum()), "iterations": n_iter}
         )
     return {
         "instances": args.sets * args.per_set,
-        "not_successful": failed,
-        "iterations": iterations,
+        "not_successful": sum(s["failed"] for s in per_set),
+        "iterations": sum(s["iterations"] for s in per_set),
         "cv_max": worst,
         "cv_max_successful": worst_ok,
         "per_set": per_set,
@@ -81,14 +79,15 @@ def _worker(args) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    p.add_argument("--sets", type=int, default=60, help="polytopes")
-    p.add_argument("--per-set", type=int, default=8, help="raw outputs per polytope")
-    p.add_argument("--scale", type=float, default=5.0, help="raw output noise")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--dtypes", nargs="+", choices=DTYPES, default=DTYPES)
+    add = p.add_argument
+    add("--sets", type=int, default=60, help="polytopes")
+    add("--per-set", type=int, default=8, help="raw outputs per polytope")
+    add("--scale", type=float, default=5.0, help="raw output noise")
+    add("--seed", type=int, default=1)
+    add("--dtypes", nargs="+", choices=DTYPES, default=DTYPES)
     out = pathlib.Path(__file__).resolve().parent / "_out" / "random_polytopes.json"
-    p.add_argument("--out", type=pathlib.Path, default=out)
-    p.add_argument("--worker", choices=DTYPES, help=argparse.SUPPRESS)
+    add("--out", type=pathlib.Path, default=out)
+    add("--worker", choices=DTYPES, help=argparse.SUPPRESS)
     return p
 
 

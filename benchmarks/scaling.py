@@ -19,12 +19,11 @@ a JSON record (default `benchmarks/_out/scaling.json`).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import pathlib
 
-from ._common.provenance import command_line, describe, log, run_worker, save
+from ._common.provenance import command_line, describe, log, now, run_worker, save
 from ._common.records import table as markdown_table
 from ._common.timing import fmt
 
@@ -64,16 +63,9 @@ def measure(size: str, per_device: int, repeats: int, dtype: str) -> dict:
 
     calls = {"fwd": lambda: fwd(Y, X), "fwd+bwd": lambda: fwd_bwd(Y, X, V)}
     timed = time_first(calls, repeats, warmup=2)
-    out_spec = str(fwd(Y, X).sharding.spec)
-    record = {
-        "devices": n,
-        "batch": per_device * n,
-        "per_device": per_device,
-        "output_sharding": out_spec,
-        "load": timed.pop("load"),
-        "peak_rss_gb": peak_rss_gb(),
-        "machine": machine(devices=True),
-    }
+    record = dict(devices=n, batch=per_device * n, per_device=per_device)
+    record.update(output_sharding=str(fwd(Y, X).sharding.spec), load=timed.pop("load"))
+    record.update(peak_rss_gb=peak_rss_gb(), machine=machine(devices=True))
     for name, t in timed.items():
         t["compile"] = t.pop("first_s")
         record[name] = {**t, "throughput_per_device": per_device / t["median"]}
@@ -115,18 +107,17 @@ def table(records: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    parser.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--size", choices=("tiny", "small", "large"), default="small")
-    parser.add_argument(
-        "--per-device", type=int, default=256, help="instances per device"
-    )
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    parser.add_argument("--platform", choices=("cpu", "gpu"), default="cpu")
-    parser.add_argument("--timeout", type=float, default=900, help="per device count")
-    parser.add_argument("--quick", action="store_true", help="tiny, 2 repeats")
-    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add = parser.add_argument
+    add("--devices", type=int, nargs="+", default=[1, 2, 4, 8])
+    add("--size", choices=("tiny", "small", "large"), default="small")
+    add("--per-device", type=int, default=256, help="instances per device")
+    add("--repeats", type=int, default=20)
+    add("--dtype", choices=("float32", "float64"), default="float32")
+    add("--platform", choices=("cpu", "gpu"), default="cpu")
+    add("--timeout", type=float, default=900, help="per device count")
+    add("--quick", action="store_true", help="tiny, 2 repeats")
+    add("--out", type=pathlib.Path, default=DEFAULT_OUT)
+    add("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
         args.size, args.per_device, args.repeats = "tiny", 16, 2
@@ -145,18 +136,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     for n in args.devices:
         log(f"{n} device(s)...")
         records.append(_child(n, args))
-    result = {
-        "command": command,
-        "settings": {
-            "size": args.size,
-            "per_device": args.per_device,
-            "repeats": args.repeats,
-            "dtype": args.dtype,
-            "platform": args.platform,
-        },
-        "records": records,
-        "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }
+    settings = dict(size=args.size, per_device=args.per_device, repeats=args.repeats)
+    settings.update(dtype=args.dtype, platform=args.platform)
+    result = {"command": command, "settings": settings, "records": records}
+    result["finished"] = now()
     m = records[0]["machine"]
     print(f"{command}\n{describe(m)}, {m['device_kind']}\n")
     print(table(records))

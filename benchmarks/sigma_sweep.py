@@ -45,15 +45,9 @@ def _random_case(d, m_eq, m_ineq, box, seed):
 
 def _cases():
     prob = make_dc3(n_examples=64)
-    yield (
-        "DC3 small 100/50/50",
-        [
-            pe.Equality(prob.A, pe.Parameter("b")),
-            pe.AffineInequality(prob.G, upper=prob.h),
-        ],
-        {"b": jnp.asarray(prob.X)},
-        100,
-    )
+    dc3 = [pe.Equality(prob.A, pe.Parameter("b"))]
+    dc3.append(pe.AffineInequality(prob.G, upper=prob.h))
+    yield "DC3 small 100/50/50", dc3, {"b": jnp.asarray(prob.X)}, 100
     for d, m_eq, m_ineq, box in [
         (10, 3, 5, True),
         (40, 15, 20, True),

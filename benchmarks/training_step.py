@@ -34,31 +34,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import importlib.util
 import json
 import pathlib
 import sys
 import time
 import warnings
+from collections import Counter
 
 import numpy as np
 import scipy.linalg
 
 from pinet_eqx.problems import DC3Problem, dc3_violation, make_dc3
 
-from ._common import records
-from ._common.problems import (
-    DC3_SIZES,
-    PAPER_N_ITER,
-    PAPER_N_ITER_BWD,
-    PAPER_OMEGA,
-    PAPER_RUIZ_ITERS,
-    PAPER_SIGMA,
-    dc3_projector,
-    read_paper_instances,
-)
-from ._common.provenance import command_line, log, machine, save
+from ._common import problems, records
+from ._common.provenance import command_line, log, machine, now, save
 from ._common.reference import reference_available
 from ._common.solvers import clarabel
 from ._common.timing import fmt, time_first
@@ -69,13 +59,13 @@ BATCH = {"tiny": 64, "small": 2048, "large": 1024}
 DTYPES = ("float32", "float64")
 RAW_NOISE = 0.5
 # The reference at the paper's configuration (App. B.2); sigma is per size.
-REFERENCE_CONFIG = {
-    "omega": PAPER_OMEGA,
-    "n_iter": PAPER_N_ITER,
-    "n_iter_bwd": PAPER_N_ITER_BWD,
-    "equilibrate": True,
-    "equilibration_max_iter": PAPER_RUIZ_ITERS,
-}
+REFERENCE_CONFIG = dict(
+    omega=problems.PAPER_OMEGA,
+    n_iter=problems.PAPER_N_ITER,
+    n_iter_bwd=problems.PAPER_N_ITER_BWD,
+    equilibrate=True,
+    equilibration_max_iter=problems.PAPER_RUIZ_ITERS,
+)
 # A row with slack and multiplier both below this is weakly active: the
 # projection is not differentiable there.
 WEAK_TOL = 1e-7
@@ -95,15 +85,13 @@ class Case:
     source: dict
 
 
-def make_case(
-    size: str, batch: int | None = None, instances=None, seed: int = 0
-) -> Case:
+def make_case(size: str, batch=None, instances=None, seed: int = 0) -> Case:
     """The problem and batch of `size` (default batch `BATCH[size]`), rounded to
     float32 values; `instances` (the paper's `.npz` folder) gives the small one."""
     batch = BATCH[size] if batch is None else batch
-    n_var, n_eq, n_ineq, n_examples = DC3_SIZES[size][:4]
+    n_var, n_eq, n_ineq, n_examples = problems.DC3_SIZES[size][:4]
     if instances is not None and size == "small":
-        problem = read_paper_instances(instances, "nonconvex").problem
+        problem = problems.read_paper_instances(instances, "nonconvex").problem
         source = {"instances": str(instances)}
     else:
         problem = make_dc3(n_var, n_eq, n_ineq, n_examples=n_examples, seed=17)
@@ -112,10 +100,8 @@ def make_case(
     # test contexts, the same 2048 as in the instance files.
     X = _f32_grid(np.resize(problem.X[::-1], (batch, problem.n_eq))[::-1])
     rng = np.random.RandomState(seed)
-    Y = _f32_grid(
-        X @ np.linalg.pinv(problem.A).T
-        + RAW_NOISE * rng.normal(size=(batch, problem.n_var))
-    )
+    noise = RAW_NOISE * rng.normal(size=(batch, problem.n_var))
+    Y = _f32_grid(X @ np.linalg.pinv(problem.A).T + noise)
     V = _f32_grid(rng.normal(size=(batch, problem.n_var)))
     source.update(batch=batch, raw=f"A^+ x + {RAW_NOISE} N(0, I)", seed=seed)
     return Case(size, problem, X, Y, V, source)
@@ -125,16 +111,12 @@ def _f32_grid(a: np.ndarray) -> np.ndarray:
     return np.asarray(a, np.float32).astype(np.float64)
 
 
-# ------------------------------------------------------------ ground truth
-
-
 class ExactProjection:
     r"""The exact projection onto $\{z : A z = x,\ G z \le h\}$ in float64 NumPy.
 
     With $N$ a basis of null($A$) and $z_0$ the projection onto $\{A z = x\}$,
     the projection onto $\{A z = x,\ G_S z = h_S\}$ is $z_0 - N K^\top \lambda_S$,
-    $K = G_S N$, $K K^\top \lambda_S = G_S z_0 - h_S$ (a QR of $K^\top$).
-    """
+    $K = G_S N$, $K K^\top \lambda_S = G_S z_0 - h_S$ (a QR of $K^\top$)."""
 
     def __init__(self, A, G, h):
         self.A, self.G, self.h = (np.asarray(a, np.float64) for a in (A, G, h))
@@ -194,18 +176,20 @@ def _clarabel(problem: DC3Problem):
     qp = cp.Problem(cp.Minimize(cp.sum_squares(z - y)), cons)
 
     def solve(y_value, x_value):
+        """Clarabel's projection and its active rows (slack and multiplier)."""
         y.value, x.value = y_value, x_value
         clarabel(qp, 1e-12)
         # cvxpy's multiplier of `G z <= h` for the objective ||z - y||^2 is twice
         # that of the projection's KKT system with 1/2 ||z - y||^2.
-        return z.value, cons[1].dual_value / 2
+        lam = cons[1].dual_value / 2
+        return z.value, (problem.h - problem.G @ z.value < WEAK_TOL) & (lam > WEAK_TOL)
 
     return solve
 
 
 def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
     """The exact projection and VJP of the first `n` instances: `y`, `vjp`,
-    `well_defined`, `n_active` and `summary`; `clarabel` cross-checks each one
+    `well_defined` and `summary`; `clarabel` cross-checks each one
     (default: with cvxpy and `n_var <= CLARABEL_MAX_VAR`)."""
     from tqdm.auto import tqdm
 
@@ -220,14 +204,8 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
     well_defined, n_active = np.ones(n, bool), np.zeros(n, int)
     kkt, clarabel_gap, clarabel_mismatch, fallbacks = 0.0, 0.0, 0, 0
     start = time.perf_counter()
-    rows = tqdm(
-        range(n),
-        desc=f"{case.size}: exact VJP",
-        disable=not progress,
-        file=sys.stderr,
-        leave=False,
-    )
-    for i in rows:
+    bar = dict(disable=not progress, file=sys.stderr, leave=False)
+    for i in tqdm(range(n), desc=f"{case.size}: exact VJP", **bar):
         y, x, g = case.Y[i], case.X[i], case.V[i]
         found = exact.project(y, x)
         if found is None:
@@ -238,26 +216,20 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
                 well_defined[i] = False
                 continue
             solve = solve or _clarabel(P)
-            z_c, lam_c = solve(y, x)
-            active = (P.h - P.G @ z_c < WEAK_TOL) & (lam_c > WEAK_TOL)
+            active = solve(y, x)[1]
             z, lam, Q = exact.restricted(y, x, active)
             found = z, active, lam, P.h - P.G @ z, Q
         z, active, lam, slack, Q = found
-        kkt = max(
-            kkt,
-            float(np.abs(P.A @ z - x).max()),
-            float(np.maximum(-slack, 0).max(initial=0.0)),
-            float(np.maximum(-lam, 0).max(initial=0.0)),
-        )
+        negative = np.maximum(-np.concatenate([slack, lam]), 0).max(initial=0.0)
+        kkt = max(kkt, float(np.abs(P.A @ z - x).max()), float(negative))
         weak = (np.where(active, lam, slack) < WEAK_TOL).any()
         well_defined[i] = not weak
         n_active[i] = int(active.sum())
         Z[i] = z
         VJP[i] = exact.vjp(g, Q)
         if solve is not None and clarabel:
-            z_c, lam_c = solve(y, x)
+            z_c, active_c = solve(y, x)
             clarabel_gap = max(clarabel_gap, float(np.abs(z_c - z).max()))
-            active_c = (P.h - P.G @ z_c < WEAK_TOL) & (lam_c > WEAK_TOL)
             clarabel_mismatch += int(not np.array_equal(active_c, active))
     summary = {
         "n_instances": n,
@@ -271,12 +243,7 @@ def exact_vjp(case: Case, n: int, clarabel: bool | None = None, progress=True):
         "clarabel_active_set_mismatches": clarabel_mismatch if clarabel else None,
         "seconds": time.perf_counter() - start,
     }
-    return dict(
-        y=Z, vjp=VJP, well_defined=well_defined, n_active=n_active, summary=summary
-    )
-
-
-# ------------------------------------------------------------ the two layers
+    return dict(y=Z, vjp=VJP, well_defined=well_defined, summary=summary)
 
 
 def _cholesky() -> dict:
@@ -306,22 +273,18 @@ def _ours(case: Case, variant: str | None = None):
 
     P = case.problem
     keywords = {} if variant is None else VARIANTS[variant]()
-    proj = dc3_projector(P.A, P.G, P.h, **keywords)
+    proj = problems.dc3_projector(P.A, P.G, P.h, **keywords)
     params, static = eqx.partition(proj, eqx.is_array)
 
     def project(params, Y, X):
         return jax.vmap(eqx.combine(params, static))(Y, b=X)
 
-    settings = {
-        "sigma": float(proj.sigma),
-        "omega": float(proj.omega),
-        "n_iter": proj.n_iter,
-        "adjoint": repr(proj.adjoint),
-        "equilibrate": proj.equilibrated,
-        "note": "library defaults; no setting passed to pe.Projector"
-        if variant is None
-        else f"variant {variant!r}: {keywords!r}",
-    }
+    settings = dict(
+        sigma=float(proj.sigma), omega=float(proj.omega), n_iter=proj.n_iter
+    )
+    settings.update(adjoint=repr(proj.adjoint), equilibrate=proj.equilibrated)
+    note = "library defaults; no setting passed to pe.Projector"
+    settings["note"] = note if variant is None else f"variant {variant!r}: {keywords!r}"
     return project, params, settings
 
 
@@ -329,11 +292,9 @@ def _reference(case: Case, dtype):
     """The reference at the paper's configuration: `(project, params, settings)`."""
     from ._common.reference import ReferenceDC3Projector
 
-    P = case.problem
-    cfg = REFERENCE_CONFIG
-    sigma = PAPER_SIGMA.get(case.size, 1.0)
-    keys = ("omega", "equilibrate", "equilibration_max_iter")
-    settings = {k: cfg[k] for k in keys}
+    P, cfg = case.problem, REFERENCE_CONFIG
+    sigma = problems.PAPER_SIGMA.get(case.size, 1.0)
+    settings = {k: cfg[k] for k in ("omega", "equilibrate", "equilibration_max_iter")}
     layer = ReferenceDC3Projector(P.A, P.G, P.h, sigma=sigma, dtype=dtype, **settings)
     fn = layer.projection(cfg["n_iter"], cfg["n_iter_bwd"])
     return (lambda params, Y, X: fn(Y, X)), None, {"sigma": sigma, **cfg}
@@ -345,10 +306,10 @@ def _timed(fn, args, repeats: int) -> tuple[object, dict]:
     return fn(*args), {"compile_s": stats.pop("first_s"), **stats}
 
 
-def measure(project, params, case: Case, dtype, repeats: int) -> dict:
+def measure(project, params, case: Case, dtype, repeats: int):
     """Time `project(params, Y, X)`'s forward and forward+backward on `case` in
-    `dtype`: `fwd`, `fwd_bwd`, the outputs `y` and `grad` (float64) and the
-    warnings raised, counted by message."""
+    `dtype`: `(times, y, grad)`, `times` holding `fwd`, `fwd_bwd` and the
+    warnings raised, counted by message, and the outputs in float64."""
     import jax
     import jax.numpy as jnp
 
@@ -363,53 +324,35 @@ def measure(project, params, case: Case, dtype, repeats: int) -> dict:
         warnings.simplefilter("always")
         y, fwd = _timed(forward, (params, Y, X), repeats)
         (_, grad), fwd_bwd = _timed(step, (Y, params, X, V), repeats)
-    counts = {}
-    for w in caught:
-        key = f"{w.category.__name__}: {str(w.message)[:160]}"
-        counts[key] = counts.get(key, 0) + 1
+    counts = Counter(f"{w.category.__name__}: {str(w.message)[:160]}" for w in caught)
     if y.dtype != dtype or grad.dtype != dtype:
         raise RuntimeError(
             f"asked for {dtype.__name__}, the layer returned {y.dtype} and a "
             f"gradient of {grad.dtype}"
         )
-    return {
-        "fwd": fwd,
-        "fwd_bwd": fwd_bwd,
-        "y": np.asarray(y, np.float64),
-        "grad": np.asarray(grad, np.float64),
-        "warnings": counts,
-    }
+    times = {"fwd": fwd, "fwd_bwd": fwd_bwd, "warnings": dict(counts)}
+    return times, np.asarray(y, np.float64), np.asarray(grad, np.float64)
 
 
-def accuracy(result: dict, case: Case, truth: dict) -> dict:
+def accuracy(y, grad, case: Case, truth: dict) -> dict:
     r"""Errors against the ground truth: `grad_rel_err_{worst,median}`
     ($\|g - g^\star\| / \|g^\star\|$), `y_err_max` and the batch's `cv_max`."""
     n = len(truth["y"])
     ok = truth["well_defined"]
-    g, g_true = result["grad"][:n][ok], truth["vjp"][ok]
+    g, g_true = grad[:n][ok], truth["vjp"][ok]
     rel = np.linalg.norm(g - g_true, axis=1) / np.linalg.norm(g_true, axis=1)
     P = case.problem
-    cv = dc3_violation(result["y"], case.X, P.A, P.G, P.h)
+    cv = dc3_violation(y, case.X, P.A, P.G, P.h)
     return {
         "grad_rel_err_worst": float(rel.max()) if rel.size else float("nan"),
         "grad_rel_err_median": float(np.median(rel)) if rel.size else float("nan"),
         "grad_checked": int(ok.sum()),
-        "y_err_max": float(np.abs(result["y"][:n][ok] - truth["y"][ok]).max()),
+        "y_err_max": float(np.abs(y[:n][ok] - truth["y"][ok]).max()),
         "cv_max": float(cv.max()),
     }
 
 
-# ------------------------------------------------------------ the benchmark
-
-
-def run_case(
-    case: Case,
-    truth: dict,
-    dtype_name: str,
-    repeats: int,
-    with_ref: bool,
-    variants: tuple[str, ...] = (),
-):
+def run_case(case: Case, truth: dict, dtype_name: str, repeats, with_ref, variants=()):
     """Both layers and any `variants` of ours on one case and dtype: an entry
     per layer (`reference` `None` without it) and the `ratio` ours/reference."""
     import jax
@@ -427,14 +370,10 @@ def run_case(
         with jax.enable_x64(dtype_name == "float64"):
             project, params, settings = build(case)
             log(f"{case.size} {dtype_name} {name}: compiling and timing")
-            result = measure(project, params, case, dtype, repeats)
-        entry[name] = {
-            "settings": settings,
-            "fwd": result["fwd"],
-            "fwd_bwd": result["fwd_bwd"],
-            **accuracy(result, case, truth),
-            "warnings": result["warnings"],
-        }
+            times, y, grad = measure(project, params, case, dtype, repeats)
+        warned = times.pop("warnings")
+        errors = accuracy(y, grad, case, truth)
+        entry[name] = {"settings": settings, **times, **errors, "warnings": warned}
         log(f"  {_row(name, entry[name])}")
     entry.setdefault("reference", None)
     entry["ratio"] = _ratio(entry, "ours")
@@ -506,30 +445,22 @@ def markdown(record: dict) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="+", choices=tuple(BATCH))
-    parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
-    parser.add_argument("--repeats", type=int, help="default 10")
-    parser.add_argument(
-        "--n-grad-check",
-        type=int,
-        help="instances checked against the exact VJP (default 64)",
-    )
-    parser.add_argument(
+    add = parser.add_argument
+    add("--sizes", nargs="+", choices=tuple(BATCH))
+    add("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
+    add("--repeats", type=int, help="default 10")
+    checked = "instances checked against the exact VJP (default 64)"
+    add("--n-grad-check", type=int, help=checked)
+    add(
         "--batch", type=int, help="override the batch (default: small 2048, large 1024)"
     )
-    parser.add_argument(
-        "--instances",
-        type=pathlib.Path,
-        help="folder of the paper's DC3 .npz files, used for the small problem",
-    )
-    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
-    parser.add_argument("--no-reference", action="store_true", help="time ours only")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="the tiny problem, 3 repeats, 8 checked instances (smoke test)",
-    )
-    parser.add_argument(
+    instances = "folder of the paper's DC3 .npz files, used for the small problem"
+    add("--instances", type=pathlib.Path, help=instances)
+    add("--out", type=pathlib.Path, default=DEFAULT_OUT)
+    add("--no-reference", action="store_true", help="time ours only")
+    quick = "the tiny problem, 3 repeats, 8 checked instances (smoke test)"
+    add("--quick", action="store_true", help=quick)
+    add(
         "--variants",
         nargs="+",
         choices=tuple(VARIANTS),
@@ -541,7 +472,7 @@ def _parser() -> argparse.ArgumentParser:
         "50, whose outputs are less accurate: see the y err and CV columns; "
         "n_iter20-polish: the same, polished in training mode too)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
@@ -560,8 +491,10 @@ def main(argv: list[str] | None = None) -> dict:
     if not with_ref and not args.no_reference:
         log("The reference (pinet-hcnn) is not installed: timing ours only.")
     command = command_line(PROG, argv)
+    m = {**machine(devices=True), "command": command}
+    log(f"{command}\n{m['device_kind']}, jax {m['jax']}")
     record = {
-        "machine": {**machine(devices=True), "command": command},
+        "machine": m,
         "settings": {
             "sizes": sizes,
             "dtypes": args.dtypes,
@@ -575,9 +508,6 @@ def main(argv: list[str] | None = None) -> dict:
         "ground_truth": {},
         "results": [],
     }
-    log(
-        f"{command}\n{record['machine']['device_kind']}, jax {record['machine']['jax']}"
-    )
     for size in sizes:
         if args.instances is not None and size != "small":
             log(f"--instances holds the small problem; {size} is generated.")
@@ -585,15 +515,10 @@ def main(argv: list[str] | None = None) -> dict:
         truth = exact_vjp(case, n_check, progress=not args.quiet)
         record["ground_truth"][size] = {**truth["summary"], "source": case.source}
         log(f"{size}: ground truth {json.dumps(truth['summary'])}")
-        for dtype_name in args.dtypes:
-            record["results"].append(
-                run_case(
-                    case, truth, dtype_name, repeats, with_ref, tuple(args.variants)
-                )
-            )
-    record["machine"]["finished"] = datetime.datetime.now(datetime.UTC).isoformat(
-        timespec="seconds"
-    )
+        for dtype in args.dtypes:
+            entry = run_case(case, truth, dtype, repeats, with_ref, args.variants)
+            record["results"].append(entry)
+    m["finished"] = now()
     print(markdown(record))
     log(f"wrote {save(args.out, record, indent=2)}")
     return record

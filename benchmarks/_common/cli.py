@@ -1,33 +1,34 @@
-"""The command-line plumbing of the training suites (`dc3`, `soc`): `train`,
-`report` and `--set key=value` read the same in every suite."""
+"""The command line of the training suites (`dc3`, `soc`): `train`, `report` and
+`--set key=value` read the same in every suite."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import pathlib
 
 from .config import ConfigError
 
 
-def _value(text: str):
-    """A `--set` value: JSON (`3`, `1e-4`, `true`, `null`, `"auto"`), else text."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def parse_overrides(pairs: list[str]) -> dict:
-    """`["key=value", ...]` as a dict; the method's `Config` checks the keys."""
+    """`["key=value", ...]` as a dict, each value JSON (`3`, `1e-4`, `true`,
+    `null`, `"auto"`) or else text; the method's `Config` checks the keys."""
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
             raise SystemExit(f"--set expects key=value, got {pair!r}.")
-        out[key] = _value(value)
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
     return out
+
+
+def suite_parser(prog: str, doc: str):
+    """A suite's parser and its subcommand group (`dest="command"`)."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    return parser, parser.add_subparsers(dest="command", required=True)
 
 
 def add_train_arguments(train, methods: tuple[str, ...], default_out: pathlib.Path):
@@ -46,39 +47,13 @@ def add_train_arguments(train, methods: tuple[str, ...], default_out: pathlib.Pa
     train.add_argument("--epochs", type=int, help="shorthand for --set epochs=N")
     train.add_argument("--label", help="results sub-folder (default: the method)")
     train.add_argument("--out", type=pathlib.Path, default=default_out)
-    train.add_argument(
-        "--repeats",
-        type=int,
-        default=20,
-        help="timed repeats of batch inference (single: 5x)",
-    )
+    repeats = "timed repeats of batch inference (single: 5x)"
+    train.add_argument("--repeats", type=int, default=20, help=repeats)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def train_options(args) -> dict:
-    """The keyword arguments of a suite's `train` from `add_train_arguments`'s."""
-    overrides = parse_overrides(args.set)
-    if args.epochs is not None:
-        overrides["epochs"] = args.epochs
-    return dict(
-        seed=args.seed,
-        overrides=overrides,
-        out=args.out,
-        label=args.label,
-        repeats=args.repeats,
-        quiet=args.quiet,
-    )
-
-
-def train(parser, args, train, *where, **keywords):
-    """Runs `train(*where, args.method, **keywords, **train_options(args))`, a
-    `ConfigError` reported as a usage error."""
-    with config_errors(parser):
-        return train(*where, args.method, **keywords, **train_options(args))
-
-
 def add_report_command(sub) -> None:
-    """The `report RESULTS_DIR [--out DIR]` subcommand."""
+    """The `report RESULTS_DIR [--out DIR] [--record]` subcommand."""
     report = sub.add_parser("report", help="figures and tables from a results folder")
     report.add_argument("results_dir", type=pathlib.Path)
     report.add_argument("--out", type=pathlib.Path, help="default: results_dir")
@@ -89,32 +64,33 @@ def add_report_command(sub) -> None:
     )
 
 
+def parse(parser: argparse.ArgumentParser, argv):
+    """`parser`'s arguments; JAX's float64 for `--precision 64`, before any array."""
+    args = parser.parse_args(argv)
+    if getattr(args, "precision", 32) == 64:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+    return args
+
+
+def train(parser, args, train, *where, **keywords):
+    """Runs `train(*where, args.method, **keywords)` with the shared options, a
+    `ConfigError` (an unknown or ill-typed hyperparameter) as a usage error."""
+    overrides = parse_overrides(args.set)
+    if args.epochs is not None:
+        overrides["epochs"] = args.epochs
+    options = dict(seed=args.seed, overrides=overrides, out=args.out, label=args.label)
+    options.update(repeats=args.repeats, quiet=args.quiet)
+    try:
+        return train(*where, args.method, **keywords, **options)
+    except ConfigError as error:
+        parser.error(str(error))
+
+
 def report(args, suite) -> None:
     """Runs the `report` subcommand for `suite` and prints the paths written."""
     from .report import report
 
     for path in report(args.results_dir, args.out, suite, args.record):
         print(path)
-
-
-def suite_parser(prog: str, doc: str):
-    """A suite's parser and its subcommand group (`dest="command"`)."""
-    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
-    return parser, parser.add_subparsers(dest="command", required=True)
-
-
-def apply_precision(args) -> None:
-    """Turn on JAX's float64 for `--precision 64`, before any array exists."""
-    if getattr(args, "precision", 32) == 64:
-        import jax
-
-        jax.config.update("jax_enable_x64", True)
-
-
-@contextlib.contextmanager
-def config_errors(parser: argparse.ArgumentParser):
-    """Report a `ConfigError` as a usage error rather than a traceback."""
-    try:
-        yield
-    except ConfigError as error:
-        parser.error(str(error))

@@ -29,15 +29,9 @@ def _conform(value, hint):
                 return _conform(value, option)
             except TypeError:
                 continue
-    elif hint is type(None):
-        if value is None:
-            return value
-    elif hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    elif hint in (float, int):
+        if isinstance(value, int | hint) and not isinstance(value, bool):
+            return hint(value)
     elif isinstance(value, hint):
         return value
     raise TypeError(_type_name(hint))
@@ -65,16 +59,11 @@ class Config:
             # Frozen: the one place a field is normalised (an int given as a float).
             object.__setattr__(self, field.name, conformed)
 
-    @classmethod
-    def keys(cls) -> tuple[str, ...]:
-        """The names of the hyperparameters."""
-        return tuple(field.name for field in dataclasses.fields(cls))
-
     def with_overrides(self, overrides: dict | None, method: str = "") -> Self:
         """A copy with `overrides` (`{key: value}`); `ConfigError` names an unknown
         key or a value of the wrong type."""
         name = method or type(self).__name__
-        known = self.keys()
+        known = [field.name for field in dataclasses.fields(self)]
         for key in overrides or {}:
             if key not in known:
                 raise ConfigError(

@@ -36,8 +36,7 @@ class Trained:
 
 class Registry:
     """A suite's methods, imported on demand: `name: (description, where)`,
-    `where` a module of `package` (`"_pinet"`) or an attribute (`"_solvers:SCS"`).
-    """
+    `where` a module of `package` (`"_pinet"`) or an attribute (`"_solvers:SCS"`)."""
 
     def __init__(self, package: str, methods: dict[str, tuple[str, str]]):
         self.package = package
@@ -59,36 +58,16 @@ class Run:
     """Progress bar, wall clock and validation learning curve of one training run.
 
     The clock starts with the `Run` (setup and JIT count as training time);
-    validation, on the first `n_valid` contexts, pauses it.
-    """
+    validation, on the first `n_valid` contexts, pauses it."""
 
-    def __init__(
-        self,
-        data,
-        total_steps: int | None = None,
-        description: str = "",
-        n_valid: int | None = None,
-        disable: bool = False,
-    ):
-        self.data = data
+    def __init__(self, data, description="", n_valid: int | None = None, disable=False):
+        self.data, self.curve, self.steps = data, [], 0
         self.n_valid = len(data.X_valid) if n_valid is None else n_valid
-        self.curve: list[dict] = []
-        self.steps = 0
-        self._paused = 0.0
-        self._start = time.perf_counter()
-        self._bar = tqdm(
-            total=total_steps,
-            desc=description,
-            unit="step",
-            disable=disable,
-            dynamic_ncols=True,
-        )
+        self._paused, self._start = 0.0, time.perf_counter()
+        bar = dict(unit="step", disable=disable, dynamic_ncols=True)
+        self._bar = tqdm(desc=description, **bar)
         self._last_loss = None
         self.first_step_s = None  # the first optimiser step, compilation included
-
-    def first_step(self, seconds: float) -> None:
-        """Record the duration of the first optimiser step (its compilation)."""
-        self.first_step_s = seconds
 
     def set_total(self, total_steps: int) -> None:
         """Set the number of optimiser steps once the method knows it."""
@@ -99,10 +78,10 @@ class Run:
         """Training seconds so far (validation excluded)."""
         return time.perf_counter() - self._start - self._paused
 
-    def step(self, loss=None, n: int = 1) -> None:
-        """Count `n` optimiser steps; `loss` (a scalar) is shown now and then."""
-        self.steps += n
-        self._bar.update(n)
+    def step(self, loss=None) -> None:
+        """Count an optimiser step; `loss` (a scalar) is shown now and then."""
+        self.steps += 1
+        self._bar.update(1)
         if loss is not None:
             # Converting the loss syncs with the device, so only now and then.
             self._last_loss = loss
@@ -125,15 +104,9 @@ class Run:
         Y = np.asarray(predict(X), np.float64)
         rs = self.data.relative_suboptimality(Y, self.data.J_valid[: self.n_valid], X)
         cv = self.data.violation(Y, X)
-        point = {
-            "time_s": time_s,
-            "epoch": epoch,
-            "step": self.steps,
-            "rs_mean": float(rs.mean()),
-            "rs_median": float(np.median(rs)),
-            "cv_max": float(cv.max()),
-            "cv_mean": float(cv.mean()),
-        }
+        point = {"time_s": time_s, "epoch": epoch, "step": self.steps}
+        point.update(rs_mean=float(rs.mean()), rs_median=float(np.median(rs)))
+        point.update(cv_max=float(cv.max()), cv_mean=float(cv.mean()))
         self.curve.append(point)
         self._bar.set_postfix_str(self._postfix())
         self._paused += time.perf_counter() - pause
@@ -148,17 +121,10 @@ class Run:
 def write_results(folder: pathlib.Path, record: dict, rs, cv) -> pathlib.Path:
     """Write `results.json` and `per_instance.csv` (test RS and CV) to `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "results.json", "w") as f:
-        json.dump(record, f, indent=2)
+    (folder / "results.json").write_text(json.dumps(record, indent=2))
     table = np.column_stack([np.arange(len(rs)), rs, cv])
-    np.savetxt(
-        folder / "per_instance.csv",
-        table,
-        delimiter=",",
-        header="index,rs,cv",
-        comments="",
-        fmt=["%d", "%.6e", "%.6e"],
-    )
+    csv = dict(delimiter=",", header="index,rs,cv", comments="")
+    np.savetxt(folder / "per_instance.csv", table, fmt=["%d", "%.6e", "%.6e"], **csv)
     return folder
 
 
@@ -181,10 +147,8 @@ def train_and_save(
 ):
     """Configure (`overrides`; an unknown key is an error), train, score in
     float64 and time `method` on `data`, and write its results to
-    `out/{data.name}/{label}/seed{seed}` (`label` defaults to the method).
-    `extra(trained) -> dict` is added to the record. Returns the record, its
-    folder and the `Trained`.
-    """
+    `out/{data.name}/{label or method}/seed{seed}`, with `extra(trained)` added
+    to the record. Returns the record, its folder and the `Trained`."""
     import jax
 
     start = time.perf_counter() if start is None else start
@@ -192,50 +156,34 @@ def train_and_save(
     config = module.default_config(data).with_overrides(overrides, method)
     label = label or method
     load_start = list(os.getloadavg())
-    run = Run(
-        data,
-        description=f"{label} {data.name}",
-        n_valid=getattr(config, "n_valid", None),
-        disable=quiet,
-    )
+    n_valid = getattr(config, "n_valid", None)
+    run = Run(data, f"{label} {data.name}", n_valid, disable=quiet)
     trained = module.fit(data, config, seed, run)
     train_s = run.close()
     # Slow solvers may evaluate a prefix of the test set only.
     n_test = getattr(config, "test_rows", None) or len(data.X_test)
     metrics = data.test_metrics(trained.predict(data.X_test[:n_test]))
     inference = time_inference(trained, data, repeats=repeats)
+    dataset = {"name": data.name, "problem": problem, "size": size, **data.sizes}
+    # A method that computes in its own precision (a solver) says so.
+    precision = trained.info.get("precision", 64 if jax.config.jax_enable_x64 else 32)
+    timing = {"train_s": train_s, "first_step_s": run.first_step_s}
+    timing.update(total_s=time.perf_counter() - start, inference=inference)
     record = {
         "method": method,
         "label": label,
-        "dataset": {
-            "name": data.name,
-            "problem": problem,
-            "size": size,
-            **data.sizes,
-            "source": data.source,
-        },
+        "dataset": {**dataset, "source": data.source},
         "seed": seed,
-        # A method that computes in its own precision (a solver) says so.
-        "precision": trained.info.get(
-            "precision", 64 if jax.config.jax_enable_x64 else 32
-        ),
+        "precision": precision,
         "config": config.as_dict(),
         "info": trained.info,
         "metrics": metrics.summary(),
-        "timing": {
-            "train_s": train_s,
-            "first_step_s": run.first_step_s,
-            "total_s": time.perf_counter() - start,
-            "inference": inference,
-        },
+        "timing": timing,
         "curve": run.curve,
-        "machine": {
-            **machine(),
-            "load_avg_start": load_start,
-            "peak_rss_gb": peak_rss_gb(),
-        },
+        "machine": {**machine(), "load_avg_start": load_start},
         "command": command_line(prog),
     }
+    record["machine"]["peak_rss_gb"] = peak_rss_gb()
     if extra is not None:
         record.update(extra(trained))
     folder = pathlib.Path(out) / data.name / label / f"seed{seed}"

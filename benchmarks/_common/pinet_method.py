@@ -34,14 +34,10 @@ class PinetConfig(TrainingConfig):
 
 def projector_settings(config: PinetConfig) -> dict:
     """The keyword arguments of `pe.Projector` for `config`."""
-    return dict(
-        sigma=config.sigma,
-        omega=config.omega,
-        n_iter=config.n_iter,
-        n_iter_test=config.n_iter_test,
-        adjoint=pe.ImplicitAdjoint(max_steps=config.bwd_max_steps),
-        equilibrate=config.equilibrate,
-    )
+    keys = ("sigma", "omega", "n_iter", "n_iter_test")
+    adjoint = pe.ImplicitAdjoint(max_steps=config.bwd_max_steps)
+    settings = {k: getattr(config, k) for k in keys}
+    return {**settings, "adjoint": adjoint, "equilibrate": config.equilibrate}
 
 
 def tune_projector(projector: pe.Projector, B, n_var: int, seed: int):

@@ -31,16 +31,18 @@ def finish(
 ) -> pathlib.Path:
     """Labels `ax` (log scale on the axes in `log`), draws its legend (font size
     `legend`, or none), lays the figure out and saves it to `path`."""
-    if "x" in log:
-        ax.set_xscale("log")
-    if "y" in log:
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    for axis in log:  # "x", "y" or both
+        getattr(ax, f"set_{axis}scale")("log")
+    ax.set(xlabel=xlabel, ylabel=ylabel)
     if title:
         ax.set_title(title, fontsize=9)
     if legend:
         ax.legend(fontsize=legend)
+    return save(fig, path, dpi)
+
+
+def save(fig, path: pathlib.Path, dpi: int = 120) -> pathlib.Path:
+    """Lays `fig` out and saves it to `path`."""
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     return pathlib.Path(path)

@@ -59,22 +59,11 @@ def read_paper_instances(
             )
         files[label] = np.load(matches[0])
     f = files["test"]
-    dc3 = DC3Problem(
-        Q=f["Q"][0],
-        p=f["p"][0, :, 0],
-        A=f["A"][0],
-        G=f["G"][0],
-        h=f["h"][0, :, 0],
-        X=np.concatenate([files[k]["X"][..., 0] for k in ("valid", "test")]),
-        seed=None,
-    )
-    return PaperInstances(
-        dc3,
-        files["valid"]["X"][..., 0],
-        files["valid"]["Ystar"][..., 0],
-        files["test"]["X"][..., 0],
-        files["test"]["Ystar"][..., 0],
-    )
+    X = np.concatenate([files[k]["X"][..., 0] for k in ("valid", "test")])
+    matrices = dict(Q=f["Q"][0], p=f["p"][0, :, 0], A=f["A"][0], G=f["G"][0])
+    dc3 = DC3Problem(**matrices, h=f["h"][0, :, 0], X=X, seed=None)
+    splits = [files[k][v][..., 0] for k in ("valid", "test") for v in ("X", "Ystar")]
+    return PaperInstances(dc3, *splits)
 
 
 def soc_project(Z):
@@ -96,8 +85,7 @@ def soc_project(Z):
 def soc_instances(A: np.ndarray, z: np.ndarray, y1: np.ndarray):
     r"""App. B.4 instances for `A` from the rows of $z$ and $y_1^\star$: `b`, `c`
     and $y_2^\star = \Pi_{\mathcal{K}}(z)$, with $b = A y_1^\star + y_2^\star$ and
-    $c = -A^\top (y_2^\star - z)$, so that $y^\star$ minimises $c^\top y_1$.
-    """
+    $c = -A^\top (y_2^\star - z)$, so that $y^\star$ minimises $c^\top y_1$."""
     y2 = soc_project(z)
     return y1 @ A.T + y2, -(y2 - z) @ A, y2
 
@@ -180,11 +168,9 @@ def random_polytope(rng, d, m_eq, m_ineq, *, box=True, two_sided=True, infs=True
     C = rng.normal(size=(m_ineq, d))
     Cy = C @ y0
     upper = Cy + rng.uniform(0.05, 1.0, size=m_ineq)
-    lower = (
-        Cy - rng.uniform(0.05, 1.0, size=m_ineq)
-        if two_sided
-        else np.full(m_ineq, -np.inf)
-    )
+    lower = np.full(m_ineq, -np.inf)
+    if two_sided:
+        lower = Cy - rng.uniform(0.05, 1.0, size=m_ineq)
     if box:
         lb = y0 - rng.uniform(0.1, 1.0, size=d)
         ub = y0 + rng.uniform(0.1, 1.0, size=d)
@@ -208,11 +194,8 @@ def constraints_of(poly: Polytope, *, parameters=()):
     if poly.E.shape[0]:
         out.append(pe.Equality(poly.E, val("b", poly.b)))
     if poly.C.shape[0]:
-        out.append(
-            pe.AffineInequality(
-                poly.C, lower=val("lower", poly.lower), upper=val("upper", poly.upper)
-            )
-        )
+        bounds = dict(lower=val("lower", poly.lower), upper=val("upper", poly.upper))
+        out.append(pe.AffineInequality(poly.C, **bounds))
     if np.isfinite(poly.lb).any() or np.isfinite(poly.ub).any():
         out.append(pe.Box(val("lb", poly.lb), val("ub", poly.ub)))
     return out

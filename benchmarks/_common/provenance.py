@@ -26,16 +26,14 @@ def cpu_model() -> str:
 
 def git_commit() -> str:
     """`git describe --always --dirty` of this checkout, or `"unknown"`."""
+    command, here = ["git", "describe", "--always", "--dirty"], pathlib.Path(__file__)
     try:
         commit = subprocess.run(
-            ["git", "describe", "--always", "--dirty"],
-            capture_output=True,
-            text=True,
-            cwd=pathlib.Path(__file__).parent,
-        ).stdout.strip()
+            command, capture_output=True, text=True, cwd=here.parent
+        )
     except OSError:
-        commit = ""
-    return commit or "unknown"
+        return "unknown"
+    return commit.stdout.strip() or "unknown"
 
 
 def command_line(prog: str, argv: list[str] | None = None) -> str:
@@ -53,13 +51,13 @@ def run_worker(module: str, args: list[str], env: dict | None = None, **kwargs):
     """Runs `python -m module args` in a fresh process from the repository root,
     with `env` added, and returns the JSON on the last line of its standard output
     (`SystemExit` with its standard error if it fails)."""
+    root, env = (
+        pathlib.Path(__file__).resolve().parents[2],
+        {**os.environ, **(env or {})},
+    )
+    command = [sys.executable, "-m", module, *args]
     proc = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=pathlib.Path(__file__).resolve().parents[2],
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        **kwargs,
+        command, cwd=root, env=env, capture_output=True, text=True, **kwargs
     )
     if proc.returncode != 0:
         raise SystemExit(f"`{module} {' '.join(args)}` failed:\n{proc.stderr[-4000:]}")
@@ -95,16 +93,19 @@ def machine(devices: bool = False) -> dict:
         "jax": jax.__version__,
         "jax_backend": jax.default_backend(),
         "git": git_commit(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": now(),
         "load_avg": list(os.getloadavg()),
     }
     if devices:
-        record.update(
-            device_kind=jax.devices()[0].device_kind,
-            device_count=jax.device_count(),
-            matmul_precision=str(jax.config.jax_default_matmul_precision),
-        )
+        record.update(device_kind=jax.devices()[0].device_kind)
+        record.update(device_count=jax.device_count())
+        record["matmul_precision"] = str(jax.config.jax_default_matmul_precision)
     return record
+
+
+def now() -> str:
+    """The UTC time now, to the second, in ISO format."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def describe(m: dict) -> str:

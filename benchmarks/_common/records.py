@@ -113,9 +113,8 @@ def _provenance(record: dict) -> str:
         for key in ("machine", "date", "commit")
         if record.get(key)
     ]
-    source = record.get("source", "run")
-    if source != "run":
-        parts.append(f"**Source:** {source}")
+    if record.get("source", "run") != "run":
+        parts.append(f"**Source:** {record['source']}")
     return ". ".join(parts) + "."
 
 
@@ -123,10 +122,8 @@ def section(record: dict, level: int = 2) -> str:
     """One record as a Markdown section: title, provenance, body."""
     body = [f"{'#' * level} {record['title']}", _provenance(record)]
     for block in record.get("blocks", []):
-        if "table" in block:
-            body.append(table(block["table"]["columns"], block["table"]["rows"]))
-        else:
-            body.append(block["text"])
+        t = block.get("table")
+        body.append(table(t["columns"], t["rows"]) if t else block["text"])
     return "\n\n".join(body) + "\n"
 
 

@@ -39,8 +39,7 @@ class _ReferenceLayer:
 
     Subclasses call `_setup` and build `self._project` (a reference `Project`).
     `P` is the per-instance data: the contexts `X` (DC3), or a dict of `(B, ...)`
-    arrays `b` and, where the matrix changes too, `E`.
-    """
+    arrays `b` and, where the matrix changes too, `E`."""
 
     _nl = None
 
@@ -66,16 +65,10 @@ class _ReferenceLayer:
         )
 
     def _call(self, Y, P, n_iter: int, n_iter_bwd: int, s0=None):
-        y_instance, s_next = self._project.call(
-            y_raw=self._instance(Y, P),
-            s0=s0,
-            sigma=self.sigma,
-            omega=self.omega,
-            n_iter=n_iter,
-            n_iter_bwd=n_iter_bwd,
-            fpi=False,
-        )
-        return y_instance.x[..., 0], s_next
+        steps = dict(sigma=self.sigma, omega=self.omega, n_iter=n_iter, fpi=False)
+        y_raw, steps["n_iter_bwd"] = self._instance(Y, P), n_iter_bwd
+        out, s_next = self._project.call(y_raw=y_raw, s0=s0, **steps)
+        return out.x[..., 0], s_next
 
     def projection(self, n_iter: int, n_iter_bwd: int = 25):
         """`(Y, P) -> Y_proj`, differentiable, not jitted: `n_iter` forward
@@ -111,8 +104,7 @@ class ReferenceDC3Projector(_ReferenceLayer):
     r"""The reference's Douglas-Rachford projection onto $\{y : A y = x,\ G y \le h\}$
     (Grontas et al., 2025; we give it $-\infty$ as the lower bound), with its step
     `sigma`, relaxation `omega` and optional Ruiz equilibration; `dtype` defaults to
-    JAX's default float.
-    """
+    JAX's default float."""
 
     def __init__(
         self,
@@ -128,39 +120,25 @@ class ReferenceDC3Projector(_ReferenceLayer):
     ):
         self._setup(sigma, omega, dtype)
         pinet, dtype = self._pinet, self.dtype
-        A = jnp.asarray(A, dtype=dtype)
-        G = jnp.asarray(G, dtype=dtype)
-        h = jnp.asarray(h, dtype=dtype)
-        if A.ndim != 2 or G.ndim != 2 or h.shape != (G.shape[0],):
+        A, G, h = (jnp.asarray(a, dtype=dtype) for a in (A, G, h))
+        if h.ndim != 1 or A.ndim != 2 or G.shape != (len(h), A.shape[1]):
             raise ValueError(
                 "`ReferenceDC3Projector(A, G, h, ...)` expects A of shape "
                 "(n_eq, n_var), G of shape (n_ineq, n_var) and h of shape "
                 f"(n_ineq,), but got {A.shape}, {G.shape} and {h.shape}."
             )
-        if G.shape[1] != A.shape[1]:
-            raise ValueError(
-                f"`ReferenceDC3Projector` got A with {A.shape[1]} columns and G "
-                f"with {G.shape[1]}; both must have n_var columns."
-            )
-        n_eq = A.shape[0]
         # Every vector is (batch, n, 1) and every matrix (batch or 1, m, n) in the
         # reference. The placeholder b is replaced per call (`var_b=True`).
-        eq = pinet.EqualityConstraint(
-            a_mat=A[None],
-            b=jnp.zeros((1, n_eq, 1), dtype),
-            method=None,
-            var_b=True,
-        )
+        b = jnp.zeros((1, A.shape[0], 1), dtype)
+        eq = pinet.EqualityConstraint(a_mat=A[None], b=b, method=None, var_b=True)
         ineq = pinet.AffineInequalityConstraint(
             c_mat=G[None],
             lb=jnp.full((1, G.shape[0], 1), -jnp.inf, dtype),
             ub=h[None, :, None],
         )
         # The reference's default, max_iter=0, switches equilibration off.
-        params = pinet.EquilibrationParams(
-            max_iter=equilibration_max_iter if equilibrate else 0,
-            tol=equilibration_tol,
-        )
+        max_iter = equilibration_max_iter if equilibrate else 0
+        params = pinet.EquilibrationParams(max_iter=max_iter, tol=equilibration_tol)
         self._project = pinet.Project(
             eq_constraint=eq, ineq_constraint=ineq, equilibration_params=params
         )
@@ -170,8 +148,7 @@ class ReferenceSOCProjector(_ReferenceLayer):
     r"""The reference's projection onto the App. B.4 set
     $\{y = (y_1, y_2) : A y_1 + y_2 = b,\ \|y_{2,:-1}\|_2 \le y_{2,-1}\}$, $A$
     `(d2, d1)` fixed, `P = {"b": (B, d2)}`: its non-linear `SOCType` path
-    ($\|S y\|_2 \le e^\top y$, $S$ selecting $y_{2,:-1}$), which never equilibrates.
-    """
+    ($\|S y\|_2 \le e^\top y$, $S$ selecting $y_{2,:-1}$), which never equilibrates."""
 
     def __init__(self, A, sigma: float, omega: float = 1.7, dtype=None):
         self._setup(sigma, omega, dtype)
@@ -182,12 +159,9 @@ class ReferenceSOCProjector(_ReferenceLayer):
         E = np.hstack([A, np.eye(d2)])
         S = np.eye(d)[d1 : d - 1]
         e = np.eye(d)[d - 1 :]
-        eq = pinet.EqualityConstraint(
-            a_mat=jnp.asarray(E[None], dtype),
-            b=jnp.zeros((1, d2, 1), dtype),
-            method=None,
-            var_b=True,
-        )
+        b = jnp.zeros((1, d2, 1), dtype)
+        E = jnp.asarray(E[None], dtype)
+        eq = pinet.EqualityConstraint(a_mat=E, b=b, method=None, var_b=True)
         spec = pinet.NonLinearSpecification(
             nl_type=pinet.SOCType,
             a_mat=jnp.asarray(S[None], dtype),
@@ -195,36 +169,29 @@ class ReferenceSOCProjector(_ReferenceLayer):
             f=jnp.asarray(e[None], dtype),
             b=jnp.zeros((1, 1, 1), dtype),
         )
-        self._project = pinet.Project(
-            eq_constraint=eq,
-            nl_constraints=[pinet.NonLinearConstraint(spec=spec)],
-        )
+        nl = [pinet.NonLinearConstraint(spec=spec)]
+        self._project = pinet.Project(eq_constraint=eq, nl_constraints=nl)
         self._nl = [spec]
 
 
 class ReferenceAxProjector(_ReferenceLayer):
     r"""The reference's projection onto $\{y : E y = b,\ \ell \le y \le u\}$,
     `P = {"E": (B, m, d), "b": (B, m)}`: its `var_a_mat=True` path, a batched
-    pseudo-inverse in every call and no equilibration.
-    """
+    pseudo-inverse in every call and no equilibration."""
 
     def __init__(self, m: int, d: int, lower, upper, sigma, omega=1.7, dtype=None):
         self._setup(sigma, omega, dtype)
         pinet, dtype = self._pinet, self.dtype
         # The matrix given here is only a shape placeholder: with var_a_mat=True
         # the reference takes the matrix of every call from the instance.
+        E = jnp.zeros((1, m, d), dtype).at[0, :, :m].set(jnp.eye(m, dtype=dtype))
+        b = jnp.zeros((1, m, 1), dtype)
         eq = pinet.EqualityConstraint(
-            a_mat=jnp.zeros((1, m, d), dtype).at[0, :, :m].set(jnp.eye(m, dtype=dtype)),
-            b=jnp.zeros((1, m, 1), dtype),
-            method=None,
-            var_b=True,
-            var_a_mat=True,
+            a_mat=E, b=b, method=None, var_b=True, var_a_mat=True
         )
-        lower = jnp.broadcast_to(jnp.asarray(lower, dtype), (d,))
-        upper = jnp.broadcast_to(jnp.asarray(upper, dtype), (d,))
-        box = pinet.BoxConstraint(
-            pinet.BoxConstraintSpecification(
-                lb=lower[None, :, None], ub=upper[None, :, None]
-            )
+        lb, ub = (jnp.broadcast_to(jnp.asarray(a, dtype), (d,)) for a in (lower, upper))
+        box = pinet.BoxConstraintSpecification(
+            lb=lb[None, :, None], ub=ub[None, :, None]
         )
+        box = pinet.BoxConstraint(box)
         self._project = pinet.Project(eq_constraint=eq, box_constraint=box)

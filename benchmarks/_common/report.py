@@ -1,12 +1,7 @@
-"""Figures and Markdown tables from a folder of a training suite's results.
-
-`report(results_dir, out_dir, suite)` reads every `results.json` and
-`per_instance.csv` (`harness.write_results`) and writes, per data set,
-`scatter_{dataset}.png` (per-instance test CV against RS, the paper's scatter) and
-`curves_{dataset}.png` (validation mean RS and max CV against training time), and
-one `tables.md` with every data set's tables and provenance. Matplotlib is
-imported only to draw.
-"""
+"""Figures and Markdown tables from a folder of a training suite's results
+(`harness.write_results`): per data set `scatter_{dataset}.png` (per-instance
+test CV against RS, the paper's scatter) and `curves_{dataset}.png` (validation
+mean RS and max CV against training time), and one `tables.md`."""
 
 from __future__ import annotations
 
@@ -28,6 +23,7 @@ LOG_FLOOR = 1e-10  # zeros are drawn here on log axes
 TIMING_COLUMNS = TIMING_STATS[:5]
 _REQUIRED_METRICS = ("rs_mean", "cv_max", "optimal_pct")
 _CURVE_POINTS = 200  # common time grid on which seeds are averaged
+_THRESHOLD = {"color": "red", "linestyle": "--", "linewidth": 1}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,16 +58,10 @@ class _Run:
         return (self.label, self.precision)
 
 
-def report(
-    results_dir: str | pathlib.Path,
-    out_dir: str | pathlib.Path | None,
-    suite: Suite,
-    record: bool = False,
-) -> list[pathlib.Path]:
+def report(results_dir, out_dir, suite: Suite, record=False) -> list[pathlib.Path]:
     """Write the figures and tables of every run below `results_dir` to `out_dir`
-    (default `results_dir`); with `record`, also the suite's committed record
-    `tables` and its page. Returns the paths written (see `load_runs` for errors).
-    """
+    (default `results_dir`), with `record` also the suite's record `tables` and
+    its page; returns the paths written (see `load_runs` for errors)."""
     results_dir = pathlib.Path(results_dir)
     out_dir = results_dir if out_dir is None else pathlib.Path(out_dir)
     runs = load_runs(results_dir, suite.prog)
@@ -99,21 +89,12 @@ def write_record(text: str, suite: Suite, results_dir) -> list[pathlib.Path]:
     from . import provenance
 
     body = re.sub(r"^#", "##", text.split("\n", 1)[1], flags=re.M)
-    return records.write_run(
-        suite.folder,
-        "tables",
-        "Full tables",
-        2,
-        body,
-        command=f"{suite.prog} report {results_dir} --record",
-        machine="per run, in the tables",
-        date=datetime.date.today().isoformat(),
-        commit=provenance.git_commit(),
+    fields = dict(command=f"{suite.prog} report {results_dir} --record")
+    fields.update(
+        machine="per run, in the tables", date=datetime.date.today().isoformat()
     )
-
-
-# ----------------------------------------------------------------------------------
-# Reading
+    fields["commit"] = provenance.git_commit()
+    return records.write_run(suite.folder, "tables", "Full tables", 2, body, **fields)
 
 
 def load_runs(results_dir: pathlib.Path, prog: str) -> list[_Run]:
@@ -180,17 +161,10 @@ def _read_run(path: pathlib.Path) -> _Run:
         )
     method = record.get("method") or record["label"]
     precision = record.get("precision")
-    return _Run(
-        path=path,
-        record=record,
-        dataset=str(record["dataset"]["name"]),
-        label=str(record.get("label") or method),
-        method=str(method),
-        precision=None if precision is None else int(precision),
-        seed=int(record["seed"]),
-        rs=table[:, 1],
-        cv=table[:, 2],
-    )
+    precision = None if precision is None else int(precision)
+    names = str(record["dataset"]["name"]), str(record.get("label") or method)
+    seed, rs, cv = int(record["seed"]), table[:, 1], table[:, 2]
+    return _Run(path, record, *names, str(method), precision, seed, rs, cv)
 
 
 def _group(
@@ -221,10 +195,6 @@ def _display(key: tuple[str, int | None], series: dict[tuple, list[_Run]]) -> st
 def _file_stem(name: str) -> str:
     """`name` made safe for a file name."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
-
-
-# ----------------------------------------------------------------------------------
-# Figures
 
 
 def _styles(runs: list[_Run], methods: tuple[str, ...]) -> dict:
@@ -258,25 +228,21 @@ def _scatter(name, series, styles, path: pathlib.Path) -> pathlib.Path:
             label=f"{_display(key, series)}: {_fmt(pct)}% optimal (seed {run.seed})",
             **styles[key],
         )
-    ax.axvline(CV_OPTIMAL, color="red", linestyle="--", linewidth=1)
-    ax.axhline(
-        RS_OPTIMAL,
-        color="red",
-        linestyle="--",
-        linewidth=1,
-        label=f"optimal: CV ≤ {CV_OPTIMAL:g}, RS ≤ {RS_OPTIMAL:.0%}",
+    ax.axvline(CV_OPTIMAL, **_THRESHOLD)
+    optimal = f"optimal: CV ≤ {CV_OPTIMAL:g}, RS ≤ {RS_OPTIMAL:.0%}"
+    ax.axhline(RS_OPTIMAL, label=optimal, **_THRESHOLD)
+    where = f"(values < {LOG_FLOOR:g} drawn there)"
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel=f"test constraint violation CV {where}",
+        ylabel=f"test relative suboptimality RS {where}",
+        title=f"{name}: per-instance test RS and CV",
     )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
     # The axes span many decades, where minor ticks add nothing visible but cost
     # most of the drawing time.
     ax.xaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel(f"test constraint violation CV (values < {LOG_FLOOR:g} drawn there)")
-    ax.set_ylabel(
-        f"test relative suboptimality RS (values < {LOG_FLOOR:g} drawn there)"
-    )
-    ax.set_title(f"{name}: per-instance test RS and CV")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize="small", markerscale=2)
     fig.savefig(path)
@@ -336,23 +302,15 @@ def _curves(name, series, styles, path: pathlib.Path) -> pathlib.Path | None:
                 continue
             grid, mean, std = band
             ax.plot(grid, 10**mean, label=label, **style)
-            ax.fill_between(
-                grid,
-                10 ** (mean - std),
-                10 ** (mean + std),
-                alpha=0.2,
-                linewidth=0,
-                **style,
-            )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("training wall-clock time [s] (validation excluded)")
-        ax.set_ylabel(title)
+            band = 10 ** (mean - std), 10 ** (mean + std)
+            ax.fill_between(grid, *band, alpha=0.2, linewidth=0, **style)
+        xlabel = "training wall-clock time [s] (validation excluded)"
+        ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=title)
         ax.grid(True, which="major", alpha=0.3)
     if not drawn:
         return None
-    axes[0].axhline(RS_OPTIMAL, color="red", linestyle="--", linewidth=1)
-    axes[1].axhline(CV_OPTIMAL, color="red", linestyle="--", linewidth=1)
+    axes[0].axhline(RS_OPTIMAL, **_THRESHOLD)
+    axes[1].axhline(CV_OPTIMAL, **_THRESHOLD)
     axes[0].legend(fontsize="small")
     fig.suptitle(
         f"{name}: learning curves (several seeds: geometric mean, band ×/÷ one "
@@ -361,10 +319,6 @@ def _curves(name, series, styles, path: pathlib.Path) -> pathlib.Path | None:
     )
     fig.savefig(path)
     return path
-
-
-# ----------------------------------------------------------------------------------
-# Tables
 
 
 def _fmt(x) -> str:
@@ -412,17 +366,13 @@ def _accuracy_table(series: dict[tuple, list[_Run]]) -> list[str]:
         metrics = [run.record["metrics"] for run in runs]
         timing = [run.record.get("timing") or {} for run in runs]
         precision = runs[0].precision
-        rows.append(
-            [
-                f"`{_display(key, series)}`",
-                "–" if precision is None else f"float{precision}",
-                len(runs),
-                _stat([m["rs_mean"] for m in metrics]),
-                _stat([m["cv_max"] for m in metrics]),
-                _stat([m["optimal_pct"] for m in metrics]),
-                _stat([t.get("train_s") for t in timing]),
-            ]
-        )
+        rows.append([
+            f"`{_display(key, series)}`",
+            "–" if precision is None else f"float{precision}",
+            len(runs),
+            *(_stat([m[k] for m in metrics]) for k in _REQUIRED_METRICS),
+            _stat([t.get("train_s") for t in timing]),
+        ])  # fmt: skip
     header = "Method|Precision|Seeds|Mean RS|Max CV|Optimal [%]|Training time [s]"
     return [records.table(header.split("|"), rows, "llrrrrr")]
 
@@ -440,15 +390,8 @@ def _inference_table(series: dict[tuple, list[_Run]]) -> list[str]:
             name += f" [{len(notes)}]"
         sizes.add(inference.get("batch_size"))
         repeats = f"{single.get('repeats', '–')} / {batch.get('repeats', '–')}"
-        rows.append(
-            [
-                name,
-                run.seed,
-                repeats,
-                *(_fmt(single.get(c)) for c in TIMING_COLUMNS),
-                *(_fmt(batch.get(c)) for c in TIMING_COLUMNS),
-            ]
-        )
+        times = [_fmt(t.get(c)) for t in (single, batch) for c in TIMING_COLUMNS]
+        rows.append([name, run.seed, repeats, *times])
     sizes.discard(None)
     batch = f"Batch ({sizes.pop()})" if len(sizes) == 1 else "Batch"
     quartiles = ["LQ", "UQ", "Min", "Max"]
@@ -456,12 +399,9 @@ def _inference_table(series: dict[tuple, list[_Run]]) -> list[str]:
     header += [*quartiles, f"{batch} median [s]", *quartiles]
     lines = [records.table(header, rows, "lrr" + "r" * 10)]
     if len(sizes) > 1:
-        lines.append("")
-        lines.append("The batch sizes differ between methods; see each results.json.")
-    for i, (name, source) in enumerate(notes, 1):
-        origin = f"a batch of {source}" if isinstance(source, int) else f"{source}"
-        lines.append("")
-        lines.append(f"[{i}] {name}: batch times extrapolated from {origin}.")
+        lines += ["", "The batch sizes differ between methods; see each results.json."]
+    for i, (name, rows) in enumerate(notes, 1):
+        lines += ["", f"[{i}] {name}: batch times extrapolated from a batch of {rows}."]
     return lines
 
 
@@ -475,19 +415,14 @@ def _provenance(series: dict[tuple, list[_Run]]) -> list[str]:
             ident = tuple(
                 m.get(k, "?") for k in ("cpu", "cpu_count", "jax", "jax_backend")
             )
+            names = machines.setdefault(ident, [])
             name = _display(key, series)
-            machines.setdefault(ident, [])
-            if name not in machines[ident]:
-                machines[ident].append(name)
-            when = ", ".join(
-                f"{k} {m[k]}" for k in ("git", "date") if m.get(k) is not None
-            )
+            if name not in names:
+                names.append(name)
+            when = [f"{k} {m[k]}" for k in ("git", "date") if m.get(k) is not None]
+            when = f" ({', '.join(when)})" if when else ""
             command = run.record.get("command") or "(not recorded)"
-            commands.append(
-                f"- `{name}` seed {run.seed}"
-                + (f" ({when})" if when else "")
-                + f": `{command}`"
-            )
+            commands.append(f"- `{name}` seed {run.seed}{when}: `{command}`")
     lines = ["Machines:", ""]
     for (cpu, count, jax, backend), names in machines.items():
         lines.append(
@@ -523,16 +458,14 @@ def _head_to_head_table(series: dict[tuple, list[_Run]]) -> list[str]:
             final = ref.record["curve"][-1]
             reached = _time_to_reach(run, final["rs_mean"], final["cv_max"])
             ref_time = ref.record["timing"]["train_s"]
-            rows.append(
-                [
-                    f"`{_display(key, series)}`",
-                    run.seed,
-                    f"{_fmt(final['rs_mean'])} / {_fmt(final['cv_max'])}",
-                    "not reached" if reached is None else _fmt(reached),
-                    _fmt(ref_time),
-                    "" if reached is None else f"{reached / ref_time:.2f}",
-                ]
-            )
+            rows.append([
+                f"`{_display(key, series)}`",
+                run.seed,
+                f"{_fmt(final['rs_mean'])} / {_fmt(final['cv_max'])}",
+                "not reached" if reached is None else _fmt(reached),
+                _fmt(ref_time),
+                "" if reached is None else f"{reached / ref_time:.2f}",
+            ])  # fmt: skip
     if not rows:
         return []
     header = "Method|Seed|Reference's final val RS / CV|Time to reach it [s]|"

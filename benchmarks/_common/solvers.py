@@ -30,12 +30,8 @@ class SolverStats:
     """Running per-instance solver statistics, written into `info`."""
 
     def __init__(self, info: dict):
-        self.info = info
-        self.n = 0
-        self.iterations = 0
-        self.seconds = 0.0
-        self.statuses: dict[str, int] = {}
-        self.failures = 0
+        self.info, self.statuses = info, {}
+        self.n, self.iterations, self.seconds, self.failures = 0, 0, 0.0, 0
 
     def add(self, iterations: int, seconds: float, status: str, ok: bool) -> None:
         """Count one solve: its iterations, seconds, status and success."""
@@ -68,16 +64,11 @@ def fit_solver(
         X = np.asarray(X, np.float64)
         return np.stack([solve(x) for x in X]) if len(X) else np.zeros((0, n_var))
 
-    return Trained(
-        predict=predict,
-        predict_single=lambda x: solve(np.asarray(x, np.float64), warm_start=False),
-        info=info,
-        # Solving 1024 contexts many times is slow: a few repeats, on as many
-        # rows as the config says, scaled to the batch.
-        timing=InferenceTiming(
-            max_repeats=config.timing_repeats,
-            warmup=1,
-            batch_rows=config.timing_batch_rows,
-            budget_s=config.timing_budget_s,
-        ),
-    )
+    def predict_single(x):
+        return solve(np.asarray(x, np.float64), warm_start=False)
+
+    # Solving 1024 contexts many times is slow: a few repeats, on as many rows as
+    # the config says, scaled to the batch.
+    rows = (config.timing_batch_rows, config.timing_budget_s)
+    timing = InferenceTiming(config.timing_repeats, 1, *rows)
+    return Trained(predict, predict_single, info, timing=timing)

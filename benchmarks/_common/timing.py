@@ -21,19 +21,11 @@ def stats(seconds) -> dict:
     """Median, quartiles (`lq`, `uq`), `min`, `max` and `repeats` of `seconds`."""
     t = np.asarray(seconds, np.float64)
     lq, median, uq = np.percentile(t, [25, 50, 75])
-    return {
-        "median": float(median),
-        "lq": float(lq),
-        "uq": float(uq),
-        "min": float(t.min()),
-        "max": float(t.max()),
-        "repeats": int(t.size),
-    }
+    values = map(float, (median, lq, uq, t.min(), t.max()))
+    return {**dict(zip(TIMING_STATS, values)), "repeats": int(t.size)}
 
 
-def fmt(
-    s: dict, spec: str = ".3g", form: str = "{median} [{lq}, {uq}]", scale=1.0
-) -> str:
+def fmt(s: dict, spec=".3g", form="{median} [{lq}, {uq}]", scale=1.0) -> str:
     """Timing `stats` as text: `form` with each statistic (`median`, `lq`, `uq`,
     `min`, `max`) times `scale` (1e3: milliseconds) in the format `spec`."""
     keys = [k for k in TIMING_STATS[:5] if k in s]
@@ -117,32 +109,23 @@ def _rows(trained, x, batch_size: int) -> int:
     return batch_size if rows is None else min(rows, batch_size)
 
 
-def time_inference(
-    trained,
-    data,
-    repeats: int = 20,
-    batch_size: int = 1024,
-    single_repeats: int | None = None,
-) -> dict:
+def time_inference(trained, data, repeats=20, batch_size=1024, single_repeats=None):
     """`batch` and `single` inference `stats` of `trained` on the first
     `batch_size` test contexts of `data` and on its first (`single_repeats`,
-    default 5x `repeats`); `batch_extrapolated_from` where fewer rows were timed.
-    """
+    default 5x `repeats`); `batch_extrapolated_from` where fewer rows were timed."""
     policy = trained.timing
     if policy.max_repeats is not None:
         repeats = min(repeats, policy.max_repeats)
-    X = timing_batch(data.X_test, batch_size)
     x = data.X_test[0]
     rows = _rows(trained, x, batch_size)
-    subset = X[:rows]
+    subset = timing_batch(data.X_test, batch_size)[:rows]
     single = trained.predict_single or (lambda x: trained.predict(x[None]))
-    result = {
-        "single": time_calls(
-            lambda: single(x), single_repeats or 5 * repeats, policy.warmup
-        ),
-        "batch": time_calls(lambda: trained.predict(subset), repeats, policy.warmup),
-        "batch_size": batch_size,
-    }
+    single_repeats = single_repeats or 5 * repeats
+    result = {"single": time_calls(lambda: single(x), single_repeats, policy.warmup)}
+    result["batch"] = time_calls(
+        lambda: trained.predict(subset), repeats, policy.warmup
+    )
+    result["batch_size"] = batch_size
     if rows < batch_size:
         for key in TIMING_STATS[:5]:
             result["batch"][key] *= batch_size / rows

@@ -25,55 +25,41 @@ from .timing import InferenceTiming
 
 def backbone(in_size: int, out_size: int, seed: int, dtype) -> eqx.nn.MLP:
     """The paper's backbone: an MLP with two hidden layers of 200 ReLU units."""
-    mlp = eqx.nn.MLP(
-        in_size,
-        out_size,
-        width_size=200,
-        depth=2,
-        activation=jax.nn.relu,
-        key=jax.random.key(seed),
-    )
+    key = jax.random.key(seed)
+    mlp = eqx.nn.MLP(in_size, out_size, 200, 2, activation=jax.nn.relu, key=key)
     return jax.tree_util.tree_map(
         lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, mlp
     )
 
 
-def optimiser(config: TrainingConfig, total_steps: int) -> optax.GradientTransformation:
-    """Adam at `config.lr`, constant or with a cosine decay to 1% of it."""
-    if config.lr_schedule == "cosine":
-        decay = optax.cosine_decay_schedule(config.lr, max(total_steps, 1), 0.01)
-        return optax.adam(decay)
-    return optax.adam(config.lr)
-
-
 class Plan(NamedTuple):
     """The minibatch schedule: `X_train` (`None`: a fresh batch each epoch), its
-    size `n`, `batch`, `per_epoch` batches, `epochs`, `every` (epochs between
-    validation points) and `max_time` (`None`: no limit)."""
+    size `n`, `batch` and `per_epoch` batches."""
 
     X_train: jax.Array | None
     n: int
     batch: int
     per_epoch: int
-    epochs: int
-    every: int
-    max_time: float | None
 
 
 def plan(data, config: TrainingConfig) -> Plan:
     """The `Plan` for `data` and `config`: `data.X_train` shuffled each epoch, or,
-    where it is `None`, one batch `data.sample_train(rng, n)` per epoch (App. B.4).
-    """
-    epochs = config.epochs
-    every = config.validate_every or max(1, epochs // 50)
-    max_time = config.max_time_s
+    where it is `None`, one batch `data.sample_train(rng, n)` per epoch (App. B.4)."""
     if getattr(data, "X_train", None) is None:
-        batch = config.batch_size
-        return Plan(None, batch, batch, 1, epochs, every, max_time)
+        return Plan(None, config.batch_size, config.batch_size, 1)
     X_train = jnp.asarray(data.X_train, jnp.result_type(float))
     n = X_train.shape[0]
     batch = min(config.batch_size, n)
-    return Plan(X_train, n, batch, -(-n // batch), epochs, every, max_time)
+    return Plan(X_train, n, batch, -(-n // batch))
+
+
+def optimiser(config: TrainingConfig, data) -> optax.GradientTransformation:
+    """Adam at `config.lr`, constant or with a cosine decay to 1% of it over the
+    training steps on `data`."""
+    if config.lr_schedule == "cosine":
+        steps = max(config.epochs * plan(data, config).per_epoch, 1)
+        return optax.adam(optax.cosine_decay_schedule(config.lr, steps, 0.01))
+    return optax.adam(config.lr)
 
 
 def epoch_batches(p: Plan, data, rng: np.random.Generator):
@@ -100,23 +86,23 @@ def train_loop(
     """Run the epochs of `plan(data, config)` with `step(state, X) -> (state,
     loss)`, validating with `predictor(state)(X)`; `stop_in_epoch` checks the time
     budget after every step. Returns the state, the epochs done and whether the
-    time budget stopped training.
-    """
-    schedule = plan(data, config)
-    run.set_total(schedule.epochs * schedule.per_epoch)
+    time budget stopped training."""
+    schedule, epochs, max_time = plan(data, config), config.epochs, config.max_time_s
+    every = config.validate_every or max(1, epochs // 50)
+    run.set_total(epochs * schedule.per_epoch)
 
     def over_time():
-        return schedule.max_time is not None and run.elapsed() >= schedule.max_time
+        return max_time is not None and run.elapsed() >= max_time
 
     epochs_done, stopped = 0, False
-    for epoch in range(1, schedule.epochs + 1):
+    for epoch in range(1, epochs + 1):
         for i, X in enumerate(epoch_batches(schedule, data, rng)):
             if run.steps == 0:
                 # The first step traces and compiles: timed on its own.
                 t0 = time.perf_counter()
                 state, loss = step(state, X)
                 jax.block_until_ready(loss)
-                run.first_step(time.perf_counter() - t0)
+                run.first_step_s = time.perf_counter() - t0
             else:
                 state, loss = step(state, X)
             run.step(loss)
@@ -125,7 +111,7 @@ def train_loop(
                 break
         epochs_done = epoch - 1 + (i + 1) / schedule.per_epoch if stopped else epoch
         stopped = stopped or over_time()
-        if epoch % schedule.every == 0 or epoch == schedule.epochs or stopped:
+        if epoch % every == 0 or epoch == epochs or stopped:
             run.validate(predictor(state), epochs_done)
         if stopped:
             break
@@ -148,18 +134,16 @@ def fit_model(
     """Train an Equinox model with jitted Adam steps on `loss(model, X)` over the
     leaves `filter_spec` selects (default `pe.trainable_filter(model)`). Returns a
     `Trained` in inference mode predicting with `apply(model, X)` (and
-    `apply_single`), jitted with the model as an argument.
-    """
+    `apply_single`), jitted with the model as an argument."""
     dtype = jnp.result_type(float)
     batch_predict = eqx.filter_jit(apply)
 
     def predict(model, X):
         return batch_predict(model, jnp.asarray(X, dtype))
 
-    schedule = plan(data, config)
     spec = pe.trainable_filter(model) if filter_spec is None else filter_spec
     params, static = eqx.partition(model, spec)
-    optim = optimiser(config, schedule.epochs * schedule.per_epoch)
+    optim = optimiser(config, data)
 
     @eqx.filter_jit
     def step(state, X):
@@ -209,8 +193,7 @@ def fit_eager(
     `timing_batch_rows`)."""
     dtype = jnp.result_type(float)
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    schedule = plan(data, config)
-    optim = optimiser(config, schedule.epochs * schedule.per_epoch)
+    optim = optimiser(config, data)
 
     @jax.jit
     def raw(params, X):
@@ -250,22 +233,19 @@ def fit_eager(
         state, step, data, config, rng, run, predictor, stop_in_epoch=True
     )
     predict = predictor(state)
-    return Trained(
-        predict=predict,
-        predict_single=lambda x: predict(np.asarray(x)[None])[0],
-        info={
-            **(info or {}),
-            "inference": "jitted MLP, then one CPU cone solve per instance "
-            "(diffcp thread pool, no derivative set-up)",
-            "epochs_done": epochs_done,
-            "stopped_by_max_time": stopped,
-        },
-        model=eqx.combine(state[0], static),
-        # Each batch takes tens of seconds of CPU solves: fewer repeats, one
-        # warm-up (which compiles the layer's eager JAX glue for the batch shape).
-        timing=InferenceTiming(
-            max_repeats=config.timing_repeats,
-            warmup=1,
-            batch_rows=getattr(config, "timing_batch_rows", None),
-        ),
-    )
+    info = {
+        **(info or {}),
+        "inference": "jitted MLP, then one CPU cone solve per instance "
+        "(diffcp thread pool, no derivative set-up)",
+        "epochs_done": epochs_done,
+        "stopped_by_max_time": stopped,
+    }
+    # Each batch takes tens of seconds of CPU solves: fewer repeats, one warm-up
+    # (which compiles the layer's eager JAX glue for the batch shape).
+    rows = getattr(config, "timing_batch_rows", None)
+    timing = InferenceTiming(config.timing_repeats, 1, rows)
+
+    def single(x):
+        return predict(np.asarray(x)[None])[0]
+
+    return Trained(predict, single, info, eqx.combine(state[0], static), timing)

@@ -22,28 +22,20 @@ def _parser() -> argparse.ArgumentParser:
         description="pe.from_cvxpy against cvxpylayers (target A) and against "
         "hand-built sets (target B), issue 31.",
     )
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument(
-        "--repeats", type=int, default=20, help="timed repeats of every call"
-    )
-    parser.add_argument(
-        "--dc3-size", choices=("small", "tiny"), default="small", help="target B"
-    )
-    parser.add_argument(
-        "--only", choices=PARTS, action="append", help="run only these parts"
-    )
-    parser.add_argument(
-        "--no-clarabel",
-        action="store_true",
-        help="target A without the Clarabel variant of cvxpylayers",
-    )
-    parser.add_argument(
+    add = parser.add_argument
+    add("--batch", type=int, default=64)
+    add("--repeats", type=int, default=20, help="timed repeats of every call")
+    add("--dc3-size", choices=("small", "tiny"), default="small", help="target B")
+    add("--only", choices=PARTS, action="append", help="run only these parts")
+    no_clarabel = "target A without the Clarabel variant of cvxpylayers"
+    add("--no-clarabel", action="store_true", help=no_clarabel)
+    add(
         "--quick",
         action="store_true",
         help="smoke run: batch 4, 2 repeats, DC3 tiny, no Clarabel cvxpylayers; "
         "without --only, targets A and B only",
     )
-    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
+    add("--out", type=pathlib.Path, default=DEFAULT_OUT)
     return parser
 
 

@@ -172,21 +172,14 @@ def run(n_instances: int = 32, n_gradients: int = 4, seed: int = 0) -> list[dict
                 err = 0.0
             errors.append(err)
         grad = _gradient_errors(proj, fam, values, rng, n_gradients)
-        rows.append(
-            dict(
-                family=name,
-                dim=fam.dim,
-                n_aux=proj.n_aux,
-                instances=n_instances,
-                successful=float(np.mean(sols.result == pe.RESULTS.successful)),
-                max_error=float(np.max(errors)),
-                median_error=float(np.median(errors)),
-                clarabel_inaccurate=certified,
-                gradient_error_vs_ours=float(np.max(grad["ours"])),
-                gradient_error_vs_clarabel=float(np.max(grad["clarabel"])),
-                gradient_error_vs_clarabel_median=float(np.median(grad["clarabel"])),
-            )
-        )
+        successful = float(np.mean(sols.result == pe.RESULTS.successful))
+        row = dict(family=name, dim=fam.dim, n_aux=proj.n_aux, instances=n_instances)
+        row.update(successful=successful, max_error=float(np.max(errors)))
+        row.update(median_error=float(np.median(errors)), clarabel_inaccurate=certified)
+        row["gradient_error_vs_ours"] = float(np.max(grad["ours"]))
+        row["gradient_error_vs_clarabel"] = float(np.max(grad["clarabel"]))
+        row["gradient_error_vs_clarabel_median"] = float(np.median(grad["clarabel"]))
+        rows.append(row)
     return rows
 
 

@@ -67,11 +67,10 @@ def measure_native_sets(batch: int, repeats: int) -> dict:
     log(
         f"[B] building the issue's problem with and without native sets (batch {batch})"
     )
+    constraints, x = problem.constraints, problem.x
     builders = {
-        "native_sets": lambda: pe.from_cvxpy(problem.constraints, problem.x),
-        "rows": lambda: pe.from_cvxpy(
-            problem.constraints, problem.x, native_sets=False
-        ),
+        "native_sets": lambda: pe.from_cvxpy(constraints, x),
+        "rows": lambda: pe.from_cvxpy(constraints, x, native_sets=False),
     }
     return _pairs(builders, inst, repeats)
 
@@ -102,18 +101,10 @@ def _pairs(builders: dict, inst, repeats: int) -> dict:
         difference[mode] = max_abs(X[base], X[cand])
     for name, proj in projectors.items():
         iters[name] = iterations(inference_solve(proj, args))
-    return {
-        "batch": inst.batch,
-        "repeats": repeats,
-        "baseline": base,
-        "candidate": cand,
-        "structure": {name: structure(p) for name, p in projectors.items()},
-        "setup_s": setup,
-        "timing": timing,
-        "ratio": ratio,
-        "max_abs_difference": difference,
-        "inference_iterations": iters,
-    }
+    out = dict(batch=inst.batch, repeats=repeats, baseline=base, candidate=cand)
+    out["structure"] = {name: structure(p) for name, p in projectors.items()}
+    out.update(setup_s=setup, timing=timing, ratio=ratio, max_abs_difference=difference)
+    return {**out, "inference_iterations": iters}
 
 
 def measure_partial_sums(batch: int) -> dict:
@@ -162,9 +153,8 @@ def measure_speed(batch: int, repeats: int, clarabel: bool = True) -> dict:
         layers["cvxpylayers_clarabel"] = cvxpylayers(
             make, inst.W, {"solve_method": "Clarabel"}
         )
-    setup = {"ours": build_s} | {
-        name: layer["setup_s"] for name, layer in layers.items() if "setup_s" in layer
-    }
+    setup = {name: f["setup_s"] for name, f in layers.items() if "setup_s" in f}
+    setup = {"ours": build_s, **setup}
 
     calls = {
         f"{name}/{kind}": layer[kind]
@@ -177,9 +167,7 @@ def measure_speed(batch: int, repeats: int, clarabel: bool = True) -> dict:
     log("[A] accuracy against Clarabel at 1e-10")
     ref = _problems.reference(problem, inst)
     outputs = {name: layer["forward"](*args) for name, layer in layers.items()}
-    grads = {
-        name: layer["forward_backward"](*args)[1] for name, layer in layers.items()
-    }
+    grads = {name: f["forward_backward"](*args)[1] for name, f in layers.items()}
     errors = {name: accuracy(problem, inst, X, ref) for name, X in outputs.items()}
     sanity = max_abs(outputs["ours_inference"], outputs["cvxpylayers"])
     grad_ref = "cvxpylayers_clarabel" if clarabel else "cvxpylayers"
@@ -305,15 +293,9 @@ def accuracy(problem, inst, X, ref) -> dict:
 def structure(proj) -> dict:
     """What a projector was built as: its coordinates, rows, form and iterations."""
     P = proj.problem
-    return {
-        "n_aux": proj.n_aux,
-        "n_eq": P.n_eq,
-        "n_ineq": P.n_ineq,
-        "n_cone": P.n_cone,
-        "n_boxed": len(P.box_index),
-        "affine_form": type(proj.op).__name__,
-        "n_iter": proj.solver.n_iter,
-    }
+    out = dict(n_aux=proj.n_aux, n_eq=P.n_eq, n_ineq=P.n_ineq, n_cone=P.n_cone)
+    out.update(n_boxed=len(P.box_index), affine_form=type(proj.op).__name__)
+    return {**out, "n_iter": proj.solver.n_iter}
 
 
 def inference_solve(proj, args):

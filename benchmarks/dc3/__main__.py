@@ -32,20 +32,14 @@ def _add_data_arguments(parser, data_seed: bool = True):
     )
     parser.add_argument("--size", choices=("tiny", "small", "large"), default="small")
     if data_seed:
-        parser.add_argument(
-            "--data-seed",
-            type=int,
-            default=17,
-            help="seed of the DC3 generator (17: the published data)",
-        )
+        help = "seed of the DC3 generator (17: the published data)"
+        parser.add_argument("--data-seed", type=int, default=17, help=help)
 
 
 def _parser():
     parser, sub = cli.suite_parser("python -m benchmarks.dc3", __doc__)
-
     data = sub.add_parser("data", help="generate a problem and cache its solutions")
     _add_data_arguments(data)
-
     train = sub.add_parser("train", help="train and evaluate one method")
     _add_data_arguments(train)
     cli.add_train_arguments(train, tuple(METHODS), DEFAULT_OUT)
@@ -60,9 +54,7 @@ def _parser():
         help="also evaluate on the paper's DC3 .npz test instances "
         "in this folder (small problem only)",
     )
-
     cli.add_report_command(sub)
-
     ablations = sub.add_parser("ablations", help="the paper's ablation studies")
     _add_data_arguments(ablations, data_seed=False)
     ablations.add_argument(
@@ -81,8 +73,7 @@ def _parser():
 
 def main(argv=None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
-    cli.apply_precision(args)
+    args = cli.parse(parser, argv)
     if args.command == "data":
         from . import _data
 

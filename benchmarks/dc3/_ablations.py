@@ -39,16 +39,8 @@ from .._common.timing import time_calls
 from . import _data, _pinet
 from ._train import PROG, train
 
-STUDIES = (
-    "config",
-    "inf",
-    "n_iter_test",
-    "sigma_omega",
-    "vjp",
-    "cv_iters",
-    "mechanisms",
-    "train_iterations",
-)
+STUDIES = ("config", "inf", "n_iter_test", "sigma_omega", "vjp", "cv_iters")
+STUDIES += ("mechanisms", "train_iterations")
 CONFIGS = {
     "pinet-default": {
         "sigma": 1.0,
@@ -61,14 +53,9 @@ CONFIGS = {
 }
 
 
-def _figure(ncols=1, width=5.0):
-    fig, axes = plots.new(width * ncols, 3.8, ncols=ncols)
+def _figure(ncols=1):
+    fig, axes = plots.new(5.0 * ncols, 3.8, ncols=ncols)
     return fig, axes[0]
-
-
-def _save(fig, path: pathlib.Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
 
 
 def _points(data: _data.Dataset, n: int, seed: int, dtype):
@@ -87,9 +74,8 @@ def _train(args, out, label, overrides, method="pinet", repeats=5):
 
 def _train_rows(args, out, runs) -> dict:
     """Train `(label, method, overrides)` each into `OUT/runs`; one `_row` each."""
-    rows = []
+    repeats, rows = 5 if args.quick else 20, []
     for label, method, overrides in runs:
-        repeats = 5 if args.quick else 20
         record, _, _ = _train(args, out, label, overrides, method, repeats)
         rows.append(_row(label or method, record))
     return {"rows": rows}
@@ -112,15 +98,9 @@ def _epochs(args) -> dict:
 
 def _row(label, record):
     m, t = record["metrics"], record["timing"]
-    return {
-        "label": label,
-        "rs_mean": m["rs_mean"],
-        "cv_max": m["cv_max"],
-        "optimal_pct": m["optimal_pct"],
-        "train_s": t["train_s"],
-        "batch_s": t["inference"]["batch"]["median"],
-        "info": record["info"],
-    }
+    row = {"label": label, **{k: m[k] for k in ("rs_mean", "cv_max", "optimal_pct")}}
+    row.update(train_s=t["train_s"], batch_s=t["inference"]["batch"]["median"])
+    return {**row, "info": record["info"]}
 
 
 def study_n_iter_test(args, data, out):
@@ -145,7 +125,7 @@ def study_n_iter_test(args, data, out):
     ax1.set(xlabel="n_iter_test (trained with 50)", ylabel="test mean RS")
     ax2.semilogy(ks, [r["cv_max"] for r in rows], "o-", color="C1")
     ax2.set(xlabel="n_iter_test (trained with 50)", ylabel="test max CV")
-    _save(fig, out / "n_iter_test.png")
+    plots.save(fig, out / "n_iter_test.png")
     return {"rows": rows}
 
 
@@ -187,28 +167,15 @@ def study_mechanisms(args, data, out):
         sol = _solve_test(model, X)
         metrics = data.test_metrics(sol.y).summary()
         timing = time_calls(lambda: _solve_test(model, X), 5 if args.quick else 20)
-        rows.append(
-            {
-                "label": label,
-                **metrics,
-                "successful_pct": _successful_pct(sol),
-                "n_iter_max": int(np.max(np.asarray(sol.n_iter))),
-                "batch_s": timing["median"],
-            }
-        )
+        n_iter_max = int(np.max(np.asarray(sol.n_iter)))
+        row = {"label": label, **metrics, "successful_pct": _successful_pct(sol)}
+        rows.append({**row, "n_iter_max": n_iter_max, "batch_s": timing["median"]})
     return {"rows": rows}
 
 
 # The (training iterations, polish) of the `train_iterations` study; (50,
 # "auto") is the library's default, and 50 the paper's.
-TRAIN_SETTINGS = (
-    (10, "auto"),
-    (20, "auto"),
-    (30, "auto"),
-    (50, "auto"),
-    (10, True),
-    (20, True),
-)
+TRAIN_SETTINGS = (*((k, "auto") for k in (10, 20, 30, 50)), (10, True), (20, True))
 
 
 def study_train_iterations(args, data, out):
@@ -217,12 +184,8 @@ def study_train_iterations(args, data, out):
     rows = []
     for k, polish in TRAIN_SETTINGS:
         tag = "" if polish == "auto" else "-polish"
-        overrides = {
-            "library_defaults": True,
-            "batch_size": 2048,
-            "library_n_iter": k,
-            "library_polish": polish,
-        }
+        overrides = {"library_defaults": True, "batch_size": 2048}
+        overrides.update(library_n_iter=k, library_polish=polish)
         label = f"pinet-library-defaults-n-iter-{k}{tag}"
         record, _, trained = _train(args, out, label, overrides)
         # The outputs the loss saw: training mode, k iterations.
@@ -247,30 +210,22 @@ def study_sigma_omega(args, data, out):
     rows = []
     fig, (ax1, ax2) = _figure(2)
     for i, omega in enumerate((1.0, 1.3, 1.5, 1.7, 1.9)):
-        result = pe.autotune(
-            base.with_settings(omega=omega),
-            Y,
-            {"b": X},
-            sigmas=grid,
-            n_iters=(50,),
-            tune_iter=50,
-        )
-        rows.append(
-            {
-                "omega": omega,
-                "sigma": grid.tolist(),
-                "violation": result.sigma_violation.tolist(),
-                "suboptimality": result.sigma_suboptimality.tolist(),
-                "chosen_sigma": result.sigma,
-                "seconds": result.seconds,
-            }
-        )
+        sweep = dict(sigmas=grid, n_iters=(50,), tune_iter=50)
+        result = pe.autotune(base.with_settings(omega=omega), Y, {"b": X}, **sweep)
+        rows.append({
+            "omega": omega,
+            "sigma": grid.tolist(),
+            "violation": result.sigma_violation.tolist(),
+            "suboptimality": result.sigma_suboptimality.tolist(),
+            "chosen_sigma": result.sigma,
+            "seconds": result.seconds,
+        })  # fmt: skip
         ax1.loglog(grid, result.sigma_violation, color=f"C{i}", label=f"ω={omega}")
         ax2.loglog(grid, result.sigma_suboptimality, color=f"C{i}")
     ax1.set(xlabel="σ", ylabel="max CV after 50 iterations")
     ax2.set(xlabel="σ", ylabel="mean |dist/dist* − 1| after 50 iterations")
     ax1.legend(fontsize=8)
-    _save(fig, out / "sigma_omega.png")
+    plots.save(fig, out / "sigma_omega.png")
     return {"rows": rows, "points": 150, "n_iter": 50}
 
 
@@ -294,12 +249,8 @@ def study_vjp(args, data, out):
     eps = 1e-6
     eye = jnp.eye(data.problem.n_var)
     n_dirs = 20 if args.quick else data.problem.n_var
-    fd = np.array(
-        [
-            (f(y_raw + eps * eye[i]) - f(y_raw - eps * eye[i])) / (2 * eps)
-            for i in range(n_dirs)
-        ]
-    )
+    fd = [(f(y_raw + eps * e) - f(y_raw - eps * e)) / (2 * eps) for e in eye[:n_dirs]]
+    fd = np.array(fd)
 
     def rel_error(proj):
         g = jax.grad(lambda y: jnp.dot(v, proj(y, b=x)))(y_raw)
@@ -311,34 +262,22 @@ def study_vjp(args, data, out):
         adjoint = pe.ImplicitAdjoint(
             method="fixed_point", max_steps=k, on_failure="ignore", rtol=1e-12
         )
-        rows.append(
-            {
-                "max_steps": k,
-                "rel_error": rel_error(exact.with_settings(adjoint=adjoint)),
-            }
-        )
+        error = rel_error(exact.with_settings(adjoint=adjoint))
+        rows.append({"max_steps": k, "rel_error": error})
     # The default adjoint: the exact active-set derivative.
     active_set = rel_error(exact.with_settings(adjoint=pe.ImplicitAdjoint()))
     fig, (ax,) = _figure(1)
-    ax.loglog(
-        [r["max_steps"] for r in rows],
-        [r["rel_error"] for r in rows],
-        "o-",
-        label="fixed point (BiCGStab)",
-    )
+    steps, errors = [r["max_steps"] for r in rows], [r["rel_error"] for r in rows]
+    ax.loglog(steps, errors, "o-", label="fixed point (BiCGStab)")
     ax.axhline(active_set, color="k", ls="--", label="active set (default)")
     ax.set(
         xlabel="max_steps (BiCGStab steps on the fixed point)",
         ylabel="‖VJP − FD‖ / ‖FD‖ (float64)",
     )
     ax.legend()
-    _save(fig, out / "vjp.png")
-    result = {
-        "rows": rows,
-        "active_set_rel_error": active_set,
-        "fd_step": eps,
-        "directions": n_dirs,
-    }
+    plots.save(fig, out / "vjp.png")
+    result = {"rows": rows, "active_set_rel_error": active_set}
+    result.update(fd_step=eps, directions=n_dirs)
     (out / "vjp.json").write_text(json.dumps(result, indent=2))
     return result
 
@@ -350,12 +289,11 @@ def study_cv_iters(args, data, out):
     ks = (1, 2, 5, 10, 20, 50, 100, 200, 500)
     rows = []
     fig, (ax,) = _figure(1)
-    for i, (name, overrides) in enumerate(
-        (
-            ("equilibrated, paper sigma", {}),
-            ("not equilibrated, sigma 1", {"equilibrate": False, "sigma": 1.0}),
-        )
-    ):
+    settings = {
+        "equilibrated, paper sigma": {},
+        "not equilibrated, sigma 1": {"equilibrate": False, "sigma": 1.0},
+    }
+    for i, (name, overrides) in enumerate(settings.items()):
         proj = _pinet.make_projector(data, config.replace(**overrides))
         project = eqx.filter_jit(lambda p, Y, X: jax.vmap(lambda y, x: p(y, b=x))(Y, X))
         cv = []
@@ -366,7 +304,7 @@ def study_cv_iters(args, data, out):
         ax.loglog(ks, cv, "o-", color=f"C{i}", label=name)
     ax.set(xlabel="forward iterations", ylabel="max CV (150 points)")
     ax.legend(fontsize=8)
-    _save(fig, out / "cv_iters.png")
+    plots.save(fig, out / "cv_iters.png")
     return {"rows": rows}
 
 
@@ -382,12 +320,9 @@ def _tuned(info: dict) -> str:
 
 
 def _markdown(results: dict, args, provenance: dict) -> str:
-    lines = [
-        f"# Ablations on DC3 {args.problem}-{args.size}",
-        "",
-        f"`{command_line(PROG)}` on {describe(provenance)}, float{args.precision}.",
-        "",
-    ]
+    where = f"{describe(provenance)}, float{args.precision}"
+    lines = [f"# Ablations on DC3 {args.problem}-{args.size}", ""]
+    lines += [f"`{command_line(PROG)}` on {where}.", ""]
     get = {k: v["rows"] for k, v in results.items()}.get
     for study in ("config", "inf"):
         if study in results:
@@ -444,10 +379,8 @@ def _markdown(results: dict, args, provenance: dict) -> str:
               f"{r['seconds']:.1f}"] for r, i in best],
         )  # fmt: skip
     if "vjp" in results:
-        active_set = [
-            "active set (default)",
-            f"{results['vjp']['active_set_rel_error']:.1e}",
-        ]
+        active_set = ["active set (default)"]
+        active_set.append(f"{results['vjp']['active_set_rel_error']:.1e}")
         lines += _section(
             "VJP error against float64 central differences",
             ["adjoint", "relative error"],

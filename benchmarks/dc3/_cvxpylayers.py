@@ -60,13 +60,9 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     # jax_numpy_rank_promotion='raise' (our tests' setting) rejects.
     objective = jax.vmap(data.objective_jax(dtype))
     model = backbone(P.n_eq, P.n_var, seed, dtype)
-    return fit_eager(
-        model,
-        project,
-        lambda Y, X: jnp.mean(objective(Y)),
-        data,
-        config,
-        seed,
-        run,
-        info={"solver": f"cvxpylayers (diffcp, {config.solve_method})"},
-    )
+    info = {"solver": f"cvxpylayers (diffcp, {config.solve_method})"}
+
+    def loss(Y, X):
+        return jnp.mean(objective(Y))
+
+    return fit_eager(model, project, loss, data, config, seed, run, info=info)

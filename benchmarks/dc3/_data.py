@@ -142,20 +142,10 @@ def load(
         _cached_solutions(cache / f"{k}_{label}.npz", dc3, X, nonconvex, label, verbose)
         for k, label, X in ((key_valid, "valid", X_valid), (key_test, "test", X_test))
     )
-    return _dataset(
-        f"{problem}-{size}",
-        dc3,
-        nonconvex,
-        (X_train, X_valid, X_test),
-        (Y_valid, Y_test),
-        {
-            "generator": "make_dc3",
-            "problem": problem,
-            "size": size,
-            "seed": seed,
-            "n_examples": n_examples,
-        },
-    )
+    source = dict(generator="make_dc3", problem=problem, size=size, seed=seed)
+    source["n_examples"] = n_examples
+    splits, solutions = (X_train, X_valid, X_test), (Y_valid, Y_test)
+    return _dataset(f"{problem}-{size}", dc3, nonconvex, splits, solutions, source)
 
 
 def _dataset(name, dc3, nonconvex, splits, solutions, source) -> Dataset:
@@ -171,11 +161,8 @@ def load_instances(path: str | pathlib.Path, problem: str = "nonconvex") -> Data
     paper = read_paper_instances(path, problem)
     rng = np.random.RandomState(17)
     X_train = rng.uniform(-1.0, 1.0, size=(7952, paper.problem.n_eq))
-    return _dataset(
-        f"{problem}-paper",
-        paper.problem,
-        problem == "nonconvex",
-        (X_train, paper.X_valid, paper.X_test),
-        (paper.Y_valid, paper.Y_test),
-        {"instances": str(pathlib.Path(path)), "problem": problem},
-    )
+    splits = (X_train, paper.X_valid, paper.X_test)
+    source = {"instances": str(pathlib.Path(path)), "problem": problem}
+    nonconvex, solutions = problem == "nonconvex", (paper.Y_valid, paper.Y_test)
+    name = f"{problem}-paper"
+    return _dataset(name, paper.problem, nonconvex, splits, solutions, source)

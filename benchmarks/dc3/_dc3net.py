@@ -125,16 +125,10 @@ def make_completion(
             "`completion_max_tries`, or lower `corr_lr`."
         )
     order = np.argsort(np.concatenate([part, dep]))
-    cast = lambda a: jnp.asarray(a, dtype)  # noqa: E731
-    completion = Completion(
-        A_part=cast(A_part),
-        D=cast(D),
-        order=jnp.asarray(order),
-        A=cast(A),
-        G_z=cast(G_z),
-        G_x=cast(G_x),
-        h=cast(h),
+    A_part, D, A, G_z, G_x, h = (
+        jnp.asarray(a, dtype) for a in (A_part, D, A, G_z, G_x, h)
     )
+    completion = Completion(A_part, D, jnp.asarray(order), A, G_z, G_x, h)
     info = {
         "completion_cond": float(cond),
         "correction_stability": float(ratio),
@@ -257,15 +251,11 @@ def init_network(n_in: int, n_out: int, config: Config, key, dtype):
         at += out * fan_in
         biases.append(bound * u[at : at + out])
         at += out
-    net = Network(
-        weights=tuple(weights),
-        biases=tuple(biases),
-        scales=tuple(jnp.ones(width, dtype) for _ in range(depth)),
-        shifts=tuple(jnp.zeros(width, dtype) for _ in range(depth)),
-        dropout=float(config.dropout),
-        momentum=float(config.batch_norm_momentum),
-        eps=float(config.batch_norm_eps),
+    scales, shifts = (
+        tuple(f(width, dtype) for _ in range(depth)) for f in (jnp.ones, jnp.zeros)
     )
+    norm = (config.dropout, config.batch_norm_momentum, config.batch_norm_eps)
+    net = Network(tuple(weights), tuple(biases), scales, shifts, *map(float, norm))
     stats = tuple(
         (jnp.zeros(width, dtype), jnp.ones(width, dtype)) for _ in range(depth)
     )
@@ -278,15 +268,9 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     P = data.problem
     rng = np.random.default_rng(seed)  # draws the completion, then the shuffles
     start = time.perf_counter()
-    comp, info = make_completion(
-        P,
-        rng,
-        dtype,
-        config.completion_max_cond,
-        config.completion_max_tries,
-        config.corr_lr if config.completion_stable_correction else None,
-        config.corr_momentum,
-    )
+    stable = config.corr_lr if config.completion_stable_correction else None
+    draws = (config.completion_max_cond, config.completion_max_tries, stable)
+    comp, info = make_completion(P, rng, dtype, *draws, config.corr_momentum)
     info["setup_s"] = time.perf_counter() - start
     net, stats = init_network(
         P.n_eq, P.n_var - P.n_eq, config, jax.random.key(seed), dtype
@@ -306,8 +290,7 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
         penalty = weight * ((1 - frac) * ineq + frac * eq)
         return jnp.mean(objective(Y) + penalty), stats
 
-    schedule = plan(data, config)
-    optim = optimiser(config, schedule.epochs * schedule.per_epoch)
+    optim = optimiser(config, data)
 
     # Everything is an argument, not a closed-over constant, so that no array is
     # folded into the compiled program.
@@ -341,7 +324,7 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     state, epochs_done, _ = train_loop(state, step, data, config, rng, run, predictor)
     net = state[0]
     info["epochs_run"] = epochs_done
-    info["steps_per_epoch"] = schedule.per_epoch
+    info["steps_per_epoch"] = plan(data, config).per_epoch
     info["n_parameters"] = int(
         sum(math.prod(a.shape) for a in jax.tree.leaves(eqx.filter(net, eqx.is_array)))
     )

@@ -78,25 +78,19 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     # jax_numpy_rank_promotion='raise' (our tests' setting) rejects.
     objective = jax.vmap(data.objective_jax(dtype))
 
-    def loss(model, X):
-        return jnp.mean(objective(jax.vmap(model)(X)))
+    def apply(model, X):
+        return jax.vmap(model)(X)
 
-    trained = fit_model(
-        model,
-        data,
-        config,
-        seed,
-        run,
-        loss,
-        lambda model, X: jax.vmap(model)(X),
-        lambda model, x: model(x),
-        info={
-            "solver": "jaxopt.OSQP",
-            "tol": config.tol,
-            "maxiter": config.maxiter,
-            "implicit_diff": True,
-        },
-        filter_spec=eqx.is_inexact_array,
-    )
+    def loss(model, X):
+        return jnp.mean(objective(apply(model, X)))
+
+    def single(model, x):
+        return model(x)
+
+    info = dict(solver="jaxopt.OSQP", tol=config.tol, maxiter=config.maxiter)
+    info["implicit_diff"] = True
+    where = (data, config, seed, run)
+    spec = eqx.is_inexact_array
+    trained = fit_model(model, *where, loss, apply, single, info=info, filter_spec=spec)
     trained.info["epochs_done"] = run.curve[-1]["epoch"]
     return trained

@@ -77,21 +77,17 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     n_var, keep = data.problem.n_var, ("n_iter_test",)
     projector, info = pinet_method.build(make, config, B, n_var, seed, keep, tune)
     net = pe.HardConstrainedNet(
-        backbone(data.problem.n_eq, data.problem.n_var, seed, dtype), projector
+        backbone(data.problem.n_eq, n_var, seed, dtype), projector
     )
     objective = data.objective_jax(dtype)
 
-    def loss(model, X):
-        return jnp.mean(objective(jax.vmap(model)(X, b=X)))
+    def apply(model, X):
+        return jax.vmap(model)(X, b=X)
 
-    return fit_model(
-        net,
-        data,
-        config,
-        seed,
-        run,
-        loss,
-        lambda model, X: jax.vmap(model)(X, b=X),
-        lambda model, x: model(x, b=x),
-        info=info,
-    )
+    def loss(model, X):
+        return jnp.mean(objective(apply(model, X)))
+
+    def single(model, x):
+        return model(x, b=x)
+
+    return fit_model(net, data, config, seed, run, loss, apply, single, info=info)

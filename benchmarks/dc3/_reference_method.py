@@ -45,15 +45,9 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     """Train the shared backbone through the reference's projection layer."""
     dtype = jnp.result_type(float)
     P = data.problem
-    layer = ReferenceDC3Projector(
-        P.A,
-        P.G,
-        P.h,
-        sigma=config.sigma,
-        omega=config.omega,
-        equilibrate=config.equilibrate,
-        dtype=dtype,
-    )
+    settings = dict(sigma=config.sigma, omega=config.omega, dtype=dtype)
+    settings["equilibrate"] = config.equilibrate
+    layer = ReferenceDC3Projector(P.A, P.G, P.h, **settings)
     train_projection = layer.projection(config.n_iter, config.n_iter_bwd)
     test_projection = layer.projection(config.n_iter_test, config.n_iter_bwd)
     objective = data.objective_jax(dtype)
@@ -61,14 +55,11 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     def loss(model, X):
         return jnp.mean(objective(train_projection(jax.vmap(model)(X), X)))
 
+    def apply(model, X):
+        return test_projection(jax.vmap(model)(X), X)
+
+    model = backbone(P.n_eq, P.n_var, seed, dtype)
+    info, spec = {"package": "pinet-hcnn 0.2.0"}, eqx.is_inexact_array
     return fit_model(
-        backbone(P.n_eq, P.n_var, seed, dtype),
-        data,
-        config,
-        seed,
-        run,
-        loss,
-        lambda model, X: test_projection(jax.vmap(model)(X), X),
-        info={"package": "pinet-hcnn 0.2.0"},
-        filter_spec=eqx.is_inexact_array,
+        model, data, config, seed, run, loss, apply, info=info, filter_spec=spec
     )

@@ -59,9 +59,8 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
     if config.autotune:
         B = data.X_valid[: config.autotune_points]
         result = pinet_method.tune_projector(projector, B, P.n_var, seed)
-        projector = result.projector.with_settings(
-            n_iter_test=max(result.n_iter, config.n_iter_test)
-        )
+        n_iter_test = max(result.n_iter, config.n_iter_test)
+        projector = result.projector.with_settings(n_iter_test=n_iter_test)
         info.update(autotune_s=result.seconds, sigma=result.sigma)
     objective = data.objective_jax(dtype)
     violation = jax.vmap(penalty(data, dtype))
@@ -72,14 +71,9 @@ def fit(data: Dataset, config: Config, seed: int, run: Run) -> Trained:
         Y = jax.vmap(net.backbone)(X)
         return jnp.mean(objective(Y) + weight * violation(Y, X))
 
+    def apply(net, X):
+        return jax.vmap(lambda x: net(x, b=x))(X)
+
     # Only the backbone trains: the projector's data are frozen.
-    return fit_model(
-        pe.HardConstrainedNet(backbone(P.n_eq, P.n_var, seed, dtype), projector),
-        data,
-        config,
-        seed,
-        run,
-        loss,
-        lambda net, X: jax.vmap(lambda x: net(x, b=x))(X),
-        info=info,
-    )
+    net = pe.HardConstrainedNet(backbone(P.n_eq, P.n_var, seed, dtype), projector)
+    return fit_model(net, data, config, seed, run, loss, apply, info=info)

@@ -58,12 +58,9 @@ def _osqp_solver(data: Dataset, config: OsqpConfig):
     C = sp.csc_matrix(np.concatenate([P.A, P.G], axis=0))
     lower = np.concatenate([np.zeros(n_eq), np.full(P.n_ineq, -np.inf)])
     upper = np.concatenate([np.zeros(n_eq), P.h])
-    settings = {
-        "eps_abs": config.eps,
-        "eps_rel": config.eps,
-        "polishing": False,
-        "verbose": False,
-    }
+    settings = dict(
+        eps_abs=config.eps, eps_rel=config.eps, polishing=False, verbose=False
+    )
 
     def setup(x):
         import osqp

@@ -110,10 +110,9 @@ def pick_formulation(problem: DC3Problem, formulation: str = "auto") -> str:
     if formulation == "full":
         return formulation
     P = problem
-    if P.n_ineq == P.n_var - P.n_eq:
-        fits = np.linalg.cond(np.concatenate([P.A, P.G], axis=0)) < _SLACK_MAX_COND
-        if fits:
-            return "slack"
+    square = P.n_ineq == P.n_var - P.n_eq
+    if square and np.linalg.cond(np.concatenate([P.A, P.G])) < _SLACK_MAX_COND:
+        return "slack"
     if formulation == "slack":
         raise ValueError(
             f"The 'slack' formulation needs n_ineq = n_var - n_eq and an "
@@ -231,10 +230,8 @@ class NonconvexIpopt:
         x = np.asarray(x, dtype=np.float64)
         y0 = self._pinv @ x if y0 is None else np.asarray(y0, dtype=np.float64)
         start = time.perf_counter()
-        if self.formulation == "full":
-            out = self._solver(x0=y0, p=x, **self._bounds)
-        else:
-            out = self._solver(x0=P.G @ y0, p=x, **self._bounds)
+        x0 = y0 if self.formulation == "full" else P.G @ y0
+        out = self._solver(x0=x0, p=x, **self._bounds)
         seconds = time.perf_counter() - start
         stats = self._solver.stats()
         if self.formulation == "full":
@@ -248,15 +245,10 @@ class NonconvexIpopt:
             y = scipy.linalg.lu_solve(self._lu, np.concatenate([x, w]))
             lam_ineq = np.asarray(out["lam_x"]).ravel()
             lam_eq = -self._pinv.T @ (self.gradient(y) + P.G.T @ lam_ineq)
+        status = (bool(stats["success"]), str(stats["return_status"]))
+        kkt = kkt_residuals(P, y, x, lam_eq, lam_ineq)
         return IpoptResult(
-            y=y,
-            lam_eq=lam_eq,
-            lam_ineq=lam_ineq,
-            success=bool(stats["success"]),
-            status=str(stats["return_status"]),
-            iterations=int(stats["iter_count"]),
-            seconds=seconds,
-            kkt=kkt_residuals(P, y, x, lam_eq, lam_ineq),
+            y, lam_eq, lam_ineq, *status, int(stats["iter_count"]), seconds, kkt
         )
 
 

@@ -56,16 +56,6 @@ def train(
             return {}
         return {"metrics_paper_instances": _paper_metrics(data, trained, instances)}
 
-    return train_and_save(
-        REGISTRY,
-        method,
-        data,
-        problem=problem,
-        size=size,
-        prog=PROG,
-        out=out,
-        quiet=quiet,
-        start=start,
-        extra=paper_metrics,
-        **options,
-    )
+    where = dict(problem=problem, size=size, prog=PROG, out=out, start=start)
+    extra = dict(quiet=quiet, extra=paper_metrics)
+    return train_and_save(REGISTRY, method, data, **where, **extra, **options)

@@ -37,32 +37,9 @@ import numpy as np
 
 from .._common.provenance import command_line, log, machine, save
 from ._cases import CASES, DEFAULT_CASES
-from ._data import (
-    DTYPES,
-    F32_REL_TARGET,
-    F64_TARGET,
-    FAR_SCALE,
-    FLOOR_FACTOR,
-    NEAR_SCALE,
-    ROOT,
-    CaseData,
-    markdown,
-    measure,
-)
-from ._exact import ClarabelProjection, exact_projections, polish
+from ._data import DTYPES, F32_REL_TARGET, PROTOCOL, ROOT, CaseData, markdown, measure
+from ._exact import exact_projections
 from ._worker import run_worker, worker
-
-__all__ = [
-    "CASES",
-    "CaseData",
-    "ClarabelProjection",
-    "exact_projections",
-    "main",
-    "markdown",
-    "parser",
-    "polish",
-    "run",
-]
 
 PROG = "python -m benchmarks.feasibility"
 DEFAULT_OUT = ROOT / "benchmarks" / "_out" / "feasibility.json"
@@ -70,39 +47,29 @@ DEFAULT_OUT = ROOT / "benchmarks" / "_out" / "feasibility.json"
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    p.add_argument("--cases", nargs="+", choices=tuple(CASES), default=DEFAULT_CASES)
-    p.add_argument("--dtypes", nargs="+", choices=DTYPES, default=DTYPES)
-    p.add_argument(
-        "--instances", type=pathlib.Path, help="folder of the DC3 .npz files"
-    )
-    p.add_argument("--n", type=int, help="instances per case (default: the case's)")
-    p.add_argument(
-        "--n-floor", type=int, help="instances for the floor (default: the case's)"
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-timing", action="store_true", help="skip the latency")
-    p.add_argument(
-        "--repeat-scale",
-        type=float,
-        default=1.0,
-        help="multiply every case's timed repeats (at least 2)",
-    )
-    p.add_argument(
+    add = p.add_argument
+    add("--cases", nargs="+", choices=tuple(CASES), default=DEFAULT_CASES)
+    add("--dtypes", nargs="+", choices=DTYPES, default=DTYPES)
+    add("--instances", type=pathlib.Path, help="folder of the DC3 .npz files")
+    add("--n", type=int, help="instances per case (default: the case's)")
+    add("--n-floor", type=int, help="instances for the floor (default: the case's)")
+    add("--seed", type=int, default=0)
+    add("--no-timing", action="store_true", help="skip the latency")
+    scale = "multiply every case's timed repeats (at least 2)"
+    add("--repeat-scale", type=float, default=1.0, help=scale)
+    add(
         "--cache",
         type=pathlib.Path,
         help="folder for the instances and their exact projections: read from it "
         "where an earlier run with the same settings wrote them, written otherwise "
         "(a GPU machine without cvxpy, OSQP or IPOPT can then run every case)",
     )
-    p.add_argument(
-        "--prepare-only",
-        action="store_true",
-        help="with --cache: fill it, and stop before the workers",
-    )
-    p.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help="JSON record")
-    p.add_argument("--markdown", type=pathlib.Path, help="also write the tables here")
-    p.add_argument("--worker", choices=DTYPES, help=argparse.SUPPRESS)
-    p.add_argument("--folder", type=pathlib.Path, help=argparse.SUPPRESS)
+    prepare = "with --cache: fill it, and stop before the workers"
+    add("--prepare-only", action="store_true", help=prepare)
+    add("--out", type=pathlib.Path, default=DEFAULT_OUT, help="JSON record")
+    add("--markdown", type=pathlib.Path, help="also write the tables here")
+    add("--worker", choices=DTYPES, help=argparse.SUPPRESS)
+    add("--folder", type=pathlib.Path, help=argparse.SUPPRESS)
     return p
 
 
@@ -114,8 +81,7 @@ def _instances_and_floor(name: str, args) -> tuple[CaseData, dict]:
     n_floor = args.n_floor or case.n_floor or n
     # The folder's name, not its path: a GPU machine reads a copy elsewhere.
     instances = None if args.instances is None else args.instances.name
-    key = {"case": name, "n": n, "n_floor": n_floor, "seed": args.seed,
-           "instances": instances}  # fmt: skip
+    key = dict(case=name, n=n, n_floor=n_floor, seed=args.seed, instances=instances)
     stem = f"{name}-n{n}-floor{n_floor}-seed{args.seed}"
     if args.cache is not None:
         meta = args.cache / f"{stem}.floor.json"
@@ -147,12 +113,7 @@ def run(args, argv=None) -> dict:
         "command": command_line(PROG, argv),
         "machine": machine(),
         "protocol": {
-            "projector": "pe.Projector(constraints), eqx.nn.inference_mode",
-            "near": f"optimum + {NEAR_SCALE} N(0, I)",
-            "far": f"optimum + {FAR_SCALE} N(0, I)",
-            "f32_target": f"<= {F32_REL_TARGET} max(1, ||data||_inf) and "
-            f"<= {FLOOR_FACTOR} x floor",
-            "f64_target": F64_TARGET,
+            **PROTOCOL,
             "seed": args.seed,
             "cache": None if args.cache is None else str(args.cache),
         },

@@ -56,20 +56,15 @@ def _dc3_case(size: str, problem: str):
         return dc3_projector(s["A"], s["G"], s["h"], **settings)
 
     def reference(data: CaseData):
+        from .._common import reference as pinet_hcnn
         from .._common.problems import PAPER_SIGMA
-        from .._common.reference import (
-            REFERENCE_MISSING,
-            ReferenceDC3Projector,
-            reference_available,
-        )
 
         if size not in PAPER_SIGMA:
             return None
-        if not reference_available():
-            return None, {"skipped": REFERENCE_MISSING}
-        s = data.spec
-        sigma = PAPER_SIGMA[size]
-        ref = ReferenceDC3Projector(s["A"], s["G"], s["h"], sigma=sigma)
+        if not pinet_hcnn.reference_available():
+            return None, {"skipped": pinet_hcnn.REFERENCE_MISSING}
+        s, sigma = data.spec, PAPER_SIGMA[size]
+        ref = pinet_hcnn.ReferenceDC3Projector(s["A"], s["G"], s["h"], sigma=sigma)
         settings = {"sigma": sigma, "n_iter": 50, "omega": ref.omega}
         return ref.make_forward(50), {**settings, "equilibrate": True}
 
@@ -122,14 +117,13 @@ def _mpc_case():
         from examples import toy_mpc
 
         E0, E_dyn, lower, upper = toy_mpc.problem_data()
-        return pe.Projector(
-            [
-                pe.Equality(E0, pe.Parameter("x0")),
-                pe.Equality(E_dyn, np.zeros(len(E_dyn))),
-                pe.Box(lower, upper),
-            ],
-            **settings,
-        )
+        dynamics = pe.Equality(E_dyn, np.zeros(len(E_dyn)))
+        constraints = [
+            pe.Equality(E0, pe.Parameter("x0")),
+            dynamics,
+            pe.Box(lower, upper),
+        ]
+        return pe.Projector(constraints, **settings)
 
     return build, projector, lambda data: None
 
@@ -193,8 +187,7 @@ class Case:
     """A case: `n` instances, `n_floor` of them (`None`: all) with exact
     projections by `exact` (`"slack"` or `"clarabel"`); `make() -> (build(n,
     seed, instances), projector(data, **settings), reference(data))`, the last
-    `(forward or None, settings)` or `None`; the timed repeats (single: 10x).
-    """
+    `(forward or None, settings)` or `None`; the timed repeats (single: 10x)."""
 
     description: str
     n: int

@@ -24,6 +24,14 @@ F64_TARGET = 1e-9
 KINDS = ("near", "far")
 DTYPES = ("float32", "float64")
 TIMING_BATCH = 1024
+PROTOCOL = {  # the record's, with the run's seed and cache
+    "projector": "pe.Projector(constraints), eqx.nn.inference_mode",
+    "near": f"optimum + {NEAR_SCALE} N(0, I)",
+    "far": f"optimum + {FAR_SCALE} N(0, I)",
+    "f32_target": f"<= {F32_REL_TARGET} max(1, ||data||_inf) and "
+    f"<= {FLOOR_FACTOR} x floor",
+    "f64_target": F64_TARGET,
+}
 
 
 def float32_grid(a) -> np.ndarray:
@@ -37,8 +45,7 @@ class CaseData:
     \ell \le C y \le u,\ \|S y\|_2 \le f^\top y\}$ (no rows of `S` without a
     cone), the form of the CV and the exact projection; the projector is built
     from `spec`, with the per-instance `params`. Also the raw outputs `near` and
-    `far` and how the instances were made (`info`).
-    """
+    `far` and how the instances were made (`info`)."""
 
     name: str
     E: np.ndarray
@@ -129,8 +136,7 @@ def case_data(
         near=float32_grid(optimum + NEAR_SCALE * noise[0]),
         far=float32_grid(optimum + FAR_SCALE * noise[1]),
         spec=spec,
-        info={**info, "near": f"optimum + {NEAR_SCALE} N(0, I)",
-              "far": f"optimum + {FAR_SCALE} N(0, I)"},
+        info={**info, "near": PROTOCOL["near"], "far": PROTOCOL["far"]},
     )  # fmt: skip
 
 

@@ -16,8 +16,7 @@ class SlackSystem:
     G y$, $K = [A; G]$ square and invertible (every DC3 problem): a quadratic
     objective is a bound-constrained QP in $w$, which `minimise` solves by the
     primal-dual active-set method (Hintermüller, Ito and Kunisch, 2003), exact
-    on the active bounds: feasible to float64 rounding.
-    """
+    on the active bounds: feasible to float64 rounding."""
 
     def __init__(self, A, G, h):
         import scipy.linalg
@@ -45,8 +44,7 @@ class SlackSystem:
     def minimise(self, x, Q_diag, p, max_iter: int = 100):
         r"""`(y, stats)`: $\arg\min_y \tfrac12 y^\top \mathrm{diag}(Q) y + p^\top y$
         over the polytope of context `x`, and the iterations, active bounds, KKT
-        residuals and `converged` (`y` `None` unless settled in `max_iter`).
-        """
+        residuals and `converged` (`y` `None` unless settled in `max_iter`)."""
         import scipy.linalg
 
         B, h = self.B, self.h
@@ -143,8 +141,7 @@ def polish(data: CaseData, q, r, z, thresholds=(1e-9, 1e-7, 1e-5, 1e-3)):
     Newton's method on $y - r + A(y)^\top \lambda = 0$ with the constraints
     active at `z` (within each of `thresholds`, relative) as equalities (the
     cone as $\|S y\| = f^\top y$); the first candidate feasible to $10^{-12}$
-    with multipliers of the right sign, or `None`.
-    """
+    with multipliers of the right sign, or `None`."""
     E, C, S, f = data.E, data.C, data.S, data.f
     d = len(r)
     scale = max(1.0, float(np.abs(r).max()), float(np.abs(q).max()))

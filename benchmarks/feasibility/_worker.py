@@ -39,19 +39,14 @@ def worker(dtype: str, folder: pathlib.Path, names, timing: bool, scale: float):
         log(f"[{dtype}] {name}: building the projector")
         start = time.perf_counter()
         proj = eqx.nn.inference_mode(make_projector(data))
-        entry = {
-            "setup_s": time.perf_counter() - start,
-            "defaults": {
-                "sigma": float(np.asarray(proj.sigma)),
-                "omega": proj.omega,
-                "n_iter_test": proj.n_iter_test,
-                "tol": proj.tol,
-                "refinement": type(proj.refinement).__name__
-                if proj.refinement is not None
-                else None,
-                "equilibrated": proj.equilibrated,
-            },
-        }
+        refinement = proj.refinement
+        refinement = None if refinement is None else type(refinement).__name__
+        defaults = dict(sigma=float(np.asarray(proj.sigma)), omega=proj.omega)
+        defaults.update(
+            n_iter_test=proj.n_iter_test, tol=proj.tol, refinement=refinement
+        )
+        defaults["equilibrated"] = proj.equilibrated
+        entry = {"setup_s": time.perf_counter() - start, "defaults": defaults}
         P = {k: jnp.asarray(v, dtype) for k, v in data.params.items()}
         arrays = {}
         for kind in KINDS:
@@ -62,14 +57,12 @@ def worker(dtype: str, folder: pathlib.Path, names, timing: bool, scale: float):
             entry[f"{kind}_first_call_s"] = time.perf_counter() - start
             arrays[f"{kind}:y"] = np.asarray(sol.y, np.float64)
             arrays[f"{kind}:n_iter"] = np.asarray(sol.n_iter)
-            arrays[f"{kind}:primal_residual"] = np.asarray(
-                sol.primal_residual, np.float64
-            )
+            residual = np.asarray(sol.primal_residual, np.float64)
+            arrays[f"{kind}:primal_residual"] = residual
             for outcome in ("successful", "max_steps_reached", "infeasible"):
                 flag = sol.result == getattr(pe.RESULTS, outcome)
                 arrays[f"{kind}:{outcome}"] = np.asarray(flag)
-        reference = None
-        made = make_reference(data)
+        reference, made = None, make_reference(data)
         if made is not None:
             reference, entry["reference_settings"] = made
         if reference is not None:
@@ -78,9 +71,8 @@ def worker(dtype: str, folder: pathlib.Path, names, timing: bool, scale: float):
                 arrays[f"{kind}:reference_y"] = np.asarray(Y, np.float64)
         if timing:
             log(f"[{dtype}] {name}: timing")
-            entry["timing"] = _time(
-                case, data, proj, make_projector, reference, dtype, scale
-            )
+            timing = (case, data, proj, make_projector, reference, dtype, scale)
+            entry["timing"] = _time(*timing)
         np.savez(folder / f"{name}.{dtype}.npz", **arrays)
         (folder / f"{name}.{dtype}.json").write_text(json.dumps(entry))
         log(f"[{dtype}] {name}: done")

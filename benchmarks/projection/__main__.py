@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from .._common import records
+from .._common.provenance import log
 from . import _dc3, _families, _measure
 
 
@@ -27,15 +29,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=list(_dc3.SIZES),
         help="default: both for dc3 and soc, small for ax",
     )
-    parser.add_argument(
-        "--precision", nargs="+", choices=["f32", "f64"], default=["f32", "f64"]
-    )
-    parser.add_argument(
-        "--batch",
-        type=int,
-        help="default: 1024, except soc large (128) and ax large (64)",
-    )
-    parser.add_argument("--repeats", type=int, default=10)
+    add = parser.add_argument
+    add("--precision", nargs="+", choices=["f32", "f64"], default=["f32", "f64"])
+    batch = "default: 1024, except soc large (128) and ax large (64)"
+    add("--batch", type=int, help=batch)
+    add("--repeats", type=int, default=10)
     parser.add_argument(
         "--repeats-large-f64",
         type=int,
@@ -49,16 +47,11 @@ def _parser() -> argparse.ArgumentParser:
         help="soc and ax only: the reference's sigma, also used by our 'ours-same' "
         "variant (default: per family, see benchmarks/projection/_families.py)",
     )
-    parser.add_argument(
-        "--quick", action="store_true", help="small problem only, 3 repeats"
-    )
-    parser.add_argument(
-        "--no-write",
-        action="store_true",
-        help="do not write the record (benchmarks/projection/records/)",
-    )
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--json", help=argparse.SUPPRESS)
+    add("--quick", action="store_true", help="small problem only, 3 repeats")
+    no_write = "do not write the record (benchmarks/projection/records/)"
+    add("--no-write", action="store_true", help=no_write)
+    add("--worker", action="store_true", help=argparse.SUPPRESS)
+    add("--json", help=argparse.SUPPRESS)
     return parser
 
 
@@ -112,8 +105,9 @@ def _run(suite, args, argv) -> None:
     print()
     print(body)
     if not args.no_write:
-        suite.write(args, body)
-        _measure.log("\nwrote benchmarks/projection/RESULTS.md")
+        title, order = suite.TITLES[args.family]
+        records.write_run("projection", args.family, title, order, body)
+        log("\nwrote benchmarks/projection/RESULTS.md")
 
 
 if __name__ == "__main__":

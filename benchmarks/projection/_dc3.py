@@ -7,9 +7,8 @@ import numpy as np
 
 from pinet_eqx.problems import dc3_violation
 
-from .._common import records
 from .._common.problems import PAPER_SIGMA, dc3_projector
-from . import _families, _measure
+from . import _measure
 from ._measure import N_ITER, N_ITER_BWD, OMEGA
 
 SIZES = {
@@ -17,7 +16,8 @@ SIZES = {
     "small": (100, 50, 50, PAPER_SIGMA["small"]),
     "large": (1000, 500, 500, PAPER_SIGMA["large"]),
 }
-TITLE = "Projection layer vs reference (pinet-hcnn 0.2.0), DC3 polytopes"
+# The record's title and place on the page.
+TITLES = {"dc3": ("Projection layer vs reference (pinet-hcnn 0.2.0), DC3 polytopes", 1)}
 
 
 class DC3Family:
@@ -69,7 +69,6 @@ def _search_cell(search: dict, stats: dict | None, tol: float, missed: str) -> s
 
 def tables(results: list[dict]) -> str:
     """The Markdown tables of `results`."""
-    rtol, atol = results[0]["bwd_tols"]
     lines = [
         "Times in ms: median [lower quartile, upper quartile] (min–max) over the "
         "timed repeats (n). Ratio = reference median / ours median. CV = largest "
@@ -91,7 +90,12 @@ def tables(results: list[dict]) -> str:
             f"{t['acc']['ours']['cv']:.1e} | {t['acc']['ref']['cv']:.1e} | "
             f"{t['load']:.1f} |"
         )
-    lines += [
+    return "\n".join(lines + _tol_table(results) + _backward_tables(results))
+
+
+def _tol_table(results: list[dict]) -> list[str]:
+    """Table b), the time to the tolerance."""
+    lines = [
         "",
         "**b) Time to CV ≤ tol** (1e-4 in f32, 1e-6 in f64). Reference: smallest "
         "fixed n_iter reaching tol (searched to within 5%). Ours: in-jit stopping "
@@ -103,20 +107,12 @@ def tables(results: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        t = r["tol"]
+        t, tol = r["tol"], r["tolerance"]
         sr, so, ti = t["searches"]["ref"], t["searches"]["ours"], t["ours_tol_info"]
-        ref_cell = _search_cell(
-            sr,
-            t.get("ref"),
-            r["tolerance"],
-            f"not reached by n_iter {sr['n_iter']}: plateau {sr['best_cv']:.1e}",
-        )
-        ours_cell = _search_cell(
-            so,
-            t.get("ours"),
-            r["tolerance"],
-            f"not reached by {so['n_iter']}: best {so['best_cv']:.1e}",
-        )
+        missed = f"not reached by n_iter {sr['n_iter']}: plateau {sr['best_cv']:.1e}"
+        ref_cell = _search_cell(sr, t.get("ref"), tol, missed)
+        missed = f"not reached by {so['n_iter']}: best {so['best_cv']:.1e}"
+        ours_cell = _search_cell(so, t.get("ours"), tol, missed)
         over = " (> tol)" if ti["cv"] > r["tolerance"] else ""
         tol_cell = (
             f"{ti['steps_max']}/{ti['steps_mean']:.0f} (cap {ti['cap']}), "
@@ -134,7 +130,13 @@ def tables(results: list[dict]) -> str:
             f"| {r['size']} | {r['precision']} | {r['tolerance']:g} | {ref_cell} | "
             f"{ours_cell} | {tol_cell} | {ratio} | {t['load']:.1f} |"
         )
-    lines += [
+    return lines
+
+
+def _backward_tables(results: list[dict]) -> list[str]:
+    """Table c), the backward pass, and the set-up times."""
+    rtol, atol = results[0]["bwd_tols"]
+    lines = [
         "",
         f"**c) Forward + implicit VJP, n_iter = {N_ITER}, at most {N_ITER_BWD} "
         "BiCGStab steps on the fixed point** (ours: "
@@ -158,7 +160,7 @@ def tables(results: list[dict]) -> str:
             f"| {r['size']} | {r['precision']} | {s['ours']:.2f} ({s['form']}) | "
             f"{s['ref']:.2f} |"
         )
-    return "\n".join(lines)
+    return lines
 
 
 def measure(size: str, args) -> dict:
@@ -167,7 +169,7 @@ def measure(size: str, args) -> dict:
     if size == "large" and args.precision[0] == "f64":
         repeats = min(repeats, args.repeats_large_f64)
     fam = DC3Family(size, args.batch)
-    return _families._run(fam, args.precision[0], repeats, fam.sigma)
+    return _measure.run(fam, args.precision[0], repeats, fam.sigma)
 
 
 def details(args, results: list[dict]) -> str:
@@ -176,8 +178,3 @@ def details(args, results: list[dict]) -> str:
         f"Batch {args.batch}, DC3 data `make_dc3(..., seed=17)`, y_raw ~ N(0, I) "
         f"(seed 0), ω = {OMEGA}, Ruiz equilibration (25 iterations) on both sides."
     )
-
-
-def write(args, body: str) -> None:
-    """Write this benchmark's record (`benchmarks/projection/records/dc3.json`)."""
-    records.write_run("projection", "dc3", TITLE, 1, body)

@@ -22,33 +22,20 @@ import time
 
 import numpy as np
 
-from .._common import records
 from .._common.problems import soc_batch, soc_projector
 from .._common.solvers import clarabel
 from ._measure import (
     N_ITER,
     N_ITER_BWD,
+    N_ITER_CONVERGED,
+    N_TRUTH,
+    N_TRUTH_NEG,
     OMEGA,
-    TOLERANCE,
-    backward_stats,
     bwd_table,
     fmt_t,
-    log,
-    matched_adjoint,
-    ms,
-    n_steps,
-    ours_advancer,
-    ours_forward,
-    ours_grad,
-    ref_advancer,
-    rel_err,
-    search,
-    timed,
+    run,
 )
 
-N_TRUTH = 8  # instances with a ground truth (the first of the batch)
-N_TRUTH_NEG = 4  # of which, instances also solved for -y_raw (sign check)
-N_ITER_CONVERGED = 1000  # the "converged" accuracy check, on the truth subset only
 DATA_SEED = 17
 CACHE_DIR = pathlib.Path(__file__).resolve().parent.parent / "_out"
 
@@ -65,9 +52,6 @@ DEFAULT_SIZES = {"soc": ["small", "large"], "ax": ["small"]}
 SIGMA = {"soc": 0.5, "ax": 0.3}
 
 
-# ---------------------------------------------------------------- data
-
-
 def soc_truth(E, b, y, d1: int):
     """The projection of `y` onto $\\{z : E z = b,\\ \\|z_{d_1:-1}\\| \\le z_{-1}\\}$
     by Clarabel and Newton's method: the point, its KKT residual and its VJP."""
@@ -81,6 +65,33 @@ def soc_truth(E, b, y, d1: int):
     )
     clarabel(prob, 1e-10, quiet=True)  # inaccurate: polished below
     return _polish_soc(E, b, y, z.value, d1)
+
+
+def _ground_truth(fam) -> dict:
+    """Truths for the first N_TRUTH instances (and -y_raw for N_TRUTH_NEG)."""
+    CACHE_DIR.mkdir(exist_ok=True)
+    path = CACHE_DIR / f"truth_v4_{fam.name}_{fam.size}_{DATA_SEED}_{N_TRUTH}.npz"
+    if path.exists():
+        f = np.load(path)
+        return {k: f[k] for k in f.files}
+    start = time.perf_counter()
+    T, kkt, G, Tneg = [], [], [], []
+    for i in range(N_TRUTH):
+        z, r, vjp = fam.truth(fam.Y[i], i)
+        T.append(z)
+        kkt.append(r)
+        G.append(vjp(fam.V[i]))
+    for i in range(N_TRUTH_NEG):
+        Tneg.append(fam.truth(-fam.Y[i], i)[0])
+    out = dict(
+        T=np.stack(T),
+        kkt=np.asarray(kkt),
+        G=np.stack(G),
+        Tneg=np.stack(Tneg),
+        seconds=np.asarray(time.perf_counter() - start),
+    )
+    np.savez(path, **out)
+    return out
 
 
 class SocFamily:
@@ -116,6 +127,8 @@ class SocFamily:
         from .._common.reference import ReferenceSOCProjector
 
         return ReferenceSOCProjector(self.A, sigma=sigma, omega=omega, dtype=dtype)
+
+    ground_truth = _ground_truth
 
     def truth(self, y, i):
         """The projection of `y` for instance `i`: Clarabel, then Newton polish."""
@@ -167,6 +180,8 @@ class AxFamily:
         return ReferenceAxProjector(
             self.m, self.d, -1.0, 1.0, sigma=sigma, omega=omega, dtype=dtype
         )
+
+    ground_truth = _ground_truth
 
     def truth(self, y, i):
         import cvxpy as cp
@@ -272,191 +287,8 @@ def _polish_soc(E, b, y, z, d1):
     return z, kkt, vjp
 
 
-def _ground_truth(fam) -> dict:
-    """Truths for the first N_TRUTH instances (and -y_raw for N_TRUTH_NEG)."""
-    CACHE_DIR.mkdir(exist_ok=True)
-    path = CACHE_DIR / f"truth_v4_{fam.name}_{fam.size}_{DATA_SEED}_{N_TRUTH}.npz"
-    if path.exists():
-        f = np.load(path)
-        return {k: f[k] for k in f.files}
-    start = time.perf_counter()
-    T, kkt, G, Tneg = [], [], [], []
-    for i in range(N_TRUTH):
-        z, r, vjp = fam.truth(fam.Y[i], i)
-        T.append(z)
-        kkt.append(r)
-        G.append(vjp(fam.V[i]))
-    for i in range(N_TRUTH_NEG):
-        Tneg.append(fam.truth(-fam.Y[i], i)[0])
-    out = dict(
-        T=np.stack(T),
-        kkt=np.asarray(kkt),
-        G=np.stack(G),
-        Tneg=np.stack(Tneg),
-        seconds=np.asarray(time.perf_counter() - start),
-    )
-    np.savez(path, **out)
-    return out
-
-
-# ---------------------------------------------------------------- measurement
-
-
-def _run(fam, precision: str, repeats: int, sigma: float) -> dict:
-    """All measurements for one family, size and precision at the reference's
-    `sigma` (also `ours_same`'s); a family with a `truth` is checked against it."""
-    import jax.numpy as jnp
-
-    import pinet_eqx as pe
-
-    tol = TOLERANCE[precision]
-    search_cap = 2000 if fam.size == "small" else 1000
-    dtype = jnp.float64 if precision == "f64" else jnp.float32
-    tag = f"[{fam.name} {fam.size} {precision}]"
-    res = dict(
-        family=fam.name,
-        size=fam.size,
-        dims=fam.dims,
-        precision=precision,
-        batch=fam.batch,
-        tolerance=tol,
-        sigma=sigma,
-    )
-    gt = None
-    if hasattr(fam, "truth"):
-        log(f"{tag} ground truth (cvxpy + Clarabel + Newton polish, {N_TRUTH})")
-        gt = _ground_truth(fam)
-        res.update(truth_kkt=float(gt["kkt"].max()), truth_seconds=float(gt["seconds"]))
-
-    def err(Yp, truth=None):
-        truth = gt["T"] if truth is None else truth
-        Yp = np.asarray(Yp, np.float64)[: len(truth)]
-        return float(np.abs(Yp - truth).max())
-
-    def accuracy(y):
-        return dict(cv=fam.cv(y)) if gt is None else dict(cv=fam.cv(y), err=err(y))
-
-    def cv_err(Yp):
-        return max(accuracy(Yp).values())
-
-    Yj, Vj = jnp.asarray(fam.Y, dtype), jnp.asarray(fam.V, dtype)
-    Pj = {k: jnp.asarray(v, dtype) for k, v in fam.P.items()}
-    sub = slice(0, N_TRUTH)
-    Ys, Ps = Yj[sub], {k: v[sub] for k, v in Pj.items()}
-
-    log(f"{tag} building projectors")
-    settings = dict(omega=OMEGA, n_iter=N_ITER, adjoint=matched_adjoint(pe))
-    t0 = time.perf_counter()
-    proj = fam.ours(**settings)  # its defaults: sigma="auto", equilibrated
-    setup_ours = time.perf_counter() - t0
-    variants = {"ours": proj}
-    if fam.same:
-        # The reference's own iteration: its sigma, no equilibration.
-        variants["ours_same"] = fam.ours(sigma=sigma, equilibrate=False, **settings)
-    t0 = time.perf_counter()
-    ref = fam.reference(sigma, OMEGA, dtype)
-    setup_ref = time.perf_counter() - t0
-    # With per-instance matrices the affine projection is factorised in each call.
-    form = "per call" if proj.op is None else type(proj.op).__name__
-    res["setup"] = dict(ours=setup_ours, ref=setup_ref, form=form)
-    res["bwd_tols"] = (proj.adjoint.rtol, proj.adjoint.atol or 0.0)
-
-    # a) Fixed iteration count, with the accuracy of the very calls timed.
-    log(f"{tag} a) forward, n_iter={N_ITER}, {repeats} interleaved repeats")
-    fns = {k: ours_forward(p) for k, p in variants.items()}
-    fns["ref"] = ref.make_forward(N_ITER)
-    t = timed({k: (f, (Yj, Pj)) for k, f in fns.items()}, repeats)
-    t["acc"] = {k: accuracy(f(Yj, Pj)) for k, f in fns.items()}
-    res["fixed"] = t
-    times = ", ".join(f"{k} {ms(t[k]):.1f} ms {t['acc'][k]}" for k in fns)
-    log(f"{tag}    {times}, load {t['load']:.2f}")
-
-    # b) Time to CV <= tol (and error <= tol, with a truth).
-    log(f"{tag} b) searching the smallest n_iter with CV (and error) <= {tol:g}")
-    state = ref.initial_state(Yj, Pj)
-    searches = {
-        "ref": search(ref_advancer(ref, Yj, Pj), state, cv_err, tol, search_cap)
-    }
-    for k, base in variants.items():
-        advance = ours_advancer(base, Yj, Pj)
-        searches[k] = search(advance, None, cv_err, tol, search_cap)
-    for k, v in searches.items():
-        log(f"{tag}    {k}: {v}")
-
-    so = searches["ours"]
-    # The tol-stopping version, capped well above what the fixed search needed.
-    cap = max(200, 4 * so["n_iter"]) if so["reached"] else search_cap
-    p_tol = proj.with_settings(tol=tol, n_iter=cap)
-    steps = np.asarray(n_steps(p_tol, Yj, Pj))
-    tolres = dict(cap=cap, steps_max=int(steps.max()), steps_mean=float(steps.mean()))
-    fns = {"ours_tol": ours_forward(p_tol)}
-    for k, base in variants.items():
-        if searches[k]["reached"]:
-            fns[k] = ours_forward(base.with_settings(n_iter=searches[k]["n_iter"]))
-    if searches["ref"]["reached"]:
-        fns["ref"] = ref.make_forward(searches["ref"]["n_iter"])
-    log(f"{tag}    timing {', '.join(fns)}, {repeats} interleaved repeats")
-    t = timed({k: (f, (Yj, Pj)) for k, f in fns.items()}, repeats)
-    # The accuracy of the very calls timed (a one-shot run can round differently
-    # from the resumed runs of the search).
-    tolres.update(accuracy(fns["ours_tol"](Yj, Pj)))
-    for k in fns:
-        if k in searches:
-            searches[k].update(accuracy(fns[k](Yj, Pj)))
-    t.update(searches=searches, ours_tol_info=tolres)
-    res["tol"] = t
-    times = ", ".join(f"{k} {ms(t[k]):.1f} ms" for k in fns)
-    log(f"{tag}    {times}; ours tol-stop {tolres}")
-
-    # c) Forward plus implicit VJP.
-    log(f"{tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
-    gr = ref.make_vjp(N_ITER, N_ITER_BWD)
-    t, go, go_default = backward_stats(proj, gr, (Yj, Pj, Vj), repeats)
-    if gt is not None:
-        # And against the exact Jacobian of the true projection (first N_TRUTH).
-        for k, g in (("ours", go), ("ref", gr), ("ours_default", go_default)):
-            t[f"grad_exact_{k}"] = rel_err(np.asarray(g(Yj, Pj, Vj))[sub], gt["G"])
-    res["bwd"] = t
-    log(
-        f"{tag}    ours {ms(t['ours']):.1f} ms, ref {ms(t['ref']):.1f} "
-        f"ms, ours backward converged: {t['bwd_converged']}, gradient errors "
-        f"ours/ref {t['grad_err_ours']:.1e}/{t['grad_err_ref']:.1e}, "
-        f"load {t['load']:.2f}"
-    )
-    if gt is None:
-        return res
-
-    # d) Converged accuracy on the ground-truth subset, and the sign check.
-    log(f"{tag} d) accuracy at n_iter={N_ITER_CONVERGED} on {N_TRUTH} instances")
-    yo = ours_forward(proj.with_settings(n_iter=N_ITER_CONVERGED))(Ys, Ps)
-    yr = ref.make_forward(N_ITER_CONVERGED)(Ys, Ps)
-    vs = Vj[sub]
-    go_c = ours_grad(
-        proj.with_settings(n_iter=N_ITER_CONVERGED, adjoint=matched_adjoint(pe, 200))
-    )
-    gr_c = ref.make_vjp(N_ITER_CONVERGED, 200)
-    nn = N_TRUTH_NEG
-    res["converged"] = dict(
-        grad_ours=rel_err(go_c(Ys, Ps, vs), gt["G"]),
-        grad_ref=rel_err(gr_c(Ys, Ps, vs), gt["G"]),
-        err_ours=err(yo),
-        err_ref=err(yr),
-        cv_ours=fam.cv(yo),
-        cv_ref=fam.cv(yr),
-        ref_vs_neg=err(np.asarray(yr)[:nn], gt["Tneg"]),
-        ref_vs_pos=err(np.asarray(yr)[:nn], gt["T"][:nn]),
-        ours_vs_neg=err(np.asarray(yo)[:nn], gt["Tneg"]),
-    )
-    log(f"{tag}    {res['converged']}")
-    return res
-
-
-# ---------------------------------------------------------------- reporting
-
-
 def tables(results: list[dict]) -> str:
     """The Markdown tables of `results`."""
-    rtol, atol = results[0]["bwd_tols"]
     sigma = results[0]["sigma"]
     lines = [
         "Times in ms: median [lower quartile, upper quartile] (min–max) over the "
@@ -478,22 +310,25 @@ def tables(results: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        t = r["fixed"]
-        acc = t["acc"]
-        ref = t["ref"]["median"]
-        lines.append(
-            f"| {r['size']} | {r['precision']} | {r['batch']} | "
-            f"{t['ours']['repeats']} | "
-            f"{fmt_t(t['ours'])} | {fmt_t(t['ours_same'])} | {fmt_t(t['ref'])} | "
-            f"{ref / t['ours']['median']:.2f}x, {ref / t['ours_same']['median']:.2f}x "
-            "| "
-            + " | ".join(
-                f"{acc[k]['cv']:.1e}, {acc[k]['err']:.1e}"
-                for k in ("ours", "ours_same", "ref")
-            )
-            + f" | {t['load']:.1f} |"
+        t, variants = r["fixed"], ("ours", "ours_same", "ref")
+        acc = " | ".join(
+            f"{t['acc'][k]['cv']:.1e}, {t['acc'][k]['err']:.1e}" for k in variants
         )
-    lines += [
+        ref, n = t["ref"]["median"], t["ours"]["repeats"]
+        ratios = (
+            f"{ref / t['ours']['median']:.2f}x, {ref / t['ours_same']['median']:.2f}x"
+        )
+        lines.append(
+            f"| {r['size']} | {r['precision']} | {r['batch']} | {n} | "
+            f"{fmt_t(t['ours'])} | {fmt_t(t['ours_same'])} | {fmt_t(t['ref'])} | "
+            f"{ratios} | {acc} | {t['load']:.1f} |"
+        )
+    return "\n".join(lines + _tol_table(results) + _backward_tables(results))
+
+
+def _tol_table(results: list[dict]) -> list[str]:
+    """Table b), the time to the tolerance."""
+    lines = [
         "",
         "**b) Time to CV ≤ tol and err ≤ tol** (1e-4 in f32, 1e-6 in f64): the "
         "smallest fixed n_iter that reaches both (searched to within 5%), for each "
@@ -519,14 +354,13 @@ def tables(results: list[dict]) -> str:
             s = sr[k]
             if not s["reached"]:
                 return f"not reached by n_iter {s['n_iter']}: best {s['best_cv']:.1e}"
-            return f"{s['n_iter']}, {fmt_t(t[k])}, {s['cv']:.1e}, {s['err']:.1e}" + (
-                "" if ok(s) else " (> tol)"
-            )
+            flag = "" if ok(s) else " (> tol)"
+            return f"{s['n_iter']}, {fmt_t(t[k])}, {s['cv']:.1e}, {s['err']:.1e}{flag}"
 
+        flag = "" if ok(ti) else " (> tol)"
         tol_cell = (
             f"{ti['steps_max']}/{ti['steps_mean']:.0f} (cap {ti['cap']}), "
-            f"{fmt_t(t['ours_tol'])}, {ti['cv']:.1e}, {ti['err']:.1e}"
-            + ("" if ok(ti) else " (> tol)")
+            f"{fmt_t(t['ours_tol'])}, {ti['cv']:.1e}, {ti['err']:.1e}{flag}"
         )
         ours_ok = [t["ours_tol"]["median"]] if ok(ti) else []
         if "ours" in t and ok(sr["ours"]):
@@ -542,7 +376,13 @@ def tables(results: list[dict]) -> str:
             f"{cell('ours')} | {tol_cell} | {cell('ours_same')} | {ratio} | "
             f"{ratio_same} | {t['load']:.1f} |"
         )
-    lines += [
+    return lines
+
+
+def _backward_tables(results: list[dict]) -> list[str]:
+    """Tables c), the backward pass, and d), the accuracy of the converged runs."""
+    rtol, atol = results[0]["bwd_tols"]
+    lines = [
         "",
         f"**c) Forward + implicit VJP, n_iter = {N_ITER}, at most {N_ITER_BWD} "
         "BiCGStab steps on the fixed point** (ours: "
@@ -579,10 +419,10 @@ def tables(results: list[dict]) -> str:
             f"{c['ref_vs_neg']:.2f} | {c['ref_vs_pos']:.1e} | {r['truth_kkt']:.0e} | "
             f"{s['ours']:.2f} ({s['form']}) / {s['ref']:.2f} |"
         )
-    return "\n".join(lines)
+    return lines
 
 
-TITLES = {  # the family's record: title and place on the page
+TITLES = {  # each family's record: title and place on the page
     "soc": ("Second-order cone (paper App. B.4), `--family soc`", 3),
     "ax": ("Per-instance equality matrix E(x) with a box, `--family ax`", 4),
 }
@@ -596,7 +436,7 @@ def measure(size: str, args) -> dict:
     repeats = args.repeats
     if size == "large":
         repeats = min(repeats, args.repeats_large_f64)
-    return _run(fam, args.precision[0], repeats, args.sigma)
+    return run(fam, args.precision[0], repeats, args.sigma)
 
 
 def details(args, results: list[dict]) -> str:
@@ -610,9 +450,3 @@ def details(args, results: list[dict]) -> str:
         f"Sizes: {dims}. Data seed {DATA_SEED}, y_raw ~ N(0, I) (seed 0), "
         f"ω = {OMEGA} everywhere."
     )
-
-
-def write(args, body: str) -> None:
-    """Write this family's record (`benchmarks/projection/records/{family}.json`)."""
-    title, order = TITLES[args.family]
-    records.write_run("projection", args.family, title, order, body)

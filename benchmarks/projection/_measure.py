@@ -1,6 +1,6 @@
-"""What every family of the projection benchmark measures the same way: shared
-settings, timing, the search for the iterations to a tolerance, the backward pass
-and the worker processes."""
+"""What every family of the projection benchmark measures the same way (`run`):
+shared settings, timing, the search for the iterations to a tolerance, the
+backward pass, and the worker processes."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 
 import numpy as np
 
 from .._common import records
 from .._common.problems import PAPER_N_ITER, PAPER_N_ITER_BWD, PAPER_OMEGA
-from .._common.provenance import command_line, describe, machine
+from .._common.provenance import command_line, describe, log, machine
 from .._common.timing import fmt, time_interleaved
 
 PROG = "python -m benchmarks.projection"
@@ -29,12 +30,10 @@ N_ITER = PAPER_N_ITER
 N_ITER_BWD = PAPER_N_ITER_BWD
 BWD_RTOL = 1e-5
 OMEGA = PAPER_OMEGA
+N_TRUTH = 8  # instances with a ground truth (the first of the batch)
+N_TRUTH_NEG = 4  # of which, instances also solved for -y_raw (sign check)
+N_ITER_CONVERGED = 1000  # the "converged" accuracy check, on the truth subset only
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
-
-
-def log(message: str) -> None:
-    """Progress, flushed at once (the runs take minutes)."""
-    print(message, flush=True)
 
 
 def ms(stats: dict) -> float:
@@ -99,21 +98,15 @@ def ours_advancer(base, Y, P):
     steps = {}
 
     def advance(state, k):
-        key = (k, state is None)
-        if key not in steps:
+        if k not in steps:
             p = base.with_settings(n_iter=k)
 
             def one(y, P, s=None):
                 sol = p.solve(y, **P) if s is None else p.solve(y, s0=s, **P)
                 return sol.y, sol.s
 
-            if state is None:
-                steps[key] = jax.jit(jax.vmap(lambda y, P: one(y, P)))
-            else:
-                steps[key] = jax.jit(jax.vmap(one))
-        if state is None:
-            return steps[key](Y, P)
-        return steps[key](Y, P, state)
+            steps[k] = jax.jit(jax.vmap(one))
+        return steps[k](Y, P) if state is None else steps[k](Y, P, state)
 
     return advance
 
@@ -198,14 +191,8 @@ def backward_stats(proj, ref_grad, args, repeats: int):
     # Also our default adjoint: the exact active-set derivative for polyhedral
     # sets, BiCGStab on the fixed point (dtype tolerance, 100 steps) otherwise.
     go_default = ours_grad(proj.with_settings(adjoint=pe.ImplicitAdjoint()))
-    t = timed(
-        {
-            "ours": (go, args),
-            "ref": (ref_grad, args),
-            "ours_default": (go_default, args),
-        },
-        repeats,
-    )
+    grads = {"ours": go, "ref": ref_grad, "ours_default": go_default}
+    t = timed({name: (g, args) for name, g in grads.items()}, repeats)
     # Did every instance's BiCGStab converge within its step limit? Our "warn"
     # mode warns once per call if any instance did not.
     warn = dataclasses.replace(proj.adjoint, on_failure="warn")
@@ -266,12 +253,7 @@ def run_workers(precisions, worker_args: list[str], sizes: list[str]) -> list[di
                 log(f"worker for {precision} failed with code {proc.returncode}")
     if not results:
         raise SystemExit("no results")
-    order = {
-        (s, p): i
-        for i, (s, p) in enumerate((s, p) for s in sizes for p in ("f32", "f64"))
-    }
-    results.sort(key=lambda r: order[(r["size"], r["precision"])])
-    return results
+    return sorted(results, key=lambda r: (sizes.index(r["size"]), r["precision"]))
 
 
 def worker_setup(args) -> None:
@@ -284,3 +266,171 @@ def worker_setup(args) -> None:
         jax.config.update("jax_enable_x64", True)
     if not reference_available():
         raise SystemExit(REFERENCE_MISSING)
+
+
+def run(fam, precision: str, repeats: int, sigma: float) -> dict:
+    """All measurements for one family, size and precision at the reference's
+    `sigma` (also `ours_same`'s); a family with a `truth` is checked against it."""
+    run = _Measurement(fam, precision, repeats, sigma)
+    run.fixed()
+    run.to_tolerance()
+    run.backward()
+    if run.gt is not None:
+        run.converged()
+    return run.res
+
+
+class _Measurement:
+    """One family, size and precision: its batch `(Y, P, V)` on the device, our
+    projectors (`ours` at its defaults and, for a family with `same`, `ours_same`
+    at the reference's iteration), the reference, and the record `res` that each
+    step (a to d) adds to."""
+
+    def __init__(self, fam, precision: str, repeats: int, sigma: float):
+        import jax.numpy as jnp
+
+        import pinet_eqx as pe
+
+        self.fam, self.repeats, self.tol = fam, repeats, TOLERANCE[precision]
+        self.search_cap = 2000 if fam.size == "small" else 1000
+        dtype = jnp.float64 if precision == "f64" else jnp.float32
+        self.tag = tag = f"[{fam.name} {fam.size} {precision}]"
+        res = dict(family=fam.name, size=fam.size, dims=fam.dims, precision=precision)
+        self.res = res = dict(res, batch=fam.batch, tolerance=self.tol, sigma=sigma)
+        self.gt = None
+        if hasattr(fam, "ground_truth"):
+            log(f"{tag} ground truth (cvxpy + Clarabel + Newton polish, {N_TRUTH})")
+            self.gt = gt = fam.ground_truth()
+            res.update(truth_kkt=float(gt["kkt"].max()))
+            res.update(truth_seconds=float(gt["seconds"]))
+        P = {k: jnp.asarray(v, dtype) for k, v in fam.P.items()}
+        self.Y, self.P, self.V = jnp.asarray(fam.Y, dtype), P, jnp.asarray(fam.V, dtype)
+        log(f"{tag} building projectors")
+        settings = dict(omega=OMEGA, n_iter=N_ITER, adjoint=matched_adjoint(pe))
+        t0 = time.perf_counter()
+        self.proj = fam.ours(**settings)  # its defaults: sigma="auto", equilibrated
+        setup_ours = time.perf_counter() - t0
+        self.variants = {"ours": self.proj}
+        if fam.same:
+            # The reference's own iteration: its sigma, no equilibration.
+            same = fam.ours(sigma=sigma, equilibrate=False, **settings)
+            self.variants["ours_same"] = same
+        t0 = time.perf_counter()
+        self.ref = fam.reference(sigma, OMEGA, dtype)
+        setup_ref = time.perf_counter() - t0
+        # With per-instance matrices the affine projection is factorised in each call.
+        form = "per call" if self.proj.op is None else type(self.proj.op).__name__
+        res["setup"] = dict(ours=setup_ours, ref=setup_ref, form=form)
+        res["bwd_tols"] = (self.proj.adjoint.rtol, self.proj.adjoint.atol or 0.0)
+
+    def err(self, Yp, truth=None) -> float:
+        """The largest error of `Yp` from the truth (its first rows)."""
+        truth = self.gt["T"] if truth is None else truth
+        return float(np.abs(np.asarray(Yp, np.float64)[: len(truth)] - truth).max())
+
+    def accuracy(self, y) -> dict:
+        cv = self.fam.cv(y)
+        return dict(cv=cv) if self.gt is None else dict(cv=cv, err=self.err(y))
+
+    def timed(self, fns: dict) -> dict:
+        """`timed` of the batched forward passes `fns`, interleaved."""
+        return timed({k: (f, (self.Y, self.P)) for k, f in fns.items()}, self.repeats)
+
+    def fixed(self) -> None:
+        """a) Fixed iteration count, with the accuracy of the very calls timed."""
+        tag, repeats = self.tag, self.repeats
+        log(f"{tag} a) forward, n_iter={N_ITER}, {repeats} interleaved repeats")
+        fns = {k: ours_forward(p) for k, p in self.variants.items()}
+        fns["ref"] = self.ref.make_forward(N_ITER)
+        t = self.res["fixed"] = self.timed(fns)
+        t["acc"] = {k: self.accuracy(f(self.Y, self.P)) for k, f in fns.items()}
+        times = ", ".join(f"{k} {ms(t[k]):.1f} ms {t['acc'][k]}" for k in fns)
+        log(f"{tag}    {times}, load {t['load']:.2f}")
+
+    def to_tolerance(self) -> None:
+        """b) Time to CV <= tol (and error <= tol, with a truth)."""
+        tag, tol, Y, P = self.tag, self.tol, self.Y, self.P
+        log(f"{tag} b) searching the smallest n_iter with CV (and error) <= {tol:g}")
+
+        def find(advance, state):
+            cv_err = lambda Yp: max(self.accuracy(Yp).values())  # noqa: E731
+            return search(advance, state, cv_err, tol, self.search_cap)
+
+        searches = {
+            "ref": find(ref_advancer(self.ref, Y, P), self.ref.initial_state(Y, P))
+        }
+        for k, base in self.variants.items():
+            searches[k] = find(ours_advancer(base, Y, P), None)
+        for k, v in searches.items():
+            log(f"{tag}    {k}: {v}")
+        so = searches["ours"]
+        # The tol-stopping version, capped well above what the fixed search needed.
+        cap = max(200, 4 * so["n_iter"]) if so["reached"] else self.search_cap
+        p_tol = self.proj.with_settings(tol=tol, n_iter=cap)
+        steps = np.asarray(n_steps(p_tol, Y, P))
+        tolres = dict(
+            cap=cap, steps_max=int(steps.max()), steps_mean=float(steps.mean())
+        )
+        fns = {"ours_tol": ours_forward(p_tol)}
+        for k, base in self.variants.items():
+            if searches[k]["reached"]:
+                fns[k] = ours_forward(base.with_settings(n_iter=searches[k]["n_iter"]))
+        if searches["ref"]["reached"]:
+            fns["ref"] = self.ref.make_forward(searches["ref"]["n_iter"])
+        log(f"{tag}    timing {', '.join(fns)}, {self.repeats} interleaved repeats")
+        t = self.timed(fns)
+        # The accuracy of the very calls timed (a one-shot run can round differently
+        # from the resumed runs of the search).
+        tolres.update(self.accuracy(fns["ours_tol"](Y, P)))
+        for k in fns:
+            if k in searches:
+                searches[k].update(self.accuracy(fns[k](Y, P)))
+        t.update(searches=searches, ours_tol_info=tolres)
+        self.res["tol"] = t
+        times = ", ".join(f"{k} {ms(t[k]):.1f} ms" for k in fns)
+        log(f"{tag}    {times}; ours tol-stop {tolres}")
+
+    def backward(self) -> None:
+        """c) Forward plus implicit VJP."""
+        log(f"{self.tag} c) forward + VJP, n_iter={N_ITER}, bwd max_steps={N_ITER_BWD}")
+        args = (self.Y, self.P, self.V)
+        gr = self.ref.make_vjp(N_ITER, N_ITER_BWD)
+        t, go, go_default = backward_stats(self.proj, gr, args, self.repeats)
+        if self.gt is not None:
+            # And against the exact Jacobian of the true projection (first N_TRUTH).
+            for k, g in (("ours", go), ("ref", gr), ("ours_default", go_default)):
+                G = np.asarray(g(*args))[:N_TRUTH]
+                t[f"grad_exact_{k}"] = rel_err(G, self.gt["G"])
+        self.res["bwd"] = t
+        log(
+            f"{self.tag}    ours {ms(t['ours']):.1f} ms, ref {ms(t['ref']):.1f} "
+            f"ms, ours backward converged: {t['bwd_converged']}, gradient errors "
+            f"ours/ref {t['grad_err_ours']:.1e}/{t['grad_err_ref']:.1e}, "
+            f"load {t['load']:.2f}"
+        )
+
+    def converged(self) -> None:
+        """d) Converged accuracy on the ground-truth subset, and the sign check."""
+        import pinet_eqx as pe
+
+        n, nn, gt, proj = N_ITER_CONVERGED, N_TRUTH_NEG, self.gt, self.proj
+        log(f"{self.tag} d) accuracy at n_iter={n} on {N_TRUTH} instances")
+        Ys, vs = self.Y[:N_TRUTH], self.V[:N_TRUTH]
+        Ps = {k: v[:N_TRUTH] for k, v in self.P.items()}
+        yo = ours_forward(proj.with_settings(n_iter=n))(Ys, Ps)
+        yr = self.ref.make_forward(n)(Ys, Ps)
+        adjoint = matched_adjoint(pe, 200)
+        go_c = ours_grad(proj.with_settings(n_iter=n, adjoint=adjoint))
+        gr_c = self.ref.make_vjp(n, 200)
+        self.res["converged"] = dict(
+            grad_ours=rel_err(go_c(Ys, Ps, vs), gt["G"]),
+            grad_ref=rel_err(gr_c(Ys, Ps, vs), gt["G"]),
+            err_ours=self.err(yo),
+            err_ref=self.err(yr),
+            cv_ours=self.fam.cv(yo),
+            cv_ref=self.fam.cv(yr),
+            ref_vs_neg=self.err(np.asarray(yr)[:nn], gt["Tneg"]),
+            ref_vs_pos=self.err(np.asarray(yr)[:nn], gt["T"][:nn]),
+            ours_vs_neg=self.err(np.asarray(yo)[:nn], gt["Tneg"]),
+        )
+        log(f"{self.tag}    {self.res['converged']}")

@@ -35,8 +35,7 @@ def _parser():
 
 def main(argv=None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
-    cli.apply_precision(args)
+    args = cli.parse(parser, argv)
     if args.command == "train":
         from ._train import train
 

@@ -70,13 +70,6 @@ def fit(data: SocData, config: Config, seed: int, run: Run) -> Trained:
     def loss(Y, X):
         return jnp.mean(jnp.sum(X[:, d2:] * Y[:, :d1], axis=1))
 
-    return fit_eager(
-        backbone(d1 + d2, d1 + d2, seed, dtype),
-        project,
-        loss,
-        data,
-        config,
-        seed,
-        run,
-        info={"solver": f"cvxpylayers (diffcp, {config.solve_method})"},
-    )
+    model = backbone(d1 + d2, d1 + d2, seed, dtype)
+    info = {"solver": f"cvxpylayers (diffcp, {config.solve_method})"}
+    return fit_eager(model, project, loss, data, config, seed, run, info=info)

@@ -21,13 +21,8 @@ from .._common.problems import soc_instances
 SIZES = {"small": (25, 25), "large": (500, 500)}
 N_VALID = 1024  # validation contexts (learning curves)
 N_TEST = 1024  # held-out test contexts (the reported metrics)
-METRICS = (
-    *metrics.METRICS,
-    "rs_signed_mean",
-    "rs_signed_min",
-    "eq_cv_max",
-    "cone_cv_max",
-)
+METRICS = (*metrics.METRICS, "rs_signed_mean", "rs_signed_min")
+METRICS += ("eq_cv_max", "cone_cv_max")
 
 
 def generate(A: np.ndarray, rng: np.random.Generator, n: int):
@@ -133,20 +128,8 @@ def load(size: str = "small", *, seed: int = 0) -> SocData:
     A = np.random.default_rng([seed, 0]).uniform(-1.0, 1.0, (d2, d1))
     X_valid, J_valid, _ = generate(A, np.random.default_rng([seed, 1]), N_VALID)
     X_test, J_test, Y_test = generate(A, np.random.default_rng([seed, 2]), N_TEST)
-    return SocData(
-        f"soc-{size}",
-        A,
-        X_valid,
-        J_valid,
-        X_test,
-        J_test,
-        Y_test,
-        {
-            "generator": "O'Donoghue et al. 2016, sec. 6.6 (paper App. B.4)",
-            "size": size,
-            "seed": seed,
-            "n_valid": N_VALID,
-            "n_test": N_TEST,
-            "train": "a fresh batch every epoch, from the run's seed",
-        },
-    )
+    source = {"generator": "O'Donoghue et al. 2016, sec. 6.6 (paper App. B.4)"}
+    source.update(size=size, seed=seed, n_valid=N_VALID, n_test=N_TEST)
+    source["train"] = "a fresh batch every epoch, from the run's seed"
+    valid, test = (X_valid, J_valid), (X_test, J_test, Y_test)
+    return SocData(f"soc-{size}", A, *valid, *test, source)

@@ -57,24 +57,14 @@ def default_config(data: SocData) -> Config:
     """Our configuration for `data` (see the module docstring)."""
     if data.d1 < 500:
         return Config()
-    return Config(
-        sigma=0.0007,
-        n_iter=200,
-        n_iter_test=500,
-        tol=None,
-        validate_every=50,
-        n_valid=256,
-    )
+    iterations = dict(sigma=0.0007, n_iter=200, n_iter_test=500, tol=None)
+    return Config(**iterations, validate_every=50, n_valid=256)
 
 
 def make_projector(data: SocData, config: Config) -> pe.Projector:
     """The projection layer onto the data set's feasible set for `config`."""
-    return soc_projector(
-        data.E,
-        data.d1,
-        **pinet_method.projector_settings(config),
-        tol=config.tol,
-    )
+    settings = pinet_method.projector_settings(config)
+    return soc_projector(data.E, data.d1, **settings, tol=config.tol)
 
 
 def _apply(d2: int):
@@ -99,10 +89,7 @@ def make_loss(config: Config, d1: int, d2: int):
             return jnp.mean(jnp.sum(X[:, d2:] * apply(model, X)[:, :d1], axis=1))
         Y_raw = jax.vmap(model.raw)(X)
         Y = jax.vmap(lambda y, x: model.projector(y, b=x[:d2]))(Y_raw, X)
-        if config.residual_stop_gradient:
-            Y_target = jax.lax.stop_gradient(Y)
-        else:
-            Y_target = Y
+        Y_target = jax.lax.stop_gradient(Y) if config.residual_stop_gradient else Y
         # The small constant keeps the norm's gradient finite at zero distance.
         distance = jnp.sqrt(jnp.sum((Y_raw - Y_target) ** 2, axis=1) + 1e-12)
         residual = jnp.maximum(distance - config.residual_margin, 0) ** 2
@@ -121,17 +108,12 @@ def fit(data: SocData, config: Config, seed: int, run: Run) -> Trained:
     keep = ("n_iter", "n_iter_test")
     projector, info = pinet_method.build(make, config, B, d1 + d2, seed, keep)
     net = pe.HardConstrainedNet(backbone(d1 + d2, d1 + d2, seed, dtype), projector)
-    trained = fit_model(
-        net,
-        data,
-        config,
-        seed,
-        run,
-        make_loss(config, d1, d2),
-        _apply(d2),
-        lambda model, x: model(x, b=x[:d2]),
-        info=info,
-    )
+    loss, apply = make_loss(config, d1, d2), _apply(d2)
+
+    def single(model, x):
+        return model(x, b=x[:d2])
+
+    trained = fit_model(net, data, config, seed, run, loss, apply, single, info=info)
     # The last validation point is the last epoch trained (`max_time_s` may stop
     # the run early).
     info["epochs_done"] = run.curve[-1]["epoch"] if run.curve else 0

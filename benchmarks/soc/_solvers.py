@@ -12,7 +12,9 @@ each row of a batch warm-started from the previous, a single instance cold:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -105,13 +107,14 @@ def _scs_solver(data: SocData, config: Config, stats: SolverStats):
     return solve
 
 
+@dataclasses.dataclass(frozen=True)
 class _Method:
     """One solver baseline as a method; on the large size only the first
     `large_test_rows` test instances are scored (`None`: all)."""
 
-    def __init__(self, name: str, description: str, make_solver, large_test_rows):
-        self.name, self.description, self._make_solver = name, description, make_solver
-        self.large_test_rows = large_test_rows
+    description: str
+    make_solver: Callable
+    large_test_rows: int | None
 
     def default_config(self, data: SocData) -> Config:
         return Config(test_rows=None if data.d1 < 500 else self.large_test_rows)
@@ -119,19 +122,12 @@ class _Method:
     def fit(self, data: SocData, config: Config, seed: int, run: Run) -> Trained:
         """Set the solver up and return its predictors (`fit_solver`)."""
         del seed  # deterministic
-        info = {
-            "solver": self.description,
-            "precision": 64,  # SCS computes in float64, whatever JAX's setting
-        }
-
-        def make_solve(stats):
-            return self._make_solver(data, config, stats)
-
+        # SCS computes in float64, whatever JAX's setting.
+        info = {"solver": self.description, "precision": 64}
+        make_solve = functools.partial(self.make_solver, data, config)
         return fit_solver(make_solve, config, run, info, data.d1 + data.d2)
 
 
 # A large CVXPY solve takes about a second here: score the first 256 instances.
-CVXPY = _Method("cvxpy", "SCS through CVXPY (DPP parameters b, c)", _cvxpy_solver, 256)
-SCS = _Method(
-    "scs", "SCS directly (one factorisation, update(b, c))", _scs_solver, None
-)
+CVXPY = _Method("SCS through CVXPY (DPP parameters b, c)", _cvxpy_solver, 256)
+SCS = _Method("SCS directly (one factorisation, update(b, c))", _scs_solver, None)

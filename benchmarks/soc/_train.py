@@ -25,14 +25,5 @@ def train(
     (`_common.harness.train_and_save`, with `options`)."""
     start = time.perf_counter()
     data = _data.load(size, seed=data_seed)
-    return train_and_save(
-        REGISTRY,
-        method,
-        data,
-        problem="soc",
-        size=size,
-        prog=PROG,
-        out=out,
-        start=start,
-        **options,
-    )
+    where = dict(problem="soc", size=size, prog=PROG, out=out, start=start)
+    return train_and_save(REGISTRY, method, data, **where, **options)

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from benchmarks import feasibility
+from benchmarks.feasibility._data import CaseData
+from benchmarks.feasibility._exact import ClarabelProjection, polish
 
 pytestmark = pytest.mark.slow
 
@@ -101,13 +103,13 @@ def test_polish_makes_a_cone_projection_exact():
     y_in = np.concatenate([rng.normal(size=d - 1) * 0.1, [2.0]])
     q = E @ y_in
     S, f = np.eye(d)[: d - 1], np.eye(d)[d - 1]
-    data = feasibility.CaseData(
+    data = CaseData(
         "toy", E, q[None], np.zeros((0, d)), np.zeros(0), np.zeros(0), S, f,
         {}, np.zeros((1, d)), np.zeros((1, d)), {}, {},
     )  # fmt: skip
     r = y_in + np.concatenate([3 * np.ones(d - 1), [-1.0]])
-    z = feasibility.ClarabelProjection(data).project(q, r)[0]
-    y, stats = feasibility.polish(data, q, r, z)
+    z = ClarabelProjection(data).project(q, r)[0]
+    y, stats = polish(data, q, r, z)
     assert stats["polished"] and stats["cone_active"]
     assert data.violation(y[None])[0] < 1e-13
     assert abs(np.linalg.norm(S @ y) - f @ y) < 1e-13
