@@ -48,44 +48,30 @@ def face_rounds(
     multiplier about zero), the pattern's 1e-8 can flip that multiplier's
     sign, and the rounds then release and add the bound in turn.
 
-    With `explore`, a face the pattern's steps do not meet (nearly dependent
-    or inconsistent rows) is not solved by its Gram matrix: the steps' last
-    point and multipliers only choose the rows that move, and a face where
-    none does is confirmed by its own solve before it counts as settled. Far
-    from the set the rounds from the iterate's face meet many such faces on
-    their way, and their Gram factorisations cost more than the pattern's
-    refactorisations."""
-    d = r.shape[0]
+    With `explore`, the pattern's steps choose the moves even where they do
+    not meet the face (`_face`); only a settled face needs its own solve. Far
+    from the set, rounds pass many such faces, whose Gram factorisations cost
+    more than the pattern's refactorisations."""
     lb_y, ub_y, lb_w, ub_w = bounds
     hi, lo = hi.copy(), lo.copy()
     upper, lower = np.concatenate([ub_y, ub_w]), np.concatenate([lb_y, lb_w])
     # A flag only counts where its bound is finite. Equal bounds (a unit whose
     # minimum is its maximum) pin their coordinate or row on every face, with a
-    # multiplier of either sign: flagged on one side, its sign would release
-    # it, and the next round add it back.
+    # multiplier of either sign (flagged on one side, its sign would release it).
     fixed = lower == upper
     hi = (hi & np.isfinite(upper)) | fixed
     lo &= np.isfinite(lower) & ~hi
     y, mult, met, pattern = r, None, True, None if saddle else pattern
     seen = {(hi.tobytes(), lo.tobytes())}
     for _ in range(max_rounds + (exact or explore)):
-        y, met = None, True
-        if pattern is not None:
-            y, mult, met = face_projection(pattern, r, q, hi, lo, lower, upper)
-            if not (met or explore):
-                y = None
-        if y is None:
-            y, mult = gram_face_projection(E, C, r, q, hi, lo, upper, lower, d, saddle)
-            met = True
+        y, mult, met = _face(E, C, pattern, r, q, hi, lo, lower, upper, saddle, explore)
         if y is None or mult is None:
             return r, 1.0, hi, lo, None, False
         value = np.concatenate([y, C @ y])
         release, add_hi, add_lo = _misplaced(hi, lo, value, mult, lower, upper, fixed)
         moves = np.count_nonzero(release | add_hi | add_lo)
         if not moves and pattern is not None and (exact or not met):
-            # Settled: confirm on the face's own solve (for float64, or where
-            # the pattern's steps did not meet the face).
-            pattern = None
+            pattern = None  # settled: confirm on the face's own solve
             continue
         if not moves:
             return y, 0.0, hi, lo, mult, False
@@ -104,6 +90,19 @@ def face_rounds(
             break
         seen.add(face)
     return y, 1.0, hi, lo, mult, False
+
+
+def _face(E, C, pattern, r, q, hi, lo, lower, upper, saddle, explore) -> tuple:
+    """`(y, mult, met)`: the face's point and multipliers on the `pattern`
+    if given, and by its own Gram matrix where the pattern's steps do not
+    meet it (`met` false) unless `explore` takes those steps as they are."""
+    if pattern is not None:
+        y, mult, met = face_projection(pattern, r, q, hi, lo, lower, upper)
+        if y is not None and (met or explore):
+            return y, mult, met
+    d = r.shape[0]
+    y, mult = gram_face_projection(E, C, r, q, hi, lo, upper, lower, d, saddle)
+    return y, mult, True
 
 
 def _misplaced(hi, lo, value, mult, lower, upper, fixed) -> tuple:
