@@ -359,7 +359,7 @@ def _check_empty(it: int, history: list[float]) -> bool:
 
 def _longest(v, dv) -> float:
     """The longest step in [0, 1] along `dv` that keeps `v` (positive)
-    positive: $\min(1, \min_{dv_i < 0} -v_i / dv_i)$. The bound that limits
+    positive: $\\min(1, \\min_{dv_i < 0} -v_i / dv_i)$. The bound that limits
     it is found as the largest $-dv_i / v_i$, without selecting the entries
     where $dv < 0$ (that took a tenth of the method's time, at nine calls an
     iteration); its ratio is then taken as before."""
