@@ -61,7 +61,7 @@ def face_rounds(
     fixed = lower == upper
     hi = (hi & np.isfinite(upper)) | fixed
     lo &= np.isfinite(lower) & ~hi
-    y, mult, met, pattern = r, None, True, None if saddle else pattern
+    y, mult, pattern = r, None, None if saddle else pattern
     seen = {(hi.tobytes(), lo.tobytes())}
     for _ in range(max_rounds + (exact or explore)):
         y, mult, met = _face(E, C, pattern, r, q, hi, lo, lower, upper, saddle, explore)
