@@ -379,6 +379,8 @@ def _gondzio(step, direction, s, z, target):
 
     current = length(step)
     for _ in range(_CORRECTORS):
+        if 1.01 * current > 1.0:
+            break  # no corrector can lengthen it enough to be kept (below)
         trial = min(1.0, 1.5 * current + 0.1)
         products = (s + trial * step[2]) * (z + trial * step[3])
         fix = np.clip(products, 0.1 * target, 10 * target) - products

@@ -296,7 +296,9 @@ def face_projection(
     D = np.zeros(P.G.shape[0])
     D[rows] = _FACE_PENALTY
     solve = P.factorise(D)
-    G_A = P.G[rows]
+    # The face's rows act through the whole G and its transpose (rows of G
+    # left out by indexing): slicing G by rows costs more than a solve.
+    pull = np.zeros(P.G.shape[0])
     mu = np.zeros(rows.size)
     rhs_eq = q / P.e_norms
     K = solve.matrix
@@ -305,13 +307,14 @@ def face_projection(
     previous = np.inf
     y, met = x[:d], False
     for step in range(_FACE_STEPS):
-        rhs = np.concatenate([r - G_A.T @ (mu - _FACE_PENALTY * target), rhs_eq])
+        pull[rows] = mu - _FACE_PENALTY * target
+        rhs = np.concatenate([r - P.GT @ pull, rhs_eq])
         # In correction form: each solve's right-hand side is the residual,
         # so its relative accuracy is the point's, not the penalty's 1e8.
         for _ in range(_FACE_REFINE):
             x = x + solve(rhs - K @ x)
         y = x[:d]
-        gap = G_A @ y - target
+        gap = (P.G @ y)[rows] - target
         mu = mu + _FACE_PENALTY * gap
         largest = np.abs(gap).max(initial=0.0)
         met = bool(largest <= _FACE_TOL * size)
