@@ -679,6 +679,27 @@ def test_first_run_starts_at_the_scale_of_the_rounds_multipliers(monkeypatch):
     assert first[0][1] < first[1][1] - 5
 
 
+def test_gondzio_tries_no_corrector_where_none_could_be_kept():
+    """A corrector is kept only where it lengthens the step by 1 %: where the
+    step already goes (nearly) all the way, `_gondzio` solves for none and
+    returns the step as it is; where the step is short, it tries one."""
+    from pinet_eqx._active_set.host_ipm import _gondzio
+
+    ones, calls = np.ones(4), []
+
+    def direction(target, homogeneous=False, refine=True):
+        calls.append(homogeneous)
+        return np.zeros(4), np.zeros(0), np.zeros(4), np.zeros(4)
+
+    def step(length):  # v + length * dv reaches zero: its longest step
+        return np.zeros(4), np.zeros(0), -ones / length, -ones / length
+
+    full = step(1.0)
+    assert _gondzio(full, direction, ones, ones, 1.0) is full and not calls
+    _gondzio(step(0.25), direction, ones, ones, 1.0)
+    assert calls == [True]
+
+
 @pytest.mark.parametrize(
     ("multipliers", "expected"),
     [(None, 1.0), ([0.0, 0.0], 1.0), ([0.0, -4.0, 6.0, 5.0], 5.0), ([1e-3], 1.0),
