@@ -53,6 +53,8 @@ _ACTIVE_RATIO = 100.0
 MAX_ITERATIONS = 60
 # Gondzio's centrality correctors per iteration (each one solve, no factorisation).
 _CORRECTORS = 2
+# ... each kept only where it lengthens the step by this factor.
+_CORRECTOR_GAIN = 1.01
 # The fraction of the way to the boundary each step goes.
 _STEP_FRACTION = 0.99
 # The start's multipliers, all equal: by default this, and where a face's
@@ -379,15 +381,15 @@ def _gondzio(step, direction, s, z, target):
 
     current = length(step)
     for _ in range(_CORRECTORS):
-        if 1.01 * current > 1.0:
-            break  # no corrector can lengthen it enough to be kept (below)
+        if _CORRECTOR_GAIN * current > 1.0:
+            break  # no corrector can lengthen it enough to be kept
         trial = min(1.0, 1.5 * current + 0.1)
         products = (s + trial * step[2]) * (z + trial * step[3])
         fix = np.clip(products, 0.1 * target, 10 * target) - products
         extra = direction(np.maximum(fix, -10 * target), homogeneous=True, refine=False)
         candidate = tuple(a + b for a, b in zip(step, extra))
         new = length(candidate)
-        if new < 1.01 * current:
+        if new < _CORRECTOR_GAIN * current:
             break
         step, current = candidate, new
     return step

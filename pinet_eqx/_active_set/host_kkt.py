@@ -296,8 +296,9 @@ def face_projection(
     D = np.zeros(P.G.shape[0])
     D[rows] = _FACE_PENALTY
     solve = P.factorise(D)
-    # The face's rows act through the whole G and its transpose (rows of G
-    # left out by indexing): slicing G by rows costs more than a solve.
+    # The face's rows act through products with the whole G and its
+    # transpose (`pull` is zero off the face; the gap takes the face's rows
+    # of G y): slicing G by rows cost more than a solve.
     pull = np.zeros(P.G.shape[0])
     mu = np.zeros(rows.size)
     rhs_eq = q / P.e_norms
