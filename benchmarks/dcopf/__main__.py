@@ -114,6 +114,9 @@ def _proxy_parser(sub) -> None:
     what = "solve only the hours the run scores (--n-val, --n-test), not the "
     what += "training hours: the self-supervised methods need none"
     proxy.add_argument("--scored-only", action="store_true", help=what)
+    what = "with --scored-only: solve these many training hours too, evenly "
+    what += "spaced (--method ours-sup on a grid too large to solve them all)"
+    proxy.add_argument("--n-train", type=int, default=0, help=what)
     _numbers(proxy, steps=2000, batch=64, lr=1e-3, width=256, depth=3, seed=0)
     proxy.add_argument("--every", type=int, default=200, help="validate every N")
     proxy.add_argument("--n-val", type=int, default=64, help="validation hours")
@@ -156,12 +159,16 @@ TRAIN_OPTIONS += ("dist_weight", "penalty", "augment", "fixture", "init")
 def _proxy(args):
     """Runs `proxy`: `(record, name)`, or `(None, None)` for `optima`."""
     method = args.method
-    if args.scored_only and method == "ours-sup":
+    if args.scored_only and method == "ours-sup" and not args.n_train:
         raise SystemExit(
             "--scored-only leaves the training hours unsolved, whose optima "
-            "--method ours-sup regresses on: drop --scored-only."
+            "--method ours-sup regresses on: drop --scored-only, or give "
+            "--n-train N to solve N of them."
         )
-    scored = (args.n_val, args.n_test) if args.scored_only else None
+    if args.n_train and not args.scored_only:
+        what = "--n-train goes with --scored-only: add it, or drop --n-train."
+        raise SystemExit(what)
+    scored = (args.n_val, args.n_test, args.n_train) if args.scored_only else None
     data = hourly_data(
         args.case, args.variant, out=args.out, fixture=args.fixture,
         budget_s=args.budget, stride=args.stride, saved=args.saved, scored=scored,

