@@ -189,6 +189,8 @@ def _proxy(args):
         record["tag"] = args.tag
     if args.stride > 1:
         record["stride"] = args.stride
+    if args.scored_only:  # which hours were solved: part of the command
+        record["settings"].update(scored_only=True, n_train=args.n_train)
     return record, data.stem(method, args.tag)
 
 

@@ -222,8 +222,10 @@ def scored_hours(
     are solved, `_proxy._validation_hours` takes exactly these); then
     `n_train` evenly spaced training hours, for a supervised proxy on a grid
     whose every training optimum would cost too much solver time."""
-    train = evenly(parts[0], n_train) if n_train else parts[0][:0]
-    return np.concatenate([evenly(parts[2], n_test), evenly(parts[1], n_val), train])
+    test, val, train = parts[2], parts[1], parts[0]
+    return np.concatenate(
+        [evenly(test, n_test), evenly(val, n_val), evenly(train, n_train)]
+    )
 
 
 SETTINGS = {"default": None, "1e-08": 1e-8}  # by their names in the record

@@ -656,7 +656,11 @@ def _command(r: dict) -> str:
     words = ["python -m benchmarks.dcopf proxy", f"--case {r['case']}",
              f"--variant {r['variant']}", f"--method {r['method']}"]  # fmt: skip
     settings = r.get("settings") or {}
-    for key in ("steps", "batch", "every", "n_test", "init"):
+    keys = ["steps", "batch", "every", "n_test", "init"]
+    if settings.get("scored_only"):  # its --n-val and --n-train chose the solves
+        words.append("--scored-only")
+        keys += ["n_val", "n_train"] if settings.get("n_train") else ["n_val"]
+    for key in keys:
         if settings.get(key) is not None:
             words.append(f"--{key.replace('_', '-')} {settings[key]}")
     return " ".join(words + ([f"--tag {r['tag']}"] if r.get("tag") else []))

@@ -293,3 +293,17 @@ def test_proxy_refuses_training_hours_it_cannot_solve(flags, match):
 
     with pytest.raises(SystemExit, match=match):
         main(["proxy", "--case", "case_X", *flags])
+
+
+def test_a_scored_only_run_names_its_solves_in_its_command():
+    """The report's command of a `--scored-only` run gives the flags that chose
+    which hours Clarabel solved, so that the command reproduces the run."""
+    from benchmarks.dcopf._report import _command
+
+    settings = dict(steps=5, batch=8, every=5, n_test=4, init=None, n_val=3)
+    record = dict(case="case_X", variant="real", method="ours-sup", settings=settings)
+    assert "--scored-only" not in _command(record)
+    assert "--n-val" not in _command(record)
+    settings.update(scored_only=True, n_train=7)
+    command = _command(record)
+    assert "--scored-only" in command and "--n-val 3 --n-train 7" in command
