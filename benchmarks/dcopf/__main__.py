@@ -12,6 +12,9 @@
     python -m benchmarks.dcopf proxy --case case_ACTIVSg2000 --method ours
     python -m benchmarks.dcopf proxy --case case_ACTIVSg2000 --method solvers
     python -m benchmarks.dcopf proxy-report
+    python -m benchmarks.dcopf finish --checkpoint results/dcopf/proxy/X.eqx \\
+        --save capture.pkl
+    python -m benchmarks.dcopf finish --replay capture.pkl
 
 Each command writes a JSON record under OUT (default `results/dcopf`); run one
 `projection` per process, so that its peak memory is its own. `throughput` and
@@ -30,13 +33,15 @@ import pathlib
 
 import jax
 
+from .._common import provenance
 from .._common.provenance import save
 from ._activsg import CASES, load_activsg
 from ._fixture import load_saved, save_case
 from ._projection import distances, run, throughput
-from ._proxy import reevaluate, run as run_proxy
+from ._proxy import load_proxy, reevaluate, run as run_proxy
 from ._proxy_data import PARTS, hourly_data, time_solvers
-from ._proxy_models import METHODS
+from ._proxy_models import METHODS, predictor, timed_batch_inputs
+from ._replay import Capture, capture, describe, replay
 from ._report import proxy_report, report
 
 DEFAULT_OUT = pathlib.Path("results") / "dcopf"
@@ -134,6 +139,15 @@ def _proxy_parser(sub) -> None:
     what = "score the earlier run's checkpoint again with the current library"
     proxy.add_argument("--reevaluate", action="store_true", help=what)
     sub.add_parser("proxy-report", help="figures of the proxy records")
+    what = "a proxy batch's host finishes replayed on one thread (_replay)"
+    finish = sub.add_parser("finish", help=what)
+    what = "capture the timed test batch of this proxy checkpoint (ours)"
+    finish.add_argument("--checkpoint", type=pathlib.Path, help=what)
+    finish.add_argument("--case", default="case_ACTIVSg2000")
+    finish.add_argument("--variant", choices=("real", "pmin0"), default="real")
+    finish.add_argument("--save", type=pathlib.Path, help="write the capture here")
+    what = "replay this capture (written by --save) instead"
+    finish.add_argument("--replay", type=pathlib.Path, help=what)
 
 
 def _pin(core: int) -> None:
@@ -194,6 +208,27 @@ def _proxy(args):
     return record, data.stem(method, args.tag)
 
 
+def _finish(args):
+    """Runs `finish`: `(record, name)` of the replay of a captured batch."""
+    if (args.checkpoint is None) == (args.replay is None):
+        raise SystemExit("finish: give --checkpoint (to capture) or --replay.")
+    if args.replay is not None:
+        captured, name = Capture.load(args.replay), args.replay.stem
+    else:
+        data = hourly_data(args.case, args.variant, out=args.out)
+        predict = predictor("ours", load_proxy(args.checkpoint))
+        x, q = timed_batch_inputs(data, data.solved(data.test))
+        jax.block_until_ready(predict(x, q))  # compiled, as the timed calls
+        captured = capture(lambda: jax.block_until_ready(predict(x, q)))
+        name = args.checkpoint.stem
+        if args.save is not None:
+            captured.save(args.save)
+    record = replay(captured)
+    print(describe(record["summary"]))
+    source = str(args.replay or args.checkpoint)
+    return dict(record, source=source, machine=provenance.machine()), name
+
+
 def _case(args):
     """The subcommand's grid: the saved `--fixture`, else the ACTIVSg or
     pandapower case `--case`."""
@@ -252,6 +287,8 @@ def _run(args):
         return record, f"{args.case}-{args.layer}"
     if command == "proxy":
         return _proxy(args)
+    if command == "finish":
+        return _finish(args)
     if command == "save":
         args.to.parent.mkdir(parents=True, exist_ok=True)
         save_case(_case(args), args.to)
@@ -269,7 +306,7 @@ def main(argv=None) -> int:
     record, name = _run(args)
     if record is not None:
         path = save(args.out / args.command / f"{name}.json", record)
-        shown = ("machine", "test", "history")
+        shown = ("machine", "test", "history", "instances")
         print(json.dumps({k: v for k, v in record.items() if k not in shown}, indent=1))
         print(path)
     return 0

@@ -339,11 +339,17 @@ def _infeasible(predict, data: HourlyData, part: np.ndarray, most: int = 64) -> 
     )  # fmt: skip
 
 
-def _timed(predict, data: HourlyData, hours: np.ndarray, repeats: int) -> dict:
-    """The time of `predict` on a batch of `CHUNK` test hours (tiled if fewer)."""
+def timed_batch_inputs(data: HourlyData, hours: np.ndarray) -> tuple:
+    """`(x, q)`: the loads and balance right-hand sides of the timed batch,
+    `CHUNK` of `hours` (tiled if fewer), float32."""
     idx = np.resize(hours, CHUNK)
     x = jnp.asarray(data.loads[idx], jnp.float32)
-    q = jnp.asarray(data.case.q(data.loads[idx]), jnp.float32)
+    return x, jnp.asarray(data.case.q(data.loads[idx]), jnp.float32)
+
+
+def _timed(predict, data: HourlyData, hours: np.ndarray, repeats: int) -> dict:
+    """The time of `predict` on a batch of `CHUNK` test hours (tiled if fewer)."""
+    x, q = timed_batch_inputs(data, hours)
     # The first call compiled and ran the batch: it is the warm-up.
     _, timed = timed_batch(lambda: predict(x, q), CHUNK, repeats, warmup=0)
     t = timed["batch_s"]

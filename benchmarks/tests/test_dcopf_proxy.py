@@ -307,3 +307,55 @@ def test_a_scored_only_run_names_its_solves_in_its_command():
     settings.update(scored_only=True, n_train=7)
     command = _command(record)
     assert "--scored-only" in command and "--n-val 3 --n-train 7" in command
+
+
+def test_captured_finishes_replay_to_the_bit(tmp_path):
+    """`_replay`: the host finishes of a batch like a trained proxy's
+    (case118, sparse: raw outputs far outside the set and close to each
+    other) are captured as the call ran them, and replayed one at a time
+    (also from a saved file) give the same points to the bit, each settled by
+    a named stage with at least one factorisation."""
+    from benchmarks.dcopf import __main__ as cli
+    from benchmarks.dcopf._fixture import load_saved
+    from benchmarks.dcopf._replay import Capture, capture, replay
+    from pinet_eqx._active_set.host_polish import STAGE_NAMES
+
+    case = load_saved(ROOT / "tests" / "data" / "dcopf_case118.npz")
+    proj = pe.Projector(
+        [
+            pe.Equality(case.E, pe.Parameter("q")),
+            pe.AffineInequality(case.C, case.flow_lower, case.flow_upper),
+            pe.Box(case.lower, case.upper),
+        ],
+        affine_form="sparse",
+        inference=True,
+    )
+    rng = np.random.default_rng(0)
+    n = 8
+    p_d = case.p_d * rng.uniform(0.99, 1.01, size=(n, case.n_bus))
+    spread = np.maximum(case.upper - case.lower, 1e-3)
+    spread = np.where(np.isfinite(spread), spread, 1.0)
+    far = 0.5 * (np.clip(case.lower, -1, 1) + np.clip(case.upper, -1, 1))
+    common, own = rng.normal(size=case.dim), rng.normal(size=(n, case.dim))
+    Y = far + spread * (0.3 * common + 0.01 * own)
+    solve = jax.jit(jax.vmap(lambda y, q: proj.solve(y, q=q)))
+    args = (jnp.asarray(Y), jnp.asarray(case.q(p_d)))
+    sol = solve(*args)
+    captured = capture(lambda: jax.block_until_ready(solve(*args)))
+    assert len(captured.instances) == n
+    assert np.all(np.asarray(sol.result == pe.RESULTS.successful))
+    # The captured points are the call's outputs (in any order).
+    points = {np.asarray(out[0]).tobytes() for *_, out in captured.instances}
+    assert points == {row.tobytes() for row in np.asarray(sol.y)}
+    path = tmp_path / "capture.pkl"
+    captured.save(path)
+    for again in (captured, Capture.load(path)):
+        summary = replay(again)["summary"]
+        assert summary["same_as_captured"] == n, summary
+        assert sum(s["instances"] for s in summary["stages"].values()) == n
+        assert set(summary["stages"]) <= set(STAGE_NAMES), summary["stages"]
+        assert summary["factorisations_per_instance"] >= 1, summary
+    with pytest.raises(ValueError, match="no host finish"):
+        capture(lambda: None)
+    with pytest.raises(SystemExit, match="--checkpoint .* or --replay"):
+        cli.main(["finish"])

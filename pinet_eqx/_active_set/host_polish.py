@@ -24,7 +24,9 @@ differentiates (`_active_set.on_face`); the iterate's face may differ.
 
 from __future__ import annotations
 
+import collections
 import functools
+import threading
 
 import jax
 import numpy as np
@@ -60,6 +62,37 @@ _SADDLE_ROUNDS = 4
 # `_active_set_method`'s `fail` where the interior-point method proved the set
 # empty (`_host_ipm._Iterate.proves_empty`); `polish` returns NaN for it.
 EMPTY = 2.0
+
+
+class Stages:
+    """How many finishes each stage of `_active_set_method` settled (by its
+    name in `STAGE_NAMES`; `"failed"`, `"empty"`), in this process: the
+    worker processes keep their own. For benchmarks that replay captured
+    finishes on one thread (`benchmarks/dcopf/_replay.py`), and tests.
+    Thread-safe."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._counts: collections.Counter = collections.Counter()
+
+    def add(self, stage: str) -> None:
+        with self._lock:
+            self._counts[stage] += 1
+
+    def reset(self) -> dict[str, int]:
+        """Clears the counts; returns what they were."""
+        with self._lock:
+            counts, self._counts = dict(self._counts), collections.Counter()
+        return counts
+
+
+SETTLED = Stages()
+# The stages of `_active_set_method`, in the order it tries them
+# (`docs/concepts/inference.md`).
+STAGE_NAMES = (
+    "neighbour", "near", "from_near", "interior", "interior_one_row",
+    "interior_finest", "dual", "iterate", "empty_face",
+)  # fmt: skip
 
 
 def polish(E, C, y_raw, q, lb_y, ub_y, lb_w, ub_w, hi, lo):
@@ -304,22 +337,25 @@ def _active_set_method(
     # several times the saddle-point rounds that did).
     tries = {start: (False, True) for start in (interior, from_neighbour, from_near)}
     tries[fine] = (True, False)
+    attempts = tuple(zip(STAGE_NAMES, attempts, strict=True))
     return _first_settled(attempts, tries, near, rounds_from, named, r, hi, lo)
 
 
 def _first_settled(attempts, tries, near, rounds_from, named, r, hi, lo):
-    """The attempts of `_active_set_method` in turn, until one settles; its
-    result. `tries[start]` orders a start's tries on the fixed pattern
-    (`False`) and on the saddle-point system (`True`), one try on the pattern
-    if absent; where the rounds from `near` stop short of their cap on moves,
-    their last face is kept as `named["near"]`. Only the rounds from `near`
+    """The attempts of `_active_set_method` (each `(name, (start, ...))`) in
+    turn, until one settles; its result, counted in `SETTLED`. `tries[start]`
+    orders a start's tries on the fixed pattern (`False`) and on the
+    saddle-point system (`True`), one try on the pattern if absent; where
+    the rounds from `near` stop short of their cap on moves, their last face
+    is kept as `named["near"]`. Only the rounds from `near`
     explore (`face_rounds`): from the faces of the later starts, rounds that
     chose their moves by the pattern's unmet solves took longer or did not
     settle (a case2869pegase instance at 100 times the spread)."""
     y = r
-    for start, rounds, moves, one in attempts:
+    for name, (start, rounds, moves, one) in attempts:
         flags = start()
         if named.get("empty"):
+            SETTLED.add("empty")
             return y, EMPTY, hi, lo
         if flags is None:
             continue
@@ -332,12 +368,14 @@ def _first_settled(attempts, tries, near, rounds_from, named, r, hi, lo):
                 release_one=one, saddle=saddle, explore=start is near,
             )  # fmt: skip
             if not out[1]:
+                SETTLED.add(name)
                 return out[0], 0.0, out[2], out[3]
             if not saddle:
                 y, named["multipliers"] = out[0], out[4]
                 if start is near and not out[5]:
                     named["near"] = out[2], out[3]
         named["point"] = y
+    SETTLED.add("failed")
     return y, 1.0, hi, lo
 
 
