@@ -24,16 +24,14 @@ differentiates (`_active_set.on_face`); the iterate's face may differ.
 
 from __future__ import annotations
 
-import collections
 import functools
-import threading
 
 import jax
 import numpy as np
 import scipy.sparse as sp
 
 from .._linalg import host_processes
-from .._linalg.host_solve import ByContent, instances, pool, pool_size
+from .._linalg.host_solve import ByContent, Stages, instances, pool, pool_size
 from .host_dual import WARM_CHANGES, WARM_VIOLATED, working_face
 from .host_ipm import MAX_ITERATIONS, dual_start, interior_point
 from .host_kkt import FINEST_DELTA, KKTPattern
@@ -64,28 +62,10 @@ _SADDLE_ROUNDS = 4
 EMPTY = 2.0
 
 
-class Stages:
-    """How many finishes each stage of `_active_set_method` settled (by its
-    name in `STAGE_NAMES`; `"failed"`, `"empty"`), in this process: the
-    worker processes keep their own. For benchmarks that replay captured
-    finishes on one thread (`benchmarks/dcopf/_replay.py`), and tests.
-    Thread-safe."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._counts: collections.Counter = collections.Counter()
-
-    def add(self, stage: str) -> None:
-        with self._lock:
-            self._counts[stage] += 1
-
-    def reset(self) -> dict[str, int]:
-        """Clears the counts; returns what they were."""
-        with self._lock:
-            counts, self._counts = dict(self._counts), collections.Counter()
-        return counts
-
-
+# How many finishes each stage of `_active_set_method` settled (by its name
+# in `STAGE_NAMES`; "failed", "empty"), in this process: the worker processes
+# keep their own. For benchmarks that replay captured finishes on one thread
+# (`benchmarks/dcopf/_replay.py`), and tests.
 SETTLED = Stages()
 # The stages of `_active_set_method`, in the order it tries them
 # (`docs/concepts/inference.md`).
@@ -337,13 +317,12 @@ def _active_set_method(
     # several times the saddle-point rounds that did).
     tries = {start: (False, True) for start in (interior, from_neighbour, from_near)}
     tries[fine] = (True, False)
-    attempts = tuple(zip(STAGE_NAMES, attempts, strict=True))
     return _first_settled(attempts, tries, near, rounds_from, named, r, hi, lo)
 
 
 def _first_settled(attempts, tries, near, rounds_from, named, r, hi, lo):
-    """The attempts of `_active_set_method` (each `(name, (start, ...))`) in
-    turn, until one settles; its result, counted in `SETTLED`. `tries[start]`
+    """The attempts of `_active_set_method` in turn, until one settles; its
+    result, counted in `SETTLED` by the attempt's name in `STAGE_NAMES`. `tries[start]`
     orders a start's tries on the fixed pattern (`False`) and on the
     saddle-point system (`True`), one try on the pattern if absent; where
     the rounds from `near` stop short of their cap on moves, their last face
@@ -352,7 +331,7 @@ def _first_settled(attempts, tries, near, rounds_from, named, r, hi, lo):
     chose their moves by the pattern's unmet solves took longer or did not
     settle (a case2869pegase instance at 100 times the spread)."""
     y = r
-    for name, (start, rounds, moves, one) in attempts:
+    for name, (start, rounds, moves, one) in zip(STAGE_NAMES, attempts, strict=True):
         flags = start()
         if named.get("empty"):
             SETTLED.add("empty")

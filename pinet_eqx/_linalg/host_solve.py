@@ -13,6 +13,7 @@ is the rows', not their Gram matrix's.
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import os
@@ -67,6 +68,25 @@ class Counter:
 # Every sparse factorisation of the host's finishes (`GramSolver`,
 # `SaddleSolver`, `_host_ipm`), summed over instances.
 FACTORISATIONS = Counter()
+
+
+class Stages:
+    """How many times each named stage of a host finish settled it, for
+    tests and benchmarks that attribute a finish's work (thread-safe)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._counts: collections.Counter = collections.Counter()
+
+    def add(self, stage: str) -> None:
+        with self._lock:
+            self._counts[stage] += 1
+
+    def reset(self) -> dict[str, int]:
+        """Clears the counts; returns what they were."""
+        with self._lock:
+            counts, self._counts = dict(self._counts), collections.Counter()
+        return counts
 
 
 class ByContent:
