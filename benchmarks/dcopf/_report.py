@@ -725,8 +725,18 @@ def _headline_row(case: str, ours: dict, ref, e2elr_text: str) -> dict:
         + (f" ({how})" if how else "") + e2elr_text,
         "ratio": "-" if ratio is None else f"{ratio:.2f} (time vs Clarabel)",
         "date": ours["machine"]["date"][:10],
+        "machine": _machine(ours["machine"]),
         "command": _command(ours),
     }  # fmt: skip
+
+
+def _recipe(row: dict) -> tuple[str, str, bool]:
+    """A headline row's grid and recipe (as `_best_runs` groups runs): its
+    case, its method and whether it fine-tunes a checkpoint, by its command.
+    A rerun's row replaces the earlier row of its recipe, and only that."""
+    method = re.search(r"--method (\S+)", row["command"])
+    name = method.group(1) if method else ""
+    return row["measure"].split(" (")[0], name, "--init" in row["command"]
 
 
 _CARRIED = "Rows carried from the earlier run"
@@ -744,23 +754,34 @@ def _previous_sections(previous: dict | None) -> dict[str, str]:
 
 def _carry(old: str, labels: set[str]) -> tuple[list[list[str]], list[str]]:
     """From an earlier run's section: its table rows for methods and solvers
-    not in `labels` (this run's), and its provenance line and figures."""
+    not in `labels` (this run's), the notes of those methods, its provenance
+    lines and figures. A section merged before holds its own run's rows and
+    notes, then the ones it carried (after `_CARRIED`): the notes of both are
+    kept for the methods carried on, and its own run's provenance line where
+    any of that run's rows is."""
     lines = old.splitlines()
-    marker = [i for i, line in enumerate(lines) if line.startswith(_CARRIED)]
-    # Already merged once: the carried part is what follows the marker.
-    kept_from = marker[0] if marker else 0
     table = [line for line in lines if line.startswith("|")][2:]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table]
     rows = [row for row in rows if row[0] not in labels]
     names = {row[0] for row in rows}
-    kept = [
-        line
-        for line in lines[kept_from:]
-        if "Commands:" in line
-        or line.startswith("![")
-        or (line.startswith("- ") and line[2:].split(":")[0] in names)
-    ]
-    return rows, kept
+    marker = [i for i, line in enumerate(lines) if line.startswith(_CARRIED)]
+    split = marker[0] if marker else 0
+    before_carried = set()
+    if marker:
+        listed = lines[split].split("(", 1)[1].rsplit(")", 1)[0]
+        before_carried = set(listed.split(", "))
+    own = {row[0] for row in rows} - before_carried if marker else names
+
+    def kept(part: list[str], provenance: bool) -> list[str]:
+        return [
+            line
+            for line in part
+            if ("Commands:" in line and provenance)
+            or line.startswith("![")
+            or (line.startswith("- ") and line[2:].split(":")[0] in names)
+        ]
+
+    return rows, kept(lines[:split], bool(own)) + kept(lines[split:], True)
 
 
 def _carried(groups, old: dict[str, str]) -> tuple[dict[tuple, tuple], bool]:
@@ -828,12 +849,12 @@ def proxy_record(raw: list[dict], figures: dict, previous: dict | None = None):
     dates = sorted(r["machine"]["date"][:10] for r in raw)
     earlier = (previous or {}).get("headline", [])
     headline = _proxy_headline(groups, earlier)
-    fresh = {row["measure"].split(" (")[0] for row in headline}
-    if previous:  # other grids' rows as they were, with their own dates
+    fresh = {_recipe(row) for row in headline}
+    if previous:  # other recipes' rows as they were, with their own dates
         headline += [
-            {"date": previous.get("date", ""), **row}
+            {"date": previous.get("date", ""), "machine": previous["machine"], **row}
             for row in earlier
-            if row["measure"].split(" (")[0] not in fresh
+            if _recipe(row) not in fresh
         ]
         dates.append(previous.get("date", ""))
     commits = {r["machine"].get("git", "?") for r in raw}

@@ -183,3 +183,37 @@ def test_dcopf_report_does_not_drop_grids_it_did_not_rerun():
     _keeps_every_grid("distances", [])  # no raw records: nothing rewritten
     with pytest.raises(SystemExit, match="case2869pegase"):
         _keeps_every_grid("distances", [{"case": "case1354pegase"}])
+
+
+def test_proxy_rerun_of_one_recipe_keeps_the_others_notes_and_rows():
+    """Rerunning one recipe of a grid whose section was merged before keeps,
+    for the methods it carries, both runs' notes, the other recipes'
+    headline rows and each row's own machine."""
+    from benchmarks.dcopf._report import proxy_record
+
+    def run(method, ms, cpu, tag=None, note=None):
+        raw = _proxy_raw(method, ms, tag)
+        raw["machine"] = {**raw["machine"], "cpu": cpu}
+        return {**raw, "x_note": note} if note else raw
+
+    first = proxy_record([run("e2elr", 0.1, "old", note="e2elr from the first")], {})
+    second = proxy_record(
+        [run("ours", 40.0, "mid", note="ours from the second"),
+         run("ours-sup", 8.0, "mid", note="sup from the second")], {}, first,
+    )  # fmt: skip
+    third = proxy_record([run("ours", 30.0, "new")], {}, second)
+    text = records.section(third)
+    assert "sup from the second" in text and "e2elr from the first" in text
+    assert "ours from the second" not in text, "the rerun's own notes replace it"
+    rows = {
+        row["command"].split("--method ")[1].split()[0]: row
+        for row in third["headline"]
+    }
+    assert set(rows) == {"ours", "ours-sup"}
+    assert rows["ours"]["ours"].endswith("30 ms") and rows["ours"][
+        "machine"
+    ].startswith("new")
+    assert rows["ours-sup"]["machine"].startswith("mid")
+    assert (
+        proxy_record([run("ours", 30.0, "new")], {}, third)["blocks"] == third["blocks"]
+    )
