@@ -770,7 +770,7 @@ def _carry(old: str, labels: set[str]) -> tuple[list[list[str]], list[str]]:
     if marker:
         listed = lines[split].split("(", 1)[1].rsplit(")", 1)[0]
         before_carried = set(listed.split(", "))
-    own = {row[0] for row in rows} - before_carried if marker else names
+    own = names - before_carried  # the earlier run's own rows carried on
 
     def kept(part: list[str], provenance: bool) -> list[str]:
         return [

@@ -322,14 +322,14 @@ def _active_set_method(
 
 def _first_settled(attempts, tries, near, rounds_from, named, r, hi, lo):
     """The attempts of `_active_set_method` in turn, until one settles; its
-    result, counted in `SETTLED` by the attempt's name in `STAGE_NAMES`. `tries[start]`
-    orders a start's tries on the fixed pattern (`False`) and on the
-    saddle-point system (`True`), one try on the pattern if absent; where
-    the rounds from `near` stop short of their cap on moves, their last face
-    is kept as `named["near"]`. Only the rounds from `near`
-    explore (`face_rounds`): from the faces of the later starts, rounds that
-    chose their moves by the pattern's unmet solves took longer or did not
-    settle (a case2869pegase instance at 100 times the spread)."""
+    result, counted in `SETTLED` by the attempt's name in `STAGE_NAMES`.
+    `tries[start]` orders a start's tries on the fixed pattern (`False`) and
+    on the saddle-point system (`True`), one try on the pattern if absent;
+    where the rounds from `near` stop short of their cap on moves, their last
+    face is kept as `named["near"]`. Only the rounds from `near` explore
+    (`face_rounds`): from the faces of the later starts, rounds that chose
+    their moves by the pattern's unmet solves took longer or did not settle
+    (a case2869pegase instance at 100 times the spread)."""
     y = r
     for name, (start, rounds, moves, one) in zip(STAGE_NAMES, attempts, strict=True):
         flags = start()
