@@ -926,6 +926,64 @@ def test_auto_form_keeps_small_grids_dense():
     assert_close(a.y, b.y, 1e-7)
 
 
+def test_dense_polish_leaves_a_face_with_no_point(monkeypatch):
+    """Captured case_ACTIVSg200 hours (a self-supervised proxy's float32 raw
+    outputs; the grid is small, so the dense form): after the iteration every
+    generator is flagged at a bound and one more row, so the iterate's face
+    has no point, and its refinement ended up to 2,300 eps32 off its rows.
+    The polish's rounds release the loosest flag (or, where that one comes
+    back violated, the row Goldfarb and Idnani's step names): every output is
+    `successful`, within 10 eps32 of its rows and on Clarabel's projection;
+    without the rounds none is."""
+    import pinet_eqx._active_set.polish as polish
+
+    f = np.load(DATA / "activsg200_dependent_faces.npz")
+    E, C = (
+        sp.csr_matrix(
+            (f[k + "_data"], f[k + "_indices"], f[k + "_indptr"]), f[k + "_shape"]
+        )
+        for k in "ec"
+    )
+    bounds = tuple(f[k] for k in ("lb_y", "ub_y", "lb_w", "ub_w"))
+    proj = pe.Projector(
+        [
+            pe.Equality(E, pe.Parameter("q")),
+            pe.AffineInequality(C, bounds[2], bounds[3]),
+            pe.Box(bounds[0], bounds[1]),
+        ],
+        inference=True,
+    )
+    assert proj.problem.sparse is False
+    Y, Q = jnp.asarray(f["raw"]), jnp.asarray(f["q"])
+    assert Y.dtype == jnp.float32
+
+    def residuals(sol):
+        # Issue 30's normalised residual of every row (its violation over the
+        # scale of its terms, the mean |y| standing in for zero entries), eps32.
+        y = np.asarray(sol.y, np.float64)
+        mean = np.mean(np.abs(y), axis=1, keepdims=True)
+        scale = [np.abs(y) @ abs(M).T + mean * abs(M).sum(axis=1).T for M in (E, C)]
+        eq = np.abs(y @ E.T - f["q"]) / (scale[0] + np.abs(f["q"]))
+        w = y @ C.T
+        over = np.maximum(w - bounds[3], 0) + np.maximum(bounds[2] - w, 0)
+        box = np.maximum(y - bounds[1], 0) + np.maximum(bounds[0] - y, 0)
+        rows = [eq, over / (scale[1] + np.abs(bounds[3])), box / (np.abs(y) + mean)]
+        return np.max(np.concatenate(rows, axis=1), axis=1) / np.finfo(np.float32).eps
+
+    monkeypatch.setattr(polish, "_ROUNDS", 0)
+    assert np.all(residuals(_solve(proj, Y, Q)) > 100)
+    monkeypatch.undo()
+    jax.clear_caches()  # (the projector's solve is traced once per setting)
+    sol = _solve(proj, Y, Q)
+    assert np.all(np.asarray(sol.result == pe.RESULTS.successful))
+    assert np.all(residuals(sol) <= 10), residuals(sol)
+    for i in range(Y.shape[0]):
+        exact = _clarabel_grid_projection(
+            E, C, np.asarray(Y[i], np.float64), f["q"][i].astype(np.float64), bounds
+        )
+        assert_close(sol.y[i], exact, 1e-4, what=f"hour {f['hours'][i]}")
+
+
 def test_inference_gradient_is_the_polished_face_s():
     """In inference mode the sparse polish (`_host_polish`) can end on another
     face than the iterate's; the derivative is that face's: the gradient in

@@ -28,6 +28,8 @@ Jacobian vanishes (the implicit derivative of the fixed point, in closed form).
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -101,9 +103,23 @@ def activity(s, P: dr.Prepared, op: AbstractAffineProjection, z=None):
     the iterate $s$: their prox argument lies above the upper bound (first
     flags) or below the lower one (second), where the clip's derivative
     vanishes."""
-    z = op.project(s, P.part) if z is None else z
-    pre = P.a + P.c * (2 * z - s)[: P.a.shape[0]]
+    pre = _prox_argument(s, P, op, z)
     return pre > P.upper, pre < P.lower
+
+
+def strength(s, P: dr.Prepared, op: AbstractAffineProjection, z=None):
+    """How far past its nearer bound each clipped coordinate's prox argument
+    lies at the iterate $s$ (negative inside its bounds; infinite for equal
+    bounds): for the flags of `activity`, about the step size times the
+    multiplier, so the least firmly held flags are the weakly active ones."""
+    pre = _prox_argument(s, P, op, z)
+    excess = jnp.maximum(pre - P.upper, P.lower - pre)
+    return jnp.where(P.upper > P.lower, excess, jnp.inf)
+
+
+def _prox_argument(s, P: dr.Prepared, op: AbstractAffineProjection, z=None):
+    z = op.project(s, P.part) if z is None else z
+    return P.a + P.c * (2 * z - s)[: P.a.shape[0]]
 
 
 @project.def_jvp
@@ -245,21 +261,45 @@ def polish(
     """
     if isinstance(fixed, SparseRows):
         return fixed.polish(y_raw, data, hi, lo)
-    flags = (hi, lo)
+    y, signed = face_point(fixed, y_raw, data, hi, lo, box, solver)
+    return y, jnp.max(-signed, initial=0.0), hi, lo
+
+
+def face_point(
+    fixed: FixedRows | None, y_raw, data: InstanceData, hi, lo, box, solver,
+    homogeneous=False,
+):  # fmt: skip
+    """`polish`'s face projection for dense rows, with each flag's multiplier,
+    signed so that it is positive where its sign is right (0 on the entries
+    the face leaves free), in the layout of `hi`, `lo`: $y$'s coordinates,
+    then the inequality rows.
+
+    With `homogeneous`, the face's right-hand sides are taken as zero: the
+    multipliers are then those that express `y_raw` (a row, say) by the
+    face's rows, and the point its part orthogonal to them.
+
+    **Returns:** `(y, signed)`.
+    """
+    d = hi.shape[0] - data.lb_w.shape[0]
     box = np.asarray(box, np.int32)
     hi, lo, bound = _pinned(hi, lo, data, box)
+    q = data.q
+    if homogeneous:
+        q, bound = jnp.zeros_like(q), jnp.zeros_like(bound)
     if fixed is not None:
-        y, zeta = fixed.tangent(hi | lo, y_raw, data.q, bound, box, solver)
+        y, zeta = fixed.tangent(hi | lo, y_raw, q, bound, box, solver)
         zeta = zeta[zeta.shape[0] - hi.shape[0] :]
     else:
         values = Inputs(y_raw, data)
-        y, zeta = _general_tangent(
-            values, values, y_raw, hi | lo, bound, box, False, solver
-        )
-        zeta = zeta[data.q.shape[0] :]
+        t = Inputs(y_raw, dataclasses.replace(data, q=q))
+        y, zeta = _general_tangent(values, t, y_raw, hi | lo, bound, box, False, solver)
+        zeta = zeta[q.shape[0] :]
     # The solve leaves zeta = 0 on the rows it leaves out.
-    wrong = jnp.where(hi, -zeta, jnp.where(lo, zeta, 0.0))
-    return y, jnp.max(wrong, initial=0.0), *flags
+    signed = jnp.where(hi, zeta, jnp.where(lo, -zeta, 0.0))
+    # From `_rows`' layout (inequality rows, then the bounded coordinates).
+    m = data.lb_w.shape[0]
+    on_y = jnp.zeros((d,), signed.dtype).at[box].set(signed[m:])
+    return y, jnp.concatenate([on_y, signed[:m]])
 
 
 def clip_rows(y, w, data: InstanceData, hi, lo, box):

@@ -20,6 +20,7 @@ from .._linalg.residual import stored
 from .._solver import douglas_rachford as dr
 from .._solver.instance import Instance, Iterated
 from . import derivative as active_set
+from .face import SparseRows
 from .polish import polish as _polish
 from .refine import refine
 
@@ -47,10 +48,8 @@ def finish(
         return y, viol, polished, empty
     # The derivative of the unrefined map is kept (stop_gradient): the
     # refinement's correction is at rounding level, and a polished point's
-    # own derivative is its face's: the iterate's (dense sets), or the one
-    # the host's polish ends on (sparse sets, `on_face` below). y is as
-    # stored so that y - y_plain below is exactly zero (see
-    # `_residual.stored`).
+    # own derivative is its face's (`on_face` below). y is as stored so that
+    # y - y_plain below is exactly zero (see `_residual.stored`).
     y = stored(y)
     y_plain = jax.lax.stop_gradient(y)
     pre = None
@@ -61,30 +60,47 @@ def finish(
         if problem.groups:
             pre = dr.cone_argument(it.s, it.z, it.P)
     y_raw = instance.y_raw
+    strength = _strength(instance, it) if instance.polish else None
     if instance.refining:
         # Polyhedral sets are first polished (see `refine`).
-        fix, viol, polished = refine(
+        fix, viol, polished, face = refine(
             problem, rows, instance.refinement, y_plain, data, flags, pre,
-            y_raw if instance.polish else None, it.status_tol,
+            y_raw if instance.polish else None, it.status_tol, strength,
         )  # fmt: skip
     else:
         # Without the refinement (sparse sets; training mode with
         # `polish=True`): the polished point where it is the projection.
         candidate, polished, _, face, empty = _polish(
-            problem, rows, y_raw, data, flags, it.status_tol
+            problem, rows, y_raw, data, flags, it.status_tol, 1.0, strength
         )
         fix = jnp.where(polished, candidate, y_plain)
-        if it.inputs is not None:
-            # Its derivative is its face's, which the host's polish
-            # (`_host_polish`) may have moved away from the iterate's.
-            face = jax.tree.map(partial(jnp.where, polished), face, tuple(flags))
-            y_plain = y = active_set.on_face(
-                it.inputs,
-                value=fix,
-                flags=jax.lax.stop_gradient(tuple(face)),
-                fixed=rows,
-                cfg=it.cfg,
-            )
+        face = jax.tree.map(partial(jnp.where, polished), face, tuple(flags))
+    if it.inputs is not None and instance.polish:
+        # A polished point's derivative is its face's, which the polish's
+        # rounds (or the host's, `_host_polish`) may have moved off the
+        # iterate's.
+        y_plain = y = active_set.on_face(
+            it.inputs,
+            value=fix,
+            flags=jax.lax.stop_gradient(tuple(face)),
+            fixed=rows,
+            cfg=it.cfg,
+        )
     # y - y is exactly zero, so the value is exactly `fix`.
     y = (y - jax.lax.stop_gradient(y_plain)) + jax.lax.stop_gradient(fix)
     return y, viol, polished, empty
+
+
+def _strength(instance: Instance, it: Iterated):
+    """How firmly the iterate holds each activity flag (`_active_set.strength`),
+    for the polish's rounds on dense rows; `None` for sparse rows, whose
+    polish runs its own active-set method on the host."""
+    if isinstance(instance.rows, SparseRows):
+        return None
+    P = it.P
+    if P is None:  # (the active-set path reads out no P without diagnostics)
+        P = dr.prepare(
+            instance.y_raw, instance.data, instance.op, instance.sigma,
+            instance.problem.groups,
+        )  # fmt: skip
+    return active_set.strength(it.s, P, instance.op, it.z)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -61,18 +62,18 @@ _MOVE_FACTOR = 100
 _POLISH_SLACK = 100
 
 
-def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
+def refine(
+    problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None, strength=None
+):
     """`y` refined onto its active constraints, `_REFINE_STEPS` times, kept only
     where that is finite, no less feasible and a small move; the violation
     of the point returned (see `LiftedProblem.violation`), from its residual;
     and whether it was polished.
 
     With `y_raw` (polyhedral sets), `y` is first polished: replaced by the
-    projection of `y_raw` onto the face of its active set where that point
-    satisfies the optimality conditions to `tol` (see `polish`). It is then the
-    projection, however far the iteration was from converging, and the
-    refinement starts from it. If the refined point still misses `tol`, the
-    iterate is returned unrefined.
+    projection of `y_raw` onto a face (see `polish`) where that point satisfies
+    the optimality conditions to `tol`; the refinement starts from it, onto
+    that face. If the refined point misses `tol`, the iterate is returned.
 
     Polyhedral sets with fixed matrices use the host-eliminated active-set solve
     (`_active_set.refine`); every other set the general one (`step`), with the
@@ -103,25 +104,31 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
         `_douglas_rachford.cone_argument`), or `None` without cones.
     - `y_raw`: the point projected, to polish; `None` skips the polish.
     - `tol`: the tolerance a polished point must meet.
+    - `strength`: how firmly the iterate holds each flag, for the polish's
+        rounds where its face is not the projection's (see `polish`).
 
-    **Returns:** `(y, violation, polished)`.
+    **Returns:** `(y, violation, polished, flags)`, `flags` those of the face
+    `y` lies on (the iterate's unless polished).
     """
     data, flags, pre = jax.lax.stop_gradient((data, flags, pre))
     E, C = data.dense_matrices()  # the refinement is dense only
     if problem.per_instance:
         residual = residual.with_matrix(jnp.concatenate([E, C]))
-    hi, lo = flags
-    pinned, shifted = _pinned(problem, data, hi, lo)
-    correct = _corrector(problem, rows, residual, y, shifted, hi, lo, pre)
     polished = jnp.asarray(False)
-    iterate = y
+    iterate, iterate_flags = y, tuple(flags)
     if y_raw is not None:
         # It must meet its active rows to its solve's accuracy only: the
         # refinement closes that gap (checked on the point returned).
-        candidate, polished, bound, *_ = polish(
-            problem, rows, y_raw, data, flags, tol, _POLISH_SLACK
+        candidate, polished, bound, face, _ = polish(
+            problem, rows, y_raw, data, flags, tol, _POLISH_SLACK, strength
         )
         y = stored(jnp.where(polished, candidate, y))
+        # The refinement holds the polished point to its own face, which the
+        # polish's rounds may have moved off the iterate's.
+        flags = jax.tree.map(partial(jnp.where, polished), face, iterate_flags)
+    hi, lo = flags
+    pinned, shifted = _pinned(problem, data, hi, lo)
+    correct = _corrector(problem, rows, residual, y, shifted, hi, lo, pre)
     rhs = jnp.concatenate([data.q, pinned, -data.cone_offset])
     out, viol = _refined(problem, correct, residual, y, rhs, shifted, E, C)
     if y_raw is not None:
@@ -132,7 +139,8 @@ def refine(problem, rows, residual, y, data, flags, pre, y_raw=None, tol=None):
         out = jnp.where(failed, iterate, out)
         viol = jnp.where(failed, problem.violation(iterate, data), viol)
         polished = polished & certified
-    return out, viol, polished
+        flags = jax.tree.map(partial(jnp.where, polished), flags, iterate_flags)
+    return out, viol, polished, flags
 
 
 def _pinned(problem, data, hi, lo):
