@@ -348,18 +348,23 @@ def test_rounds_stop_when_they_cycle(monkeypatch):
     assert [bool(h[0]) for h in calls] == [False, True]
 
 
-def _proxy_faces(name: str) -> tuple:
-    """A captured instance of the host finish on ACTIVSg2000 (a self-supervised
-    proxy's raw output and its Douglas-Rachford or interior-point flags):
-    `(E, C, r, q, bounds, hi, lo)` as `_host_rounds.face_rounds` takes them."""
-    f = np.load(DATA / "activsg2000_proxy_faces.npz")
+def _captured_grid(f) -> tuple:
+    """`(E, C, (lb_y, ub_y, lb_w, ub_w))` of a captured grid's fixture `f`."""
     E, C = (
         sp.csr_matrix(
             (f[k + "_data"], f[k + "_indices"], f[k + "_indptr"]), f[k + "_shape"]
         )
         for k in "ec"
     )
-    bounds = tuple(f[k] for k in ("lb_y", "ub_y", "lb_w", "ub_w"))
+    return E, C, tuple(f[k] for k in ("lb_y", "ub_y", "lb_w", "ub_w"))
+
+
+def _proxy_faces(name: str) -> tuple:
+    """A captured instance of the host finish on ACTIVSg2000 (a self-supervised
+    proxy's raw output and its Douglas-Rachford or interior-point flags):
+    `(E, C, r, q, bounds, hi, lo)` as `_host_rounds.face_rounds` takes them."""
+    f = np.load(DATA / "activsg2000_proxy_faces.npz")
+    E, C, bounds = _captured_grid(f)
     return (
         E,
         C,
@@ -938,13 +943,7 @@ def test_dense_polish_leaves_a_face_with_no_point(monkeypatch):
     import pinet_eqx._active_set.polish as polish
 
     f = np.load(DATA / "activsg200_dependent_faces.npz")
-    E, C = (
-        sp.csr_matrix(
-            (f[k + "_data"], f[k + "_indices"], f[k + "_indptr"]), f[k + "_shape"]
-        )
-        for k in "ec"
-    )
-    bounds = tuple(f[k] for k in ("lb_y", "ub_y", "lb_w", "ub_w"))
+    E, C, bounds = _captured_grid(f)
     proj = pe.Projector(
         [
             pe.Equality(E, pe.Parameter("q")),
