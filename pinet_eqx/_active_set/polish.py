@@ -107,8 +107,9 @@ def _accurate(dtype):
 def _sparse(problem, rows, y_raw, data, flags, tol):
     """`polish` of `SparseRows`: the host's active-set method, certified in
     float64 (`_host_polish`), whose face may differ from the iterate's."""
+    hi, lo = flags
     candidate, wrong_sign, *face = _active_set.polish(
-        rows, y_raw, data, *flags, problem.box_index, _accurate(y_raw.dtype)
+        rows, y_raw, data, hi, lo, problem.box_index, _accurate(y_raw.dtype)
     )
     bound = dr.resolvable_tol(tol, jnp.max(jnp.abs(candidate)))
     # In float32 the products with large entries would round far above the
