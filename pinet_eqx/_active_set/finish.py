@@ -60,7 +60,9 @@ def finish(
         if problem.groups:
             pre = dr.cone_argument(it.s, it.z, it.P)
     y_raw = instance.y_raw
-    strength = _strength(instance, it) if instance.polish else None
+    # (Called only where the polish's rounds run: off the common path.)
+    dense = instance.polish and not isinstance(rows, SparseRows)
+    strength = partial(_strength, instance, it) if dense else None
     if instance.refining:
         # Polyhedral sets are first polished (see `refine`).
         fix, viol, polished, face = refine(
@@ -93,10 +95,8 @@ def finish(
 
 def _strength(instance: Instance, it: Iterated):
     """How firmly the iterate holds each activity flag (`_active_set.strength`),
-    for the polish's rounds on dense rows; `None` for sparse rows, whose
-    polish runs its own active-set method on the host."""
-    if isinstance(instance.rows, SparseRows):
-        return None
+    for the polish's rounds on dense rows (sparse rows' polish runs its own
+    active-set method on the host)."""
     P = it.P
     if P is None:  # (the active-set path reads out no P without diagnostics)
         P = dr.prepare(

@@ -60,7 +60,8 @@ def polish(problem, rows, y_raw, data, flags, tol, slack=1.0, strength=None):
     - `flags`: the iterate's activity flags (see `_active_set.activity`).
     - `tol`: the tolerance of the optimality conditions.
     - `slack`: the allowance on the active rows, a multiple of the tolerance.
-    - `strength`: how firmly each flag is held (`_active_set.strength`), or
+    - `strength`: a function of no arguments giving how firmly each flag is
+        held (`_active_set.strength`), called only where the rounds run; or
         `None` for the iterate's face only.
 
     **Returns:** `(candidate, accepted, bound, flags, empty)`, `bound` the
@@ -68,7 +69,7 @@ def polish(problem, rows, y_raw, data, flags, tol, slack=1.0, strength=None):
     on and `empty` whether the host's polish proved the set empty (sparse
     rows).
     """
-    y_raw, data, flags, strength = jax.lax.stop_gradient((y_raw, data, flags, strength))
+    y_raw, data, flags = jax.lax.stop_gradient((y_raw, data, flags))
     if isinstance(rows, SparseRows):
         return _sparse(problem, rows, y_raw, data, flags, tol)
     attempt = functools.partial(_attempt, problem, rows, y_raw, data, tol, slack)
@@ -78,8 +79,10 @@ def polish(problem, rows, y_raw, data, flags, tol, slack=1.0, strength=None):
     step = functools.partial(_next_face, problem, rows, data)
 
     def body(state):
-        k, last, *face = state
-        face = step(last, *face)
+        k, last, hi, lo, held, guess = state
+        # The strengths are read off the iterate in the first round only.
+        held = jnp.where(k == 0, jax.lax.stop_gradient(strength()), held)
+        face = step(last, hi, lo, held, guess)
         return k + 1, attempt(*face[:2]), *face
 
     # Where the iterate's face has a point but is not the projection's, the
@@ -92,9 +95,9 @@ def polish(problem, rows, y_raw, data, flags, tol, slack=1.0, strength=None):
         k, last = state[:2]
         return (k < _ROUNDS) & ~last.accepted & lost
 
-    none = jnp.full((), -1, jnp.int32)
+    held, none = jnp.zeros(flags[0].shape, y_raw.dtype), jnp.full((), -1, jnp.int32)
     _, out, hi, lo, *_ = jax.lax.while_loop(
-        cond, body, (jnp.asarray(0), first, *flags, strength, none)
+        cond, body, (jnp.asarray(0), first, *flags, held, none)
     )
     return out.candidate, out.accepted, out.bound, (hi, lo), jnp.asarray(False)
 

@@ -104,8 +104,9 @@ def refine(
         `_douglas_rachford.cone_argument`), or `None` without cones.
     - `y_raw`: the point projected, to polish; `None` skips the polish.
     - `tol`: the tolerance a polished point must meet.
-    - `strength`: how firmly the iterate holds each flag, for the polish's
-        rounds where its face is not the projection's (see `polish`).
+    - `strength`: how firmly the iterate holds each flag (a function of no
+        arguments), for the polish's rounds where its face has no point (see
+        `polish`).
 
     **Returns:** `(y, violation, polished, flags)`, `flags` those of the face
     `y` lies on (the iterate's unless polished).
